@@ -1,0 +1,1 @@
+"""Pydantic models of the FinishableSparkJob custom resource: the one source of the CRD schema."""

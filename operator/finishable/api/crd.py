@@ -1,0 +1,236 @@
+"""Generate the CustomResourceDefinition from the pydantic models.
+
+Kubernetes wants a *structural* OpenAPI v3 schema: every node typed, no ``$ref``, no ``anyOf`` of
+types, and ``additionalProperties`` never beside ``properties``. Pydantic emits JSON Schema with
+references and ``anyOf`` for optionals, so this module rewrites one into the other. The committed
+``crds/`` file must equal :func:`render_crd` (a test fails on drift).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from finishable import __version__
+from finishable.api.models import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    PLURAL,
+    SHORT_NAME,
+    SINGULAR,
+    FinishableSparkJobSpec,
+    FinishableSparkJobStatus,
+)
+
+CRD_NAME = f"{PLURAL}.{API_GROUP}"
+CRD_FILE = f"crds/{CRD_NAME}.yaml"
+
+_DROPPED_KEYS = frozenset({"title", "$defs", "discriminator"})
+
+
+def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Inline ``$ref`` and single-element ``allOf``; sibling keys (descriptions) win."""
+    while "$ref" in node or ("allOf" in node and len(node["allOf"]) == 1):
+        siblings = {key: value for key, value in node.items() if key not in ("$ref", "allOf")}
+        ref = node.get("$ref")
+        target = defs[ref.rsplit("/", 1)[-1]] if ref else node["allOf"][0]
+        node = {**target, **siblings}
+    return node
+
+
+def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite one JSON Schema node (and its children) into a structural schema node."""
+    node = _resolve(node, defs)
+    if "anyOf" in node:
+        variants = [variant for variant in node["anyOf"] if variant.get("type") != "null"]
+        if len(variants) != 1:
+            raise ValueError(f"cannot express a union of {len(variants)} types structurally")
+        siblings = {key: value for key, value in node.items() if key != "anyOf"}
+        merged = {**_resolve(variants[0], defs), **siblings}
+        if merged.get("default", "") is None:
+            del merged["default"]
+        return _structural(merged, defs)
+
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROPPED_KEYS:
+            continue
+        if key == "properties":
+            out["properties"] = {}
+            for name, child in value.items():
+                converted = _structural(child, defs)
+                # Give nested objects with defaults of their own an empty default, so that the
+                # API server fills those in; not optional ones (``None`` by default) and not
+                # ones with required fields (an empty default would be invalid).
+                if (
+                    converted["type"] == "object"
+                    and "properties" in converted
+                    and "default" not in converted
+                    and "required" not in converted
+                    and "anyOf" not in _resolve(child, defs)
+                ):
+                    converted["default"] = {}
+                out["properties"][name] = converted
+        elif key == "items":
+            out["items"] = _structural(value, defs)
+        elif key == "additionalProperties":
+            if isinstance(value, dict):
+                out["additionalProperties"] = _structural(value, defs)
+        elif key == "default" and value is None:
+            continue
+        else:
+            out[key] = value
+
+    if "enum" in out and "type" not in out:
+        out["type"] = "string"
+    if "properties" in out:
+        out["type"] = "object"
+        out.pop("additionalProperties", None)
+    if "type" not in out:
+        raise ValueError(f"schema node without a type: {node!r}")
+    return _ordered(out)
+
+
+_KEY_ORDER = (
+    "description",
+    "type",
+    "format",
+    "enum",
+    "default",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "required",
+    "properties",
+    "items",
+    "additionalProperties",
+)
+
+
+def _ordered(node: dict[str, Any]) -> dict[str, Any]:
+    """Stable key order so the generated YAML reads well and diffs cleanly."""
+    ranked = sorted(
+        node.items(),
+        key=lambda item: (_KEY_ORDER.index(item[0]) if item[0] in _KEY_ORDER else 99, item[0]),
+    )
+    return dict(ranked)
+
+
+def _model_schema(model: type[FinishableSparkJobSpec] | type[FinishableSparkJobStatus]) -> Any:
+    schema = model.model_json_schema(by_alias=True, mode="validation")
+    return _structural(schema, schema.get("$defs", {}))
+
+
+def _without_defaults(node: dict[str, Any]) -> dict[str, Any]:
+    """Status is written by the operator alone: the API server must not invent any of it."""
+    out = {key: value for key, value in node.items() if key != "default"}
+    if "properties" in out:
+        out["properties"] = {
+            name: _without_defaults(child) for name, child in out["properties"].items()
+        }
+    if "items" in out:
+        out["items"] = _without_defaults(out["items"])
+    return out
+
+
+def build_crd() -> dict[str, Any]:
+    """The CustomResourceDefinition as a dict."""
+    spec_schema = _model_schema(FinishableSparkJobSpec)
+    status_schema = _without_defaults(_model_schema(FinishableSparkJobStatus))
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {
+                "app.kubernetes.io/name": "finishable-spark-operator",
+                "app.kubernetes.io/version": __version__,
+            },
+        },
+        "spec": {
+            "group": API_GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": [SHORT_NAME],
+                "categories": ["finishable"],
+            },
+            "versions": [
+                {
+                    "name": API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {
+                            "name": "Phase",
+                            "type": "string",
+                            "description": "Where the job is in its life.",
+                            "jsonPath": ".status.phase",
+                        },
+                        {
+                            "name": "State",
+                            "type": "string",
+                            "description": "The desired state.",
+                            "jsonPath": ".spec.state",
+                        },
+                        {
+                            "name": "Checkpoint",
+                            "type": "integer",
+                            "description": "The newest completed checkpoint.",
+                            "jsonPath": ".status.lastCheckpoint.id",
+                        },
+                        {
+                            "name": "Attempt",
+                            "type": "integer",
+                            "description": "Driver attempt.",
+                            "jsonPath": ".status.attempt",
+                        },
+                        {
+                            "name": "Mode",
+                            "type": "string",
+                            "priority": 1,
+                            "description": "Streaming or Batch.",
+                            "jsonPath": ".spec.mode",
+                        },
+                        {
+                            "name": "Age",
+                            "type": "date",
+                            "jsonPath": ".metadata.creationTimestamp",
+                        },
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "description": (
+                                "A PySpark job with Flink-style lifecycle guarantees: stop with "
+                                "savepoint, stop with drain, final checkpoint, batch recovery."
+                            ),
+                            "type": "object",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_crd() -> str:
+    """The CRD as YAML, exactly as committed under ``crds/``."""
+    header = "# Generated by `finishable crd` from finishable.api.models; do not edit by hand.\n"
+    body = yaml.safe_dump(build_crd(), sort_keys=False, width=100, allow_unicode=True)
+    return header + body

@@ -1,0 +1,1 @@
+"""Split enumerators run as operator coordinators in the driver (FLIP-27, OperatorCoordinator)."""

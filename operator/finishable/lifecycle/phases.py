@@ -1,0 +1,709 @@
+"""The job phase machine (DESIGN.md section 5): a table of transitions and a pure ``next_status``.
+
+The operator and the local runner both call :func:`next_status` with what they observe (the
+driver pod, the driver's report from the ``<job>-state`` ConfigMap or file) and act on the
+:class:`Decision` it returns: the new status for the one status writer, the side effects to
+perform, and the Kubernetes Events to post. It is level-based: calling it again with the same
+inputs yields the same decision, so a restarted operator simply carries on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from finishable.api.models import (
+    CheckpointStatus,
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    CoordinatorStatus,
+    DesiredState,
+    FinishableSparkJobSpec,
+    FinishableSparkJobStatus,
+    JobMode,
+    LifecycleStatus,
+    Phase,
+    RecoveryStatus,
+    SavepointStatus,
+    StopRequestStatus,
+)
+
+P = Phase
+
+TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
+    P.PENDING: frozenset({P.SUBMITTED, P.SUSPENDED, P.FAILED}),
+    P.SUBMITTED: frozenset({P.RUNNING, P.FINISHING, P.FINISHED, P.RECOVERING, P.FAILED}),
+    P.RUNNING: frozenset(
+        {P.SAVEPOINTING, P.DRAINING, P.FINISHING, P.FINISHED, P.RECOVERING, P.FAILED}
+    ),
+    P.SAVEPOINTING: frozenset({P.SUSPENDED, P.RUNNING, P.RECOVERING, P.FAILED}),
+    P.DRAINING: frozenset({P.FINISHED, P.RUNNING, P.RECOVERING, P.FAILED}),
+    P.FINISHING: frozenset({P.FINISHED, P.RECOVERING, P.FAILED}),
+    P.RECOVERING: frozenset({P.RUNNING, P.FINISHING, P.FINISHED, P.FAILED}),
+    P.SUSPENDED: frozenset({P.SUBMITTED, P.FAILED}),
+    P.FINISHED: frozenset(),
+    P.FAILED: frozenset({P.PENDING}),
+}
+"""Every phase change the machine may make; :func:`next_status` never leaves this table."""
+
+TERMINAL_PHASES = frozenset({P.FINISHED, P.FAILED})
+STOPPING_PHASES = frozenset({P.SAVEPOINTING, P.DRAINING})
+# Phases in which a driver pod of the current attempt is expected to exist and be alive.
+DRIVER_PHASES = frozenset(
+    {P.SUBMITTED, P.RUNNING, P.SAVEPOINTING, P.DRAINING, P.FINISHING, P.RECOVERING}
+)
+
+RESTART_BACKOFF_BASE = timedelta(seconds=5)
+RESTART_BACKOFF_MAX = timedelta(minutes=2)
+
+
+class PodPhase(StrEnum):
+    """The driver pod of the current attempt, as observed (ABSENT: no such pod)."""
+
+    ABSENT = "Absent"
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class DriverState(StrEnum):
+    """What the driver says it is doing, in its report (``<job>-state``)."""
+
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    FINISHING = "FINISHING"  # bounded input ended: waiting for the final checkpoint
+    STOPPING = "STOPPING"  # a stop with savepoint (with or without drain) is in progress
+    SUSPENDED = "SUSPENDED"  # stopped with a savepoint; resumable
+    FINISHED = "FINISHED"  # drained or final checkpoint done; sinks committed
+    FAILED = "FAILED"
+
+
+class RequestOutcome(StrEnum):
+    """The driver's answer to a control request."""
+
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+class RequestAction(StrEnum):
+    """Control requests the operator sends through ``<job>-control``."""
+
+    STOP = "stop"
+    SAVEPOINT = "savepoint"
+
+
+@dataclass(frozen=True)
+class RequestReport:
+    """The driver's answer to the request with this id."""
+
+    id: str
+    outcome: RequestOutcome
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class DriverReport:
+    """The driver's report; only a report of the current attempt is acted on."""
+
+    attempt: int
+    state: DriverState
+    lifecycle: LifecycleStatus | None = None
+    last_checkpoint: CheckpointStatus | None = None
+    savepoint: SavepointStatus | None = None
+    request: RequestReport | None = None
+    coordinator: CoordinatorStatus | None = None
+    tasks_skipped: int = 0
+    tasks_rerun: int = 0
+    splits_reread: int = 0
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the caller saw just now. ``spec_problems`` lists why the spec cannot run, if so."""
+
+    now: datetime
+    generation: int
+    driver_pod: PodPhase = PodPhase.ABSENT
+    driver_message: str = ""
+    report: DriverReport | None = None
+    spec_problems: tuple[str, ...] = ()
+
+
+class ActionKind(StrEnum):
+    """Side effects the caller performs; each is idempotent."""
+
+    START_DRIVER = "StartDriver"  # create the children and the driver pod of `attempt`
+    SEND_REQUEST = "SendRequest"  # write `request` to <job>-control
+    CANCEL_REQUEST = "CancelRequest"  # withdraw the request in <job>-control
+    DELETE_DRIVER = "DeleteDriver"  # delete the driver pod(s) and executors
+    DELETE_SHUFFLE = "DeleteShuffle"  # delete the shuffle StatefulSet (its data goes)
+    REQUEUE = "Requeue"  # call again after `after` even if nothing changes
+
+
+@dataclass(frozen=True)
+class Action:
+    """One side effect with the arguments it needs."""
+
+    kind: ActionKind
+    attempt: int = 0
+    restore_from: str = ""
+    request: StopRequestStatus | None = None
+    after: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post on the custom resource."""
+
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of one step: the next status, what to do, what to tell."""
+
+    status: FinishableSparkJobStatus
+    actions: tuple[Action, ...] = ()
+    events: tuple[Event, ...] = ()
+
+    @property
+    def phase_changed(self) -> bool:
+        return any(event.reason == "PhaseChanged" for event in self.events)
+
+
+class IllegalPhaseTransition(AssertionError):
+    """The machine tried a transition outside :data:`TRANSITIONS`: a bug, never a user error."""
+
+
+def restart_backoff(restarts: int) -> timedelta:
+    """Exponential backoff before driver restart number ``restarts`` (1-based)."""
+    delay: timedelta = RESTART_BACKOFF_BASE * 2 ** max(0, restarts - 1)
+    return min(delay, RESTART_BACKOFF_MAX)
+
+
+def illegal_state_change(phase: Phase, desired: DesiredState) -> str | None:
+    """Why ``desired`` cannot be honoured from ``phase``, or None when it can (now or later)."""
+    if phase is P.FINISHED and desired is not DesiredState.FINISHED:
+        return (
+            f"the job is Finished and cannot become {desired.value}; create a new job "
+            "(spec.restoreFrom can start it from this job's savepoint)"
+        )
+    if phase is P.DRAINING and desired is not DesiredState.FINISHED:
+        return (
+            f"a stop with drain is in progress and cannot be turned into {desired.value}: "
+            "event time has been advanced to the end; the job will be Finished"
+        )
+    if phase is P.FINISHING and desired is DesiredState.SUSPENDED:
+        return (
+            "the bounded input has ended and the final checkpoint is in progress; "
+            "the job can no longer be Suspended and will be Finished"
+        )
+    return None
+
+
+class _Step:
+    """Mutable scratch state of one :func:`next_status` call."""
+
+    def __init__(
+        self,
+        current: FinishableSparkJobStatus,
+        spec: FinishableSparkJobSpec | None,
+        observation: Observation,
+    ) -> None:
+        self.before = current
+        self.status = current.model_copy(deep=True)
+        self.spec = spec
+        self.obs = observation
+        self.actions: list[Action] = []
+        self.events: list[Event] = []
+        self.degraded: tuple[str, str] | None = None  # (reason, message) set in this step
+
+    @property
+    def report(self) -> DriverReport | None:
+        report = self.obs.report
+        if report is None or report.attempt != self.status.attempt:
+            return None
+        return report
+
+    def move(self, phase: Phase, message: str) -> None:
+        old = self.status.phase
+        if phase is old:
+            self.status.message = message
+            return
+        if phase not in TRANSITIONS[old]:
+            raise IllegalPhaseTransition(f"{old.value} -> {phase.value} is not in the table")
+        self.status.phase = phase
+        self.status.phase_since = self.obs.now
+        self.status.message = message
+        event_type = "Warning" if phase in (P.FAILED, P.RECOVERING) else "Normal"
+        self.events.append(
+            Event(event_type, "PhaseChanged", f"{old.value} -> {phase.value}: {message}")
+        )
+
+    def act(self, action: Action) -> None:
+        self.actions.append(action)
+
+    def request(self, action: RequestAction, drain: bool) -> None:
+        suffix = "-drain" if drain else ""
+        request = StopRequestStatus(
+            id=f"{action.value}{suffix}-a{self.status.attempt}-g{self.obs.generation}-"
+            f"{int(self.obs.now.timestamp())}",
+            action=action.value,
+            drain=drain,
+            requested_at=self.obs.now,
+        )
+        self.status.pending_request = request
+        self.act(Action(ActionKind.SEND_REQUEST, attempt=self.status.attempt, request=request))
+
+
+def next_status(
+    current: FinishableSparkJobStatus,
+    spec: FinishableSparkJobSpec | None,
+    observation: Observation,
+) -> Decision:
+    """Compute the next status, the actions and the events. Pure: no I/O, no clock."""
+    step = _Step(current, spec, observation)
+    if spec is None or observation.spec_problems:
+        _invalid_spec(step)
+    else:
+        _absorb_report(step)
+        _advance(step, spec)
+        step.status.observed_generation = observation.generation
+    _set_conditions(step)
+    return Decision(step.status, tuple(step.actions), tuple(step.events))
+
+
+# ---------------------------------------------------------------------------------------------
+# the steps
+
+
+def _invalid_spec(step: _Step) -> None:
+    problems = "; ".join(step.obs.spec_problems) or "the spec is invalid"
+    alive = step.obs.driver_pod in (PodPhase.PENDING, PodPhase.RUNNING)
+    if alive or step.status.phase in (P.FINISHED, P.FAILED):
+        # Never tear down a running job because of an edit: report it and do nothing.
+        step.degraded = ("InvalidSpec", f"the new spec is not applied: {problems}")
+        return
+    step.move(P.FAILED, f"the spec can never run: {problems}")
+    step.status.observed_generation = step.obs.generation
+
+
+def _absorb_report(step: _Step) -> None:
+    """Copy progress from the current attempt's report into the status."""
+    report = step.report
+    if report is None:
+        return
+    status = step.status
+    if report.lifecycle is not None:
+        status.lifecycle = report.lifecycle
+    if report.last_checkpoint is not None:
+        status.last_checkpoint = report.last_checkpoint
+    if report.coordinator is not None:
+        status.coordinator = report.coordinator
+    if report.savepoint is not None:
+        status.savepoint = report.savepoint
+    if report.tasks_skipped or report.tasks_rerun or report.splits_reread:
+        status.recovery.tasks_skipped = report.tasks_skipped
+        status.recovery.tasks_rerun = report.tasks_rerun
+        status.recovery.splits_reread = report.splits_reread
+
+
+def _advance(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    phase = step.status.phase
+    illegal = illegal_state_change(phase, spec.state)
+    if illegal:
+        step.degraded = ("IllegalStateChange", illegal)
+    handler = _HANDLERS[phase]
+    handler(step, spec)
+
+
+def _start_driver(step: _Step) -> None:
+    """Ask for the current attempt's driver (an idempotent create, so safe to repeat)."""
+    step.act(
+        Action(
+            ActionKind.START_DRIVER,
+            attempt=step.status.attempt,
+            restore_from=step.status.restore_from,
+        )
+    )
+
+
+def _start(step: _Step, spec: FinishableSparkJobSpec, restore_from: str, message: str) -> None:
+    """A new run: from scratch, from spec.restoreFrom, or resumed from our own savepoint."""
+    step.status.attempt += 1
+    step.status.pending_request = None
+    step.status.restore_from = restore_from
+    step.status.savepoint_trigger_nonce = spec.savepoint_trigger_nonce
+    _start_driver(step)
+    step.move(P.SUBMITTED, message)
+
+
+def _on_pending(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    if spec.state is DesiredState.SUSPENDED:
+        step.move(P.SUSPENDED, "created suspended; set spec.state: Running to start")
+        return
+    attempt = step.status.attempt + 1
+    _start(step, spec, spec.restore_from.savepoint, f"driver attempt {attempt} submitted")
+
+
+def _on_failed(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    if spec.mode is JobMode.BATCH:
+        step.act(Action(ActionKind.DELETE_SHUFFLE))
+    changed = step.obs.generation > step.before.observed_generation
+    if changed and spec.state is not DesiredState.SUSPENDED:
+        step.status.restarts = 0
+        step.status.recovery = RecoveryStatus()
+        step.move(P.PENDING, "the spec changed; starting again")
+        _on_pending(step, spec)
+
+
+def _on_finished(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    step.status.pending_request = None
+    if spec.mode is JobMode.BATCH:
+        step.act(Action(ActionKind.DELETE_SHUFFLE))
+
+
+def _on_suspended(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    step.act(Action(ActionKind.DELETE_DRIVER, attempt=step.status.attempt))
+    if spec.state is DesiredState.SUSPENDED:
+        return
+    savepoint = step.status.savepoint.location if step.status.savepoint else ""
+    how = "to drain it" if spec.state is DesiredState.FINISHED else ""
+    _start(
+        step,
+        spec,
+        savepoint or spec.restore_from.savepoint,
+        " ".join(filter(None, [f"resuming from savepoint {savepoint or '(none)'}", how])),
+    )
+
+
+def _driver_lost(step: _Step) -> str | None:
+    """Why the current attempt's driver is gone, or None while it lives (or ended cleanly)."""
+    pod = step.obs.driver_pod
+    report = step.report
+    if pod in (PodPhase.PENDING, PodPhase.RUNNING):
+        if report is not None and report.state is DriverState.FAILED:
+            return f"driver attempt {step.status.attempt} reported failure: {report.message}"
+        return None
+    if report is not None and report.state in (DriverState.FINISHED, DriverState.SUSPENDED):
+        return None
+    detail = step.obs.driver_message or (report.message if report else "")
+    what = {
+        PodPhase.ABSENT: "disappeared",
+        PodPhase.FAILED: "failed",
+        PodPhase.SUCCEEDED: "exited without completing its lifecycle",
+    }[pod]
+    return f"driver attempt {step.status.attempt} {what}" + (f": {detail}" if detail else "")
+
+
+def _crash(step: _Step, spec: FinishableSparkJobSpec, reason: str) -> None:
+    status = step.status
+    status.pending_request = None
+    if not spec.recovery.enabled:
+        step.move(P.FAILED, f"{reason}; recovery is disabled")
+        return
+    if status.restarts >= spec.recovery.max_attempts:
+        step.move(
+            P.FAILED,
+            f"{reason}; all {spec.recovery.max_attempts} restarts allowed by "
+            "spec.recovery.maxAttempts are used",
+        )
+        return
+    status.restarts += 1
+    now = step.obs.now
+    retained = None
+    if spec.mode is JobMode.BATCH:
+        retained = now + spec.effective_shuffle.retain_timeout
+    status.recovery = RecoveryStatus(
+        reason=reason,
+        driver_lost_at=now,
+        next_attempt_at=now + restart_backoff(status.restarts),
+        shuffle_retained_until=retained,
+    )
+    step.move(P.RECOVERING, reason)
+    _on_recovering(step, spec)
+
+
+def _on_recovering(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    status = step.status
+    recovery = status.recovery
+    now = step.obs.now
+    if recovery.shuffle_retained_until is not None and now >= recovery.shuffle_retained_until:
+        step.act(Action(ActionKind.DELETE_SHUFFLE))
+        step.events.append(
+            Event(
+                "Warning",
+                "ShuffleReleased",
+                "no driver reconnected before the retain deadline; shuffle pods deleted",
+            )
+        )
+        recovery.shuffle_retained_until = None
+    if recovery.next_attempt_at is not None:
+        if now < recovery.next_attempt_at:
+            step.act(Action(ActionKind.REQUEUE, after=recovery.next_attempt_at - now))
+            return
+        recovery.next_attempt_at = None
+        status.attempt += 1
+        _start_driver(step)
+        step.move(P.RECOVERING, f"driver attempt {status.attempt} started after: {recovery.reason}")
+        return
+    if _driver_awaited(step, spec):
+        return
+    if recovery.shuffle_retained_until is not None:
+        step.act(Action(ActionKind.REQUEUE, after=recovery.shuffle_retained_until - now))
+    _follow_report(step, spec)
+
+
+def _follow_report(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    """Running, Finishing, Finished as the current attempt reports them."""
+    report = step.report
+    if report is None:
+        return
+    if report.state is DriverState.FINISHED:
+        step.move(P.FINISHED, "the job finished: sinks committed the last data")
+    elif report.state is DriverState.FINISHING:
+        step.move(P.FINISHING, "bounded input ended; waiting for the final checkpoint")
+    elif report.state is DriverState.RUNNING and step.status.phase in (P.SUBMITTED, P.RECOVERING):
+        recovered = step.status.phase is P.RECOVERING
+        step.move(P.RUNNING, f"driver attempt {step.status.attempt} is running")
+        if recovered:
+            step.status.recovery.shuffle_retained_until = None
+
+
+def _driver_awaited(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+    """While a new attempt starts: re-ask for a missing pod, count a dead one as a crash.
+
+    Returns True when the step is over (the attempt crashed).
+    """
+    if step.obs.driver_pod is PodPhase.ABSENT and step.report is None:
+        _start_driver(step)
+        return False
+    lost = _driver_lost(step)
+    if lost is not None:
+        _crash(step, spec, lost)
+        return True
+    return False
+
+
+def _on_submitted(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    if _driver_awaited(step, spec):
+        return
+    _follow_report(step, spec)
+
+
+def _stop_failed_recently(step: _Step) -> bool:
+    """A stop that failed or timed out is retried only after the spec changes again."""
+    for condition in step.before.conditions:
+        if (
+            condition.type is ConditionType.DEGRADED
+            and condition.status is ConditionStatus.TRUE
+            and condition.reason in ("StopFailed", "StopTimedOut", "SavepointFailed")
+            and condition.observed_generation == step.obs.generation
+        ):
+            step.degraded = (condition.reason, condition.message)
+            return True
+    return False
+
+
+def _on_running(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    lost = _driver_lost(step)
+    if lost is not None:
+        _crash(step, spec, lost)
+        return
+    _follow_report(step, spec)
+    if step.status.phase is not P.RUNNING:
+        return
+    pending = step.status.pending_request
+    if pending is not None:
+        _await_savepoint(step, spec, pending)
+        return
+    if spec.state is not DesiredState.RUNNING and not _stop_failed_recently(step):
+        drain = spec.state is DesiredState.FINISHED
+        step.request(RequestAction.STOP, drain=drain)
+        if drain:
+            step.move(P.DRAINING, "stop with savepoint and drain requested")
+        else:
+            step.move(P.SAVEPOINTING, "stop with savepoint requested")
+        return
+    if spec.savepoint_trigger_nonce != step.status.savepoint_trigger_nonce:
+        step.status.savepoint_trigger_nonce = spec.savepoint_trigger_nonce
+        step.request(RequestAction.SAVEPOINT, drain=False)
+
+
+def _await_savepoint(step: _Step, spec: FinishableSparkJobSpec, pending: StopRequestStatus) -> None:
+    """A savepoint without stopping: record it when the driver answers."""
+    answer = _answer(step, pending)
+    if answer is None:
+        if _timed_out(step, spec, pending):
+            step.act(Action(ActionKind.CANCEL_REQUEST, request=pending))
+            step.status.pending_request = None
+            step.degraded = ("SavepointFailed", f"savepoint {pending.id} timed out")
+        return
+    step.status.pending_request = None
+    if answer.outcome is RequestOutcome.FAILED:
+        step.degraded = ("SavepointFailed", f"savepoint {pending.id} failed: {answer.message}")
+    else:
+        location = step.status.savepoint.location if step.status.savepoint else ""
+        step.events.append(Event("Normal", "SavepointCompleted", f"savepoint at {location}"))
+
+
+def _answer(step: _Step, pending: StopRequestStatus) -> RequestReport | None:
+    report = step.report
+    if report is None or report.request is None or report.request.id != pending.id:
+        return None
+    if report.request.outcome is RequestOutcome.IN_PROGRESS:
+        return None
+    return report.request
+
+
+def _timed_out(step: _Step, spec: FinishableSparkJobSpec, pending: StopRequestStatus) -> bool:
+    started = pending.requested_at or step.status.phase_since
+    return started is not None and step.obs.now - started > spec.stop_timeout
+
+
+def _on_stopping(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    """Savepointing or Draining: wait for the driver's answer, the timeout or a crash."""
+    pending = step.status.pending_request
+    draining = step.status.phase is P.DRAINING
+    report = step.report
+    answer = _answer(step, pending) if pending is not None else None
+    done_state = DriverState.FINISHED if draining else DriverState.SUSPENDED
+    completed = (answer is not None and answer.outcome is RequestOutcome.COMPLETED) or (
+        report is not None and report.state is done_state
+    )
+    if completed:
+        step.status.pending_request = None
+        location = step.status.savepoint.location if step.status.savepoint else "(unknown)"
+        if draining:
+            step.move(P.FINISHED, f"drained; final savepoint at {location}")
+        else:
+            step.move(P.SUSPENDED, f"stopped with savepoint at {location}")
+            _on_suspended(step, spec)
+        return
+    lost = _driver_lost(step)
+    if lost is not None:
+        _crash(step, spec, lost)
+        return
+    what = "stop with drain" if draining else "stop with savepoint"
+    if answer is not None and answer.outcome is RequestOutcome.FAILED:
+        step.status.pending_request = None
+        step.degraded = ("StopFailed", f"{what} failed: {answer.message}; the job keeps running")
+        step.move(P.RUNNING, f"{what} failed")
+        return
+    if pending is not None and _timed_out(step, spec, pending):
+        step.act(Action(ActionKind.CANCEL_REQUEST, request=pending))
+        step.status.pending_request = None
+        step.degraded = (
+            "StopTimedOut",
+            f"{what} did not complete within spec.stopTimeout ({spec.stop_timeout}); "
+            "it was cancelled and the job keeps running",
+        )
+        step.move(P.RUNNING, f"{what} timed out")
+        return
+    if pending is not None and pending.requested_at is not None:
+        deadline = pending.requested_at + spec.stop_timeout
+        step.act(Action(ActionKind.REQUEUE, after=max(deadline - step.obs.now, timedelta(0))))
+
+
+def _on_finishing(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    lost = _driver_lost(step)
+    if lost is not None:
+        _crash(step, spec, lost)
+        return
+    _follow_report(step, spec)
+
+
+_HANDLERS = {
+    P.PENDING: _on_pending,
+    P.SUBMITTED: _on_submitted,
+    P.RUNNING: _on_running,
+    P.SAVEPOINTING: _on_stopping,
+    P.DRAINING: _on_stopping,
+    P.FINISHING: _on_finishing,
+    P.RECOVERING: _on_recovering,
+    P.SUSPENDED: _on_suspended,
+    P.FINISHED: _on_finished,
+    P.FAILED: _on_failed,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# conditions
+
+_READY_PHASES = frozenset({P.RUNNING, P.SAVEPOINTING, P.DRAINING, P.FINISHING})
+_PROGRESSING_PHASES = frozenset(
+    {P.PENDING, P.SUBMITTED, P.SAVEPOINTING, P.DRAINING, P.FINISHING, P.RECOVERING}
+)
+
+
+@dataclass
+class _ConditionSpec:
+    type: ConditionType
+    status: ConditionStatus
+    reason: str
+    message: str
+    generation: int | None = field(default=None)
+
+
+def _set_conditions(step: _Step) -> None:
+    phase = step.status.phase
+    message = step.status.message
+    ready = phase in _READY_PHASES
+    progressing = phase in _PROGRESSING_PHASES
+    wanted = [
+        _ConditionSpec(
+            ConditionType.READY,
+            ConditionStatus.TRUE if ready else ConditionStatus.FALSE,
+            "Running" if ready else phase.value,
+            message,
+        ),
+        _ConditionSpec(
+            ConditionType.PROGRESSING,
+            ConditionStatus.TRUE if progressing else ConditionStatus.FALSE,
+            phase.value,
+            message,
+        ),
+    ]
+    if step.degraded is not None:
+        reason, text = step.degraded
+        wanted.append(
+            _ConditionSpec(
+                ConditionType.DEGRADED, ConditionStatus.TRUE, reason, text, step.obs.generation
+            )
+        )
+    else:
+        wanted.append(
+            _ConditionSpec(ConditionType.DEGRADED, ConditionStatus.FALSE, "AsExpected", "")
+        )
+    previous = {condition.type: condition for condition in step.before.conditions}
+    conditions: list[Condition] = []
+    for item in wanted:
+        old = previous.get(item.type)
+        changed = old is None or old.status is not item.status
+        conditions.append(
+            Condition(
+                type=item.type,
+                status=item.status,
+                reason=item.reason,
+                message=item.message,
+                last_transition_time=step.obs.now
+                if changed or old is None
+                else old.last_transition_time,
+                observed_generation=item.generation,
+            )
+        )
+        if (
+            item.type is ConditionType.DEGRADED
+            and item.status is ConditionStatus.TRUE
+            and (changed or (old is not None and old.reason != item.reason))
+        ):
+            step.events.append(Event("Warning", item.reason, item.message))
+    step.status.conditions = conditions

@@ -1,0 +1,818 @@
+"""The FLIP-147 task lifecycle tables (source and non-source tasks) as data.
+
+FLIP-147 ("Support checkpoints after tasks finished") describes how a stream task ends in three
+termination modes with two tables: one for source tasks, one for non-source tasks. Each table row
+is an event, the stream task status and operator status it leads to, and the actions a task runs in
+each mode. Keeping the tables as data (not as branches) lets one machine
+(:mod:`finishable.lifecycle.task`) walk any task through them, lets the tests compare them row by
+row with a transcription of the FLIP, and lets the documentation be generated from them.
+
+How the FLIP's tables were read (their text lost its cell alignment, so this is a reconstruction):
+
+* a row with an empty event cell continues the event above it: its actions run on the same event;
+* a blank status cell means "unchanged";
+* "-" is an empty list of actions, "N/A" means the event cannot happen in that mode;
+* the source row "No more records or Received Savepoint Trigger" is two events here:
+  :attr:`TaskEvent.NO_MORE_RECORDS` (final checkpoint) and :attr:`TaskEvent.SAVEPOINT_TRIGGER`
+  (the two stop modes); the savepoint trigger finishes the task *first* and then emits the
+  savepoint's barrier ("adjust the process of savepoint to first finish the task and then trigger a
+  savepoint"), while with a final checkpoint the barrier is emitted "when checkpoint triggered";
+* the closing rows ("Checkpoint Completed && EndOfData acknowledged", and for non-sources also
+  "EndOfPartition received") are a conjunction: each part is its own event, accepted in any order,
+  and the row fires when the last part arrives (see :attr:`Row.all_of`);
+* the operator status FINISHED means ``finish()`` was called. Without drain the FLIP's cell for
+  ``endInput() & finish()`` is "-", so in STOP_WITH_SAVEPOINT the operator stays RUNNING while the
+  task waits for the savepoint: its state is kept for the resume (:meth:`Row.operator_status_in`).
+
+Rows the FLIP leaves implicit (normal checkpoints of a running task, aborted checkpoints, late
+completions after close, failure) are marked :attr:`Origin.DERIVED` so documentation and tests can
+tell them apart from the FLIP's own rows.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from types import MappingProxyType
+from typing import Final
+
+
+class LifecycleMode(StrEnum):
+    """How a task terminates; chosen by what ends the job (DESIGN.md section 1)."""
+
+    FINAL_CHECKPOINT = "FINAL_CHECKPOINT"
+    STOP_WITH_SAVEPOINT_DRAIN = "STOP_WITH_SAVEPOINT_DRAIN"
+    STOP_WITH_SAVEPOINT = "STOP_WITH_SAVEPOINT"
+
+    @property
+    def description(self) -> str:
+        """One line for docs and status."""
+        return _MODE_DESCRIPTIONS[self]
+
+    @property
+    def flip_title(self) -> str:
+        """The FLIP's column heading for this mode."""
+        return _MODE_TITLES[self]
+
+
+_MODE_DESCRIPTIONS: Final[Mapping[LifecycleMode, str]] = {
+    LifecycleMode.FINAL_CHECKPOINT: (
+        "bounded input ended: flush everything, take one more checkpoint, commit, finish"
+    ),
+    LifecycleMode.STOP_WITH_SAVEPOINT_DRAIN: (
+        "stop for good: fire all event-time timers, flush, take a final savepoint, finish"
+    ),
+    LifecycleMode.STOP_WITH_SAVEPOINT: (
+        "suspend: stop without flushing, keep the state in a savepoint for a resume"
+    ),
+}
+
+_MODE_TITLES: Final[Mapping[LifecycleMode, str]] = {
+    LifecycleMode.FINAL_CHECKPOINT: "Final Checkpoint",
+    LifecycleMode.STOP_WITH_SAVEPOINT_DRAIN: "Stop with Savepoint with Drain",
+    LifecycleMode.STOP_WITH_SAVEPOINT: "Stop with Savepoint",
+}
+
+
+class TaskKind(StrEnum):
+    """Which of the FLIP's two tables a task follows."""
+
+    SOURCE = "SOURCE"
+    NON_SOURCE = "NON_SOURCE"
+
+    @property
+    def description(self) -> str:
+        """One line for docs and status."""
+        return _KIND_DESCRIPTIONS[self]
+
+
+_KIND_DESCRIPTIONS: Final[Mapping[TaskKind, str]] = {
+    TaskKind.SOURCE: "a task that reads external input and has no upstream tasks",
+    TaskKind.NON_SOURCE: "a task fed by upstream tasks (transformations and sinks)",
+}
+
+
+class TaskStatus(StrEnum):
+    """The FLIP's "Stream Task Status" column."""
+
+    RUNNING = "RUNNING"
+    WAITING_FOR_FINAL_CP = "WAITING_FOR_FINAL_CP"
+    CLOSED = "CLOSED"
+
+    @property
+    def description(self) -> str:
+        """One line for docs and status."""
+        return _TASK_STATUS_DESCRIPTIONS[self]
+
+
+_TASK_STATUS_DESCRIPTIONS: Final[Mapping[TaskStatus, str]] = {
+    TaskStatus.RUNNING: "processing records",
+    TaskStatus.WAITING_FOR_FINAL_CP: (
+        "no more records; waiting for the final checkpoint or savepoint and the acknowledgements"
+    ),
+    TaskStatus.CLOSED: "resources released; the task has ended",
+}
+
+
+class OperatorStatus(StrEnum):
+    """The FLIP's "Operator Status" column."""
+
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    CLOSED = "CLOSED"
+
+    @property
+    def description(self) -> str:
+        """One line for docs and status."""
+        return _OPERATOR_STATUS_DESCRIPTIONS[self]
+
+
+_OPERATOR_STATUS_DESCRIPTIONS: Final[Mapping[OperatorStatus, str]] = {
+    OperatorStatus.RUNNING: "open; may hold buffered records and state",
+    OperatorStatus.FINISHED: "finish() flushed all buffered records; emits nothing more",
+    OperatorStatus.CLOSED: "close() released all resources",
+}
+
+
+class TaskEvent(StrEnum):
+    """What happens to a task: the FLIP's "Event" column, split into single events."""
+
+    NO_MORE_RECORDS = "NO_MORE_RECORDS"
+    SAVEPOINT_TRIGGER = "SAVEPOINT_TRIGGER"
+    MAX_WATERMARK_ALIGNED = "MAX_WATERMARK_ALIGNED"
+    END_OF_USER_RECORDS_ALIGNED = "END_OF_USER_RECORDS_ALIGNED"
+    CHECKPOINT_BARRIER_ALIGNED = "CHECKPOINT_BARRIER_ALIGNED"
+    END_OF_PARTITION_RECEIVED = "END_OF_PARTITION_RECEIVED"
+    CHECKPOINT_TRIGGERED = "CHECKPOINT_TRIGGERED"
+    CHECKPOINT_COMPLETED = "CHECKPOINT_COMPLETED"
+    CHECKPOINT_ABORTED = "CHECKPOINT_ABORTED"
+    END_OF_DATA_ACKNOWLEDGED = "END_OF_DATA_ACKNOWLEDGED"
+    FAILED = "FAILED"
+
+    @property
+    def description(self) -> str:
+        """One line for docs and status."""
+        return _EVENT_DESCRIPTIONS[self]
+
+    @property
+    def carries_checkpoint(self) -> bool:
+        """Whether the event names a checkpoint (``handle`` then needs ``checkpoint_id``)."""
+        return self in _CHECKPOINT_EVENTS
+
+
+_EVENT_DESCRIPTIONS: Final[Mapping[TaskEvent, str]] = {
+    TaskEvent.NO_MORE_RECORDS: "source: its bounded input is exhausted (final checkpoint)",
+    TaskEvent.SAVEPOINT_TRIGGER: "source: a stop-with-savepoint trigger arrived (stop modes)",
+    TaskEvent.MAX_WATERMARK_ALIGNED: "non-source: MAX_WATERMARK arrived on every input",
+    TaskEvent.END_OF_USER_RECORDS_ALIGNED: (
+        "non-source: EndOfUserRecords (EndOfData) arrived on every input"
+    ),
+    TaskEvent.CHECKPOINT_BARRIER_ALIGNED: "non-source: a checkpoint barrier arrived on every input",
+    TaskEvent.END_OF_PARTITION_RECEIVED: "non-source: every upstream task closed its partition",
+    TaskEvent.CHECKPOINT_TRIGGERED: (
+        "the coordinator triggered a checkpoint or savepoint on this task directly"
+    ),
+    TaskEvent.CHECKPOINT_COMPLETED: "notifyCheckpointComplete(X) for a checkpoint or savepoint",
+    TaskEvent.CHECKPOINT_ABORTED: "a pending checkpoint or savepoint was aborted",
+    TaskEvent.END_OF_DATA_ACKNOWLEDGED: "every downstream task acknowledged our EndOfData",
+    TaskEvent.FAILED: "the task failed or was cancelled",
+}
+
+_CHECKPOINT_EVENTS: Final[frozenset[TaskEvent]] = frozenset(
+    {
+        TaskEvent.SAVEPOINT_TRIGGER,
+        TaskEvent.CHECKPOINT_BARRIER_ALIGNED,
+        TaskEvent.CHECKPOINT_TRIGGERED,
+        TaskEvent.CHECKPOINT_COMPLETED,
+        TaskEvent.CHECKPOINT_ABORTED,
+    }
+)
+
+
+class Action(StrEnum):
+    """What the runtime must do; the cells of the FLIP's three mode columns."""
+
+    SUSPEND_SOURCE = "SUSPEND_SOURCE"
+    ADVANCE_TO_MAX_WATERMARK = "ADVANCE_TO_MAX_WATERMARK"
+    EMIT_MAX_WATERMARK = "EMIT_MAX_WATERMARK"
+    END_INPUT_AND_FINISH = "END_INPUT_AND_FINISH"
+    EMIT_END_OF_DATA_FINISHED = "EMIT_END_OF_DATA_FINISHED"
+    EMIT_END_OF_DATA_NOT_FINISHED = "EMIT_END_OF_DATA_NOT_FINISHED"
+    EMIT_CHECKPOINT_BARRIER = "EMIT_CHECKPOINT_BARRIER"
+    WAIT_FOR_CHECKPOINT_COMPLETED = "WAIT_FOR_CHECKPOINT_COMPLETED"
+    WAIT_FOR_END_OF_DATA_ACK = "WAIT_FOR_END_OF_DATA_ACK"
+    WAIT_FOR_END_OF_PARTITION = "WAIT_FOR_END_OF_PARTITION"
+    CLOSE = "CLOSE"
+    EMIT_END_OF_PARTITION = "EMIT_END_OF_PARTITION"
+
+    @property
+    def description(self) -> str:
+        """One line for docs and status."""
+        return _ACTION_DESCRIPTIONS[self]
+
+    @property
+    def flip_text(self) -> str:
+        """The FLIP's own wording of the action, for documentation next to ours."""
+        return _ACTION_FLIP_TEXT[self]
+
+    @property
+    def emits(self) -> bool:
+        """Whether the action sends something downstream or produces records.
+
+        A closed task must never do any of these: ``close()`` "should not emit any records".
+        """
+        return self in _EMITTING_ACTIONS
+
+
+_ACTION_DESCRIPTIONS: Final[Mapping[Action, str]] = {
+    Action.SUSPEND_SOURCE: "finish task: suspend the source, stop assigning splits",
+    Action.ADVANCE_TO_MAX_WATERMARK: "advance event time to MAX_WATERMARK and fire all timers",
+    Action.EMIT_MAX_WATERMARK: "send MAX_WATERMARK downstream",
+    Action.END_INPUT_AND_FINISH: "call endInput() and finish(): flush all buffered records",
+    Action.EMIT_END_OF_DATA_FINISHED: "send EndOfData[finished=true]: no more records, drained",
+    Action.EMIT_END_OF_DATA_NOT_FINISHED: (
+        "send EndOfData[finished=false]: no more records, state kept for a resume"
+    ),
+    Action.EMIT_CHECKPOINT_BARRIER: "snapshot state and send the checkpoint barrier downstream",
+    Action.WAIT_FOR_CHECKPOINT_COMPLETED: (
+        "wait until a checkpoint (savepoint when stopping) triggered after finish completes"
+    ),
+    Action.WAIT_FOR_END_OF_DATA_ACK: "wait until every downstream task acknowledged EndOfData",
+    Action.WAIT_FOR_END_OF_PARTITION: "wait until every upstream task sent EndOfPartition",
+    Action.CLOSE: "call close(): release resources, emit nothing",
+    Action.EMIT_END_OF_PARTITION: "send EndOfPartition downstream: this task's output is complete",
+}
+
+_ACTION_FLIP_TEXT: Final[Mapping[Action, str]] = {
+    Action.SUSPEND_SOURCE: (
+        "finish task (cancel source thread for legacy source and suspend the mailbox for the"
+        " new source)"
+    ),
+    Action.ADVANCE_TO_MAX_WATERMARK: "Advanced To MAX_WATERMARK and trigger all the event timers",
+    Action.EMIT_MAX_WATERMARK: "Emit MAX_WATERMARK",
+    Action.END_INPUT_AND_FINISH: "call operator.endInput() & operator.finish()",
+    Action.EMIT_END_OF_DATA_FINISHED: "Emit EndOfData[finished = true]",
+    Action.EMIT_END_OF_DATA_NOT_FINISHED: "Emit EndOfData[finished = false]",
+    Action.EMIT_CHECKPOINT_BARRIER: "Emit Checkpoint Barrier",
+    Action.WAIT_FOR_CHECKPOINT_COMPLETED: "Wait for Checkpoint / Savepoint Completed",
+    Action.WAIT_FOR_END_OF_DATA_ACK: "Wait for downstream tasks acknowledge EndOfData",
+    Action.WAIT_FOR_END_OF_PARTITION: "Wait for EndOfPartitionEvent",
+    Action.CLOSE: "Call operator.close()",
+    Action.EMIT_END_OF_PARTITION: "Emit EndOfPartitionEvent",
+}
+
+_EMITTING_ACTIONS: Final[frozenset[Action]] = frozenset(
+    {
+        Action.ADVANCE_TO_MAX_WATERMARK,
+        Action.EMIT_MAX_WATERMARK,
+        Action.END_INPUT_AND_FINISH,
+        Action.EMIT_END_OF_DATA_FINISHED,
+        Action.EMIT_END_OF_DATA_NOT_FINISHED,
+        Action.EMIT_CHECKPOINT_BARRIER,
+        Action.EMIT_END_OF_PARTITION,
+    }
+)
+
+
+class NotApplicable(Enum):
+    """The FLIP's "N/A": the event cannot happen in that mode (distinct from "-", no actions)."""
+
+    NA = "N/A"
+
+
+NA: Final = NotApplicable.NA
+"""Shorthand for :attr:`NotApplicable.NA` in the tables."""
+
+Cell = tuple[Action, ...] | NotApplicable
+"""One mode's cell of a row: the actions to run in order, or N/A."""
+
+
+class Origin(StrEnum):
+    """Where a row comes from: the FLIP's table itself, or what the FLIP implies around it."""
+
+    FLIP = "FLIP"
+    DERIVED = "DERIVED"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a lifecycle table.
+
+    ``event`` is None for the two rows not fired by a single event: the initial row (``all_of``
+    empty, the state a task starts in) and the closing row, which fires once every event in
+    ``all_of`` has happened, in any order. ``from_status`` lists the task statuses in which the row
+    may fire; ``task_status``/``operator_status`` are the statuses it leads to (None: unchanged, a
+    blank cell in the FLIP). ``requires`` names events that must have been handled before, where
+    their own row applies in the mode (so drain modes see MAX_WATERMARK before EndOfData).
+    ``once`` refuses the event a second time.
+    """
+
+    kind: TaskKind
+    event: TaskEvent | None
+    from_status: tuple[TaskStatus, ...]
+    task_status: TaskStatus | None
+    operator_status: OperatorStatus | None
+    final_checkpoint: Cell
+    stop_with_savepoint_drain: Cell
+    stop_with_savepoint: Cell
+    description: str
+    flip_event: str = ""
+    origin: Origin = Origin.FLIP
+    all_of: tuple[TaskEvent, ...] = ()
+    requires: tuple[TaskEvent, ...] = ()
+    once: bool = False
+
+    def cell(self, mode: LifecycleMode) -> Cell:
+        """This row's cell in ``mode``'s column."""
+        if mode is LifecycleMode.FINAL_CHECKPOINT:
+            return self.final_checkpoint
+        if mode is LifecycleMode.STOP_WITH_SAVEPOINT_DRAIN:
+            return self.stop_with_savepoint_drain
+        return self.stop_with_savepoint
+
+    def applies(self, mode: LifecycleMode) -> bool:
+        """False where the FLIP says N/A."""
+        return self.cell(mode) is not NA
+
+    def actions(self, mode: LifecycleMode) -> tuple[Action, ...]:
+        """The actions to run in ``mode``; ValueError where the row is N/A."""
+        cell = self.cell(mode)
+        if isinstance(cell, NotApplicable):
+            raise ValueError(f"{self.label} is N/A in {mode.value}")
+        return cell
+
+    def operator_status_in(self, mode: LifecycleMode) -> OperatorStatus | None:
+        """The operator status this row leads to in ``mode`` (None: unchanged).
+
+        The FLIP has one operator-status column, but FINISHED means ``finish()`` ran; where the
+        mode's cell does not call it (STOP_WITH_SAVEPOINT: "-") the operator stays as it was,
+        RUNNING, its state kept for the resume.
+        """
+        if self.operator_status is OperatorStatus.FINISHED:
+            cell = self.cell(mode)
+            if isinstance(cell, NotApplicable) or Action.END_INPUT_AND_FINISH not in cell:
+                return None
+        return self.operator_status
+
+    @property
+    def is_initial(self) -> bool:
+        """The row a task starts in."""
+        return self.event is None and not self.all_of
+
+    @property
+    def is_conjunction(self) -> bool:
+        """The closing row fired by the last of ``all_of``."""
+        return self.event is None and bool(self.all_of)
+
+    @property
+    def label(self) -> str:
+        """A short name: the FLIP's event text, else the event name."""
+        if self.flip_event:
+            return self.flip_event
+        if self.event is not None:
+            return self.event.value
+        if self.is_initial:
+            return "(start)"
+        return " && ".join(e.value for e in self.all_of)
+
+
+# ---------------------------------------------------------------------------------------------
+# the tables
+
+_S = TaskKind.SOURCE
+_N = TaskKind.NON_SOURCE
+_RUN = TaskStatus.RUNNING
+_WAIT = TaskStatus.WAITING_FOR_FINAL_CP
+_CLOSED = TaskStatus.CLOSED
+
+_DRAIN_TO_END_OF_DATA: Final[tuple[Action, ...]] = (
+    Action.ADVANCE_TO_MAX_WATERMARK,
+    Action.EMIT_MAX_WATERMARK,
+    Action.END_INPUT_AND_FINISH,
+    Action.EMIT_END_OF_DATA_FINISHED,
+)
+_SOURCE_WAITS: Final[tuple[Action, ...]] = (
+    Action.WAIT_FOR_CHECKPOINT_COMPLETED,
+    Action.WAIT_FOR_END_OF_DATA_ACK,
+)
+_NON_SOURCE_WAITS: Final[tuple[Action, ...]] = (
+    Action.EMIT_CHECKPOINT_BARRIER,
+    Action.WAIT_FOR_CHECKPOINT_COMPLETED,
+    Action.WAIT_FOR_END_OF_DATA_ACK,
+    Action.WAIT_FOR_END_OF_PARTITION,
+)
+_CLOSE_AND_EMIT: Final[tuple[Action, ...]] = (Action.CLOSE, Action.EMIT_END_OF_PARTITION)
+_BARRIER: Final[tuple[Action, ...]] = (Action.EMIT_CHECKPOINT_BARRIER,)
+
+
+def _same(
+    kind: TaskKind,
+    event: TaskEvent | None,
+    cell: Cell,
+    *,
+    from_status: tuple[TaskStatus, ...],
+    task_status: TaskStatus | None,
+    operator_status: OperatorStatus | None,
+    description: str,
+    flip_event: str = "",
+    origin: Origin = Origin.FLIP,
+    all_of: tuple[TaskEvent, ...] = (),
+    once: bool = False,
+) -> Row:
+    """A row with the same cell in all three modes."""
+    return Row(
+        kind=kind,
+        event=event,
+        from_status=from_status,
+        task_status=task_status,
+        operator_status=operator_status,
+        final_checkpoint=cell,
+        stop_with_savepoint_drain=cell,
+        stop_with_savepoint=cell,
+        description=description,
+        flip_event=flip_event,
+        origin=origin,
+        all_of=all_of,
+        once=once,
+    )
+
+
+def _common_rows(kind: TaskKind) -> tuple[Row, ...]:
+    """Rows both tables share: the completion parts, normal checkpoints, aborts and failure."""
+    return (
+        _same(
+            kind,
+            TaskEvent.CHECKPOINT_COMPLETED,
+            (),
+            from_status=(_WAIT,),
+            task_status=None,
+            operator_status=None,
+            description=(
+                "a checkpoint completed while waiting: it satisfies the final checkpoint only if it"
+                " was triggered after finish() (in the stop modes: only a savepoint)"
+            ),
+            flip_event="Checkpoint Completed",
+        ),
+        _same(
+            kind,
+            TaskEvent.END_OF_DATA_ACKNOWLEDGED,
+            (),
+            from_status=(_WAIT,),
+            task_status=None,
+            operator_status=None,
+            description="downstream acknowledged EndOfData; part of the closing condition",
+            flip_event="EndOfData acknowledged",
+            once=True,
+        ),
+        _same(
+            kind,
+            TaskEvent.CHECKPOINT_COMPLETED,
+            (),
+            from_status=(_RUN, _CLOSED),
+            task_status=None,
+            operator_status=None,
+            description=(
+                "a checkpoint of a running task completed, or one completed after the task"
+                " closed (checkpoint 44 in the FLIP's example): nothing to do"
+            ),
+            origin=Origin.DERIVED,
+        ),
+        _same(
+            kind,
+            TaskEvent.CHECKPOINT_ABORTED,
+            (),
+            from_status=(_RUN, _WAIT, _CLOSED),
+            task_status=None,
+            operator_status=None,
+            description="a pending checkpoint was aborted: forget it, wait for another one",
+            origin=Origin.DERIVED,
+        ),
+        _same(
+            kind,
+            TaskEvent.FAILED,
+            (Action.CLOSE,),
+            from_status=(_RUN, _WAIT),
+            task_status=_CLOSED,
+            operator_status=OperatorStatus.CLOSED,
+            description=(
+                "failure or cancellation: only close() runs (no finish(), nothing emitted)"
+            ),
+            origin=Origin.DERIVED,
+        ),
+    )
+
+
+def _initial(kind: TaskKind) -> Row:
+    """The FLIP's first row: a running task does nothing special."""
+    return _same(
+        kind,
+        None,
+        (),
+        from_status=(),
+        task_status=_RUN,
+        operator_status=OperatorStatus.RUNNING,
+        description="the task processes records",
+    )
+
+
+SOURCE_TABLE: Final[tuple[Row, ...]] = (
+    _initial(_S),
+    Row(
+        kind=_S,
+        event=TaskEvent.NO_MORE_RECORDS,
+        from_status=(_RUN,),
+        task_status=_WAIT,
+        operator_status=OperatorStatus.FINISHED,
+        final_checkpoint=(*_DRAIN_TO_END_OF_DATA, *_SOURCE_WAITS),
+        stop_with_savepoint_drain=NA,
+        stop_with_savepoint=NA,
+        description=(
+            "bounded input ended: fire all timers, flush, emit EndOfData and wait for a checkpoint"
+        ),
+        flip_event="No more records",
+    ),
+    Row(
+        kind=_S,
+        event=TaskEvent.SAVEPOINT_TRIGGER,
+        from_status=(_RUN,),
+        task_status=_WAIT,
+        operator_status=OperatorStatus.FINISHED,
+        final_checkpoint=NA,
+        stop_with_savepoint_drain=(
+            Action.SUSPEND_SOURCE,
+            *_DRAIN_TO_END_OF_DATA,
+            Action.EMIT_CHECKPOINT_BARRIER,
+            *_SOURCE_WAITS,
+        ),
+        stop_with_savepoint=(
+            Action.SUSPEND_SOURCE,
+            Action.EMIT_END_OF_DATA_NOT_FINISHED,
+            Action.EMIT_CHECKPOINT_BARRIER,
+            *_SOURCE_WAITS,
+        ),
+        description=(
+            "stop requested: suspend the source, finish (drain) or not, then emit the savepoint's"
+            " barrier and wait for it"
+        ),
+        flip_event="Received Savepoint Trigger",
+    ),
+    _same(
+        _S,
+        TaskEvent.CHECKPOINT_TRIGGERED,
+        _BARRIER,
+        from_status=(_WAIT,),
+        task_status=None,
+        operator_status=None,
+        description=(
+            "a checkpoint triggered after finish(): emit its barrier; its completion may close"
+            " the task (in the stop modes only if it is a savepoint)"
+        ),
+        flip_event="when checkpoint triggered",
+    ),
+    _same(
+        _S,
+        None,
+        _CLOSE_AND_EMIT,
+        from_status=(_WAIT,),
+        task_status=_CLOSED,
+        operator_status=OperatorStatus.CLOSED,
+        description="the final checkpoint completed and downstream acknowledged EndOfData: close",
+        flip_event="Checkpoint Completed && EndOfData acknowledged",
+        all_of=(TaskEvent.CHECKPOINT_COMPLETED, TaskEvent.END_OF_DATA_ACKNOWLEDGED),
+    ),
+    _same(
+        _S,
+        TaskEvent.CHECKPOINT_TRIGGERED,
+        _BARRIER,
+        from_status=(_RUN,),
+        task_status=None,
+        operator_status=None,
+        description="a checkpoint of a running source: emit its barrier",
+        origin=Origin.DERIVED,
+    ),
+    *_common_rows(_S),
+)
+"""The FLIP's table for source tasks, then the rows it implies."""
+
+
+NON_SOURCE_TABLE: Final[tuple[Row, ...]] = (
+    _initial(_N),
+    Row(
+        kind=_N,
+        event=TaskEvent.MAX_WATERMARK_ALIGNED,
+        from_status=(_RUN,),
+        task_status=None,
+        operator_status=None,
+        final_checkpoint=(Action.ADVANCE_TO_MAX_WATERMARK, Action.EMIT_MAX_WATERMARK),
+        stop_with_savepoint_drain=(Action.ADVANCE_TO_MAX_WATERMARK, Action.EMIT_MAX_WATERMARK),
+        stop_with_savepoint=NA,
+        description="MAX_WATERMARK on every input: fire all event-time timers and pass it on",
+        flip_event="Aligned on MAX_WATERMARK",
+        once=True,
+    ),
+    Row(
+        kind=_N,
+        event=TaskEvent.END_OF_USER_RECORDS_ALIGNED,
+        from_status=(_RUN,),
+        task_status=_WAIT,
+        operator_status=OperatorStatus.FINISHED,
+        final_checkpoint=(Action.END_INPUT_AND_FINISH, Action.EMIT_END_OF_DATA_FINISHED),
+        stop_with_savepoint_drain=(Action.END_INPUT_AND_FINISH, Action.EMIT_END_OF_DATA_FINISHED),
+        stop_with_savepoint=(Action.EMIT_END_OF_DATA_NOT_FINISHED,),
+        description="EndOfData on every input: finish (unless suspending) and pass EndOfData on",
+        flip_event="Aligned On EndOfUserRecordsEvent",
+        requires=(TaskEvent.MAX_WATERMARK_ALIGNED,),
+    ),
+    _same(
+        _N,
+        TaskEvent.CHECKPOINT_BARRIER_ALIGNED,
+        _NON_SOURCE_WAITS,
+        from_status=(_WAIT,),
+        task_status=None,
+        operator_status=None,
+        description=(
+            "a barrier after finish(): snapshot, pass it on and wait for its completion,"
+            " the acknowledgement of EndOfData and EndOfPartition"
+        ),
+        flip_event="Aligned on Checkpoint Barrier",
+    ),
+    _same(
+        _N,
+        TaskEvent.END_OF_PARTITION_RECEIVED,
+        (),
+        from_status=(_WAIT,),
+        task_status=None,
+        operator_status=None,
+        description="every upstream task closed; part of the closing condition",
+        flip_event="EndOfPartition received",
+        once=True,
+    ),
+    _same(
+        _N,
+        None,
+        _CLOSE_AND_EMIT,
+        from_status=(_WAIT,),
+        task_status=_CLOSED,
+        operator_status=OperatorStatus.CLOSED,
+        description=(
+            "the final checkpoint completed, downstream acknowledged EndOfData and upstream sent"
+            " EndOfPartition: close"
+        ),
+        flip_event="Checkpoint completed/EndOfData acknowledged/EndOfPartition received",
+        all_of=(
+            TaskEvent.CHECKPOINT_COMPLETED,
+            TaskEvent.END_OF_DATA_ACKNOWLEDGED,
+            TaskEvent.END_OF_PARTITION_RECEIVED,
+        ),
+    ),
+    _same(
+        _N,
+        TaskEvent.CHECKPOINT_BARRIER_ALIGNED,
+        _BARRIER,
+        from_status=(_RUN,),
+        task_status=None,
+        operator_status=None,
+        description="a barrier of a running task: snapshot and pass it on",
+        origin=Origin.DERIVED,
+    ),
+    _same(
+        _N,
+        TaskEvent.CHECKPOINT_TRIGGERED,
+        _BARRIER,
+        from_status=(_RUN,),
+        task_status=None,
+        operator_status=None,
+        description=(
+            "triggered directly by the coordinator (no running upstream task, FLIP-147 appendix):"
+            " snapshot and emit the barrier"
+        ),
+        origin=Origin.DERIVED,
+    ),
+    _same(
+        _N,
+        TaskEvent.CHECKPOINT_TRIGGERED,
+        _NON_SOURCE_WAITS,
+        from_status=(_WAIT,),
+        task_status=None,
+        operator_status=None,
+        description=(
+            "triggered directly after finish() because every upstream task has finished:"
+            " the same as an aligned barrier"
+        ),
+        origin=Origin.DERIVED,
+    ),
+    *_common_rows(_N),
+)
+"""The FLIP's table for non-source tasks, then the rows it implies."""
+
+
+TABLES: Final[Mapping[TaskKind, tuple[Row, ...]]] = MappingProxyType(
+    {TaskKind.SOURCE: SOURCE_TABLE, TaskKind.NON_SOURCE: NON_SOURCE_TABLE}
+)
+"""Both tables by task kind."""
+
+
+def lookup(kind: TaskKind, event: TaskEvent, status: TaskStatus) -> Row | None:
+    """The row ``event`` fires in ``status`` for a ``kind`` task, or None if the table has none.
+
+    Whether the row applies in a mode (N/A) is the caller's question: :meth:`Row.applies`.
+    """
+    for row in TABLES[kind]:
+        if row.event is event and status in row.from_status:
+            return row
+    return None
+
+
+def initial_row(kind: TaskKind) -> Row:
+    """The row a ``kind`` task starts in."""
+    return next(row for row in TABLES[kind] if row.is_initial)
+
+
+def closing_row(kind: TaskKind) -> Row:
+    """The conjunction row that closes a ``kind`` task after a successful termination."""
+    return next(row for row in TABLES[kind] if row.is_conjunction)
+
+
+def events_in(kind: TaskKind, mode: LifecycleMode, status: TaskStatus) -> tuple[TaskEvent, ...]:
+    """Events with an applicable row in ``status``, before per-task guards such as ``once``."""
+    events: list[TaskEvent] = []
+    for row in TABLES[kind]:
+        if (
+            row.event is not None
+            and status in row.from_status
+            and row.applies(mode)
+            and row.event not in events
+        ):
+            events.append(row.event)
+    return tuple(events)
+
+
+# ---------------------------------------------------------------------------------------------
+# documentation
+
+
+def _status_cell(value: StrEnum | None) -> str:
+    return value.value if value is not None else ""
+
+
+def _actions_cell(row: Row, mode: LifecycleMode) -> str:
+    cell = row.cell(mode)
+    if isinstance(cell, NotApplicable):
+        return cell.value
+    if not cell:
+        return "-"
+    return "<br>".join(f"`{a.value}`" for a in cell)
+
+
+def render_markdown(kind: TaskKind, mode: LifecycleMode | None = None) -> str:
+    """A Markdown table of ``kind``'s rows, for all three modes or just ``mode``, with a legend.
+
+    With a single mode the operator status is the one the task really reaches in that mode
+    (:meth:`Row.operator_status_in`), and N/A rows are left out.
+    """
+    modes = tuple(LifecycleMode) if mode is None else (mode,)
+    header = [
+        "Event",
+        "From",
+        "Task status",
+        "Operator status",
+        *(m.flip_title for m in modes),
+        "Meaning",
+    ]
+    title = f"### {kind.value} tasks" + (f": {mode.value}" if mode is not None else "")
+    intro = kind.description + (f"; {mode.description}" if mode is not None else "")
+    lines = [
+        title,
+        "",
+        intro[0].upper() + intro[1:] + ".",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    used: list[Action] = []
+    for row in TABLES[kind]:
+        if mode is not None and not row.applies(mode):
+            continue
+        operator_status = row.operator_status if mode is None else row.operator_status_in(mode)
+        event = row.label + (" (derived)" if row.origin is Origin.DERIVED else "")
+        cells = [
+            event,
+            ", ".join(s.value for s in row.from_status),
+            _status_cell(row.task_status),
+            _status_cell(operator_status),
+            *(_actions_cell(row, m) for m in modes),
+            row.description,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+        for m in modes:
+            cell = row.cell(m)
+            if not isinstance(cell, NotApplicable):
+                used.extend(a for a in cell if a not in used)
+    lines += [
+        "",
+        "A blank status means unchanged; `-` means no action; N/A: the event cannot happen.",
+        "",
+        "| Action | Meaning | FLIP-147 wording |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{a.value}` | {a.description} | {a.flip_text} |" for a in Action if a in used]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Driver side: the FinishableJob API, PySpark sources and sinks, executors, control channel."""

@@ -1,0 +1,1 @@
+"""Shuffle server storing result partitions, its client and the partition tracker."""

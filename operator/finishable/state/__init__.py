@@ -1,0 +1,1 @@
+"""Durable state: snapshot stores (ConfigMap, object storage, local dir), the job event store."""

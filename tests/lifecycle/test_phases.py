@@ -1,0 +1,515 @@
+"""The job phase machine: every transition of DESIGN.md section 5, refused changes, crashes."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from finishable.api.models import (
+    CheckpointStatus,
+    ConditionStatus,
+    ConditionType,
+    FinishableSparkJobSpec,
+    FinishableSparkJobStatus,
+    Phase,
+    SavepointStatus,
+)
+from finishable.lifecycle.phases import (
+    TRANSITIONS,
+    ActionKind,
+    Decision,
+    DriverReport,
+    DriverState,
+    Observation,
+    PodPhase,
+    RequestOutcome,
+    RequestReport,
+    next_status,
+    restart_backoff,
+)
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def make_spec(**fields: Any) -> FinishableSparkJobSpec:
+    return FinishableSparkJobSpec.model_validate({"application": {"file": "job.py"}, **fields})
+
+
+class Job:
+    """Drives the machine the way the operator does: feed observations, keep the status."""
+
+    def __init__(self, **spec_fields: Any) -> None:
+        self.spec = make_spec(**spec_fields)
+        self.status = FinishableSparkJobStatus()
+        self.now = T0
+        self.generation = 1
+        self.decisions: list[Decision] = []
+
+    def edit(self, **spec_fields: Any) -> None:
+        data = self.spec.model_dump(by_alias=True, mode="json")
+        data.update(spec_fields)
+        self.spec = FinishableSparkJobSpec.model_validate(data)
+        self.generation += 1
+
+    def step(
+        self,
+        pod: PodPhase = PodPhase.ABSENT,
+        report: DriverReport | None = None,
+        after: timedelta = timedelta(seconds=1),
+        problems: tuple[str, ...] = (),
+    ) -> Decision:
+        self.now += after
+        decision = next_status(
+            self.status,
+            None if problems else self.spec,
+            Observation(
+                now=self.now,
+                generation=self.generation,
+                driver_pod=pod,
+                report=report,
+                spec_problems=problems,
+            ),
+        )
+        self.status = decision.status
+        self.decisions.append(decision)
+        return decision
+
+    def report(self, state: DriverState, **fields: Any) -> DriverReport:
+        return DriverReport(attempt=self.status.attempt, state=state, **fields)
+
+    def run(self) -> None:
+        self.step()
+        self.step(PodPhase.RUNNING, self.report(DriverState.RUNNING))
+        assert self.status.phase is Phase.RUNNING
+
+    @property
+    def phase(self) -> Phase:
+        return self.status.phase
+
+    def condition(self, kind: ConditionType) -> tuple[ConditionStatus, str, str]:
+        found = next(c for c in self.status.conditions if c.type is kind)
+        return found.status, found.reason, found.message
+
+
+def kinds(decision: Decision) -> list[ActionKind]:
+    return [action.kind for action in decision.actions]
+
+
+def test_create_submit_run() -> None:
+    job = Job(restoreFrom={"savepoint": "s3://b/sp-1"})
+    first = job.step()
+    assert job.phase is Phase.SUBMITTED
+    assert job.status.attempt == 1
+    (start,) = first.actions
+    assert start.kind is ActionKind.START_DRIVER and start.attempt == 1
+    assert start.restore_from == "s3://b/sp-1"
+    assert first.events[0].message.startswith("Pending -> Submitted")
+    job.step(PodPhase.PENDING)
+    assert job.phase is Phase.SUBMITTED
+    job.step(PodPhase.RUNNING, job.report(DriverState.STARTING))
+    assert job.phase is Phase.SUBMITTED
+    job.step(
+        PodPhase.RUNNING,
+        job.report(DriverState.RUNNING, last_checkpoint=CheckpointStatus(id=4, location="cp/4")),
+    )
+    assert job.phase is Phase.RUNNING
+    assert job.status.last_checkpoint is not None and job.status.last_checkpoint.id == 4
+    assert job.condition(ConditionType.READY)[0] is ConditionStatus.TRUE
+    assert job.status.observed_generation == 1
+
+
+def test_created_suspended_waits() -> None:
+    job = Job(state="Suspended")
+    decision = job.step()
+    assert job.phase is Phase.SUSPENDED
+    assert ActionKind.START_DRIVER not in kinds(decision)
+    job.edit(state="Running")
+    job.step()
+    assert job.phase is Phase.SUBMITTED
+
+
+def test_missing_driver_pod_is_asked_for_again_while_submitted() -> None:
+    job = Job()
+    job.step()
+    again = job.step(PodPhase.ABSENT)
+    assert job.phase is Phase.SUBMITTED
+    assert kinds(again) == [ActionKind.START_DRIVER]
+    assert again.actions[0].attempt == 1
+
+
+def test_stop_with_savepoint_then_resume() -> None:
+    job = Job()
+    job.run()
+    job.edit(state="Suspended")
+    sent = job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.phase is Phase.SAVEPOINTING
+    (request,) = [a for a in sent.actions if a.kind is ActionKind.SEND_REQUEST]
+    assert request.request is not None and request.request.action == "stop"
+    assert not request.request.drain
+    request_id = request.request.id
+    # The operator restarts here: the same status and observation send nothing twice.
+    again = job.step(
+        PodPhase.RUNNING,
+        job.report(
+            DriverState.STOPPING,
+            request=RequestReport(request_id, RequestOutcome.IN_PROGRESS),
+        ),
+    )
+    assert ActionKind.SEND_REQUEST not in kinds(again)
+    assert job.phase is Phase.SAVEPOINTING
+    done = job.step(
+        PodPhase.SUCCEEDED,
+        job.report(
+            DriverState.SUSPENDED,
+            request=RequestReport(request_id, RequestOutcome.COMPLETED),
+            savepoint=SavepointStatus(location="cm://clickstream/sp-7", drained=False),
+        ),
+    )
+    assert job.phase is Phase.SUSPENDED
+    assert job.status.savepoint is not None
+    assert job.status.savepoint.location == "cm://clickstream/sp-7"
+    assert ActionKind.DELETE_DRIVER in kinds(done)
+    assert job.status.pending_request is None
+    assert job.condition(ConditionType.READY)[0] is ConditionStatus.FALSE
+    job.edit(state="Running")
+    resumed = job.step()
+    assert job.phase is Phase.SUBMITTED
+    start = next(a for a in resumed.actions if a.kind is ActionKind.START_DRIVER)
+    assert start.attempt == 2
+    assert start.restore_from == "cm://clickstream/sp-7"
+    assert job.status.restarts == 0
+
+
+def test_stop_with_drain_finishes() -> None:
+    job = Job()
+    job.run()
+    job.edit(state="Finished")
+    sent = job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.phase is Phase.DRAINING
+    request = next(a.request for a in sent.actions if a.request is not None)
+    assert request is not None and request.drain
+    job.step(
+        PodPhase.SUCCEEDED,
+        job.report(
+            DriverState.FINISHED,
+            request=RequestReport(request.id, RequestOutcome.COMPLETED),
+            savepoint=SavepointStatus(location="sp-final", drained=True),
+        ),
+    )
+    assert job.phase is Phase.FINISHED
+    assert job.status.savepoint is not None and job.status.savepoint.drained
+    assert job.condition(ConditionType.PROGRESSING)[0] is ConditionStatus.FALSE
+
+
+def test_bounded_input_final_checkpoint() -> None:
+    job = Job()
+    job.run()
+    job.step(PodPhase.RUNNING, job.report(DriverState.FINISHING))
+    assert job.phase is Phase.FINISHING
+    job.step(PodPhase.SUCCEEDED, job.report(DriverState.FINISHED))
+    assert job.phase is Phase.FINISHED
+
+
+def test_fast_bounded_job_finishes_from_submitted() -> None:
+    job = Job()
+    job.step()
+    job.step(PodPhase.SUCCEEDED, job.report(DriverState.FINISHED))
+    assert job.phase is Phase.FINISHED
+
+
+def test_savepoint_trigger_nonce() -> None:
+    job = Job()
+    job.run()
+    job.edit(savepointTriggerNonce=1)
+    sent = job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    request = next(a.request for a in sent.actions if a.request is not None)
+    assert request is not None and request.action == "savepoint"
+    assert job.phase is Phase.RUNNING
+    quiet = job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert ActionKind.SEND_REQUEST not in kinds(quiet)
+    done = job.step(
+        PodPhase.RUNNING,
+        job.report(
+            DriverState.RUNNING,
+            request=RequestReport(request.id, RequestOutcome.COMPLETED),
+            savepoint=SavepointStatus(location="sp-3"),
+        ),
+    )
+    assert job.status.pending_request is None
+    assert any(e.reason == "SavepointCompleted" for e in done.events)
+    assert job.status.savepoint is not None and job.status.savepoint.location == "sp-3"
+    assert job.status.savepoint_trigger_nonce == 1
+
+
+def test_streaming_crash_recovers_with_backoff() -> None:
+    job = Job()
+    job.run()
+    lost = job.step(PodPhase.FAILED)
+    assert job.phase is Phase.RECOVERING
+    assert job.status.restarts == 1
+    assert job.status.recovery.driver_lost_at == job.now
+    assert job.status.recovery.shuffle_retained_until is None
+    requeue = next(a for a in lost.actions if a.kind is ActionKind.REQUEUE)
+    assert requeue.after == restart_backoff(1)
+    assert any(e.type == "Warning" for e in lost.events)
+    started = job.step(PodPhase.FAILED, after=restart_backoff(1))
+    assert kinds(started) == [ActionKind.START_DRIVER]
+    assert job.status.attempt == 2
+    job.step(PodPhase.PENDING)
+    # A report of the dead attempt does not count.
+    job.step(PodPhase.RUNNING, DriverReport(attempt=1, state=DriverState.RUNNING))
+    assert job.phase is Phase.RECOVERING
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.phase is Phase.RUNNING
+
+
+def test_batch_crash_keeps_shuffle_until_the_deadline() -> None:
+    job = Job(mode="Batch", shuffle={"retainTimeout": "1m"})
+    job.run()
+    lost = job.step(PodPhase.ABSENT)
+    assert job.phase is Phase.RECOVERING
+    assert job.status.recovery.shuffle_retained_until == job.now + timedelta(minutes=1)
+    assert ActionKind.DELETE_SHUFFLE not in kinds(lost)
+    job.step(PodPhase.ABSENT, after=restart_backoff(1))
+    assert job.status.attempt == 2
+    # The new driver never comes up: the deadline passes and the shuffle pods go.
+    expired = job.step(PodPhase.PENDING, after=timedelta(minutes=2))
+    assert ActionKind.DELETE_SHUFFLE in kinds(expired)
+    assert any(e.reason == "ShuffleReleased" for e in expired.events)
+    assert job.status.recovery.shuffle_retained_until is None
+    later = job.step(PodPhase.PENDING)
+    assert ActionKind.DELETE_SHUFFLE not in kinds(later)
+
+
+def test_batch_reconnect_in_time_clears_the_deadline() -> None:
+    job = Job(mode="Batch")
+    job.run()
+    job.step(PodPhase.FAILED)
+    job.step(PodPhase.FAILED, after=restart_backoff(1))
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING, tasks_skipped=8, tasks_rerun=2))
+    assert job.phase is Phase.RUNNING
+    assert job.status.recovery.shuffle_retained_until is None
+    assert job.status.recovery.tasks_skipped == 8
+    assert job.status.recovery.tasks_rerun == 2
+
+
+def test_attempts_exhausted_fail_the_job() -> None:
+    job = Job(recovery={"maxAttempts": 1})
+    job.run()
+    job.step(PodPhase.FAILED)
+    job.step(PodPhase.FAILED, after=restart_backoff(1))
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    job.step(PodPhase.FAILED)
+    assert job.phase is Phase.FAILED
+    assert "maxAttempts" in job.status.message
+    assert job.condition(ConditionType.READY)[0] is ConditionStatus.FALSE
+
+
+def test_recovery_disabled_fails_at_once() -> None:
+    job = Job(recovery={"enabled": False})
+    job.run()
+    job.step(PodPhase.FAILED)
+    assert job.phase is Phase.FAILED
+    assert "recovery is disabled" in job.status.message
+
+
+def test_crash_while_savepointing_recovers_then_stops_again() -> None:
+    job = Job()
+    job.run()
+    job.edit(state="Suspended")
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.phase is Phase.SAVEPOINTING
+    job.step(PodPhase.FAILED)
+    assert job.phase is Phase.RECOVERING
+    assert job.status.pending_request is None
+    job.step(PodPhase.FAILED, after=restart_backoff(1))
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.phase is Phase.RUNNING
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.phase is Phase.SAVEPOINTING
+
+
+def test_stop_timeout_cancels_and_keeps_running() -> None:
+    job = Job(stopTimeout="1m")
+    job.run()
+    job.edit(state="Suspended")
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    waiting = job.step(PodPhase.RUNNING, job.report(DriverState.STOPPING))
+    assert any(a.kind is ActionKind.REQUEUE for a in waiting.actions)
+    timed_out = job.step(
+        PodPhase.RUNNING, job.report(DriverState.STOPPING), after=timedelta(minutes=2)
+    )
+    assert job.phase is Phase.RUNNING
+    assert ActionKind.CANCEL_REQUEST in kinds(timed_out)
+    status, reason, message = job.condition(ConditionType.DEGRADED)
+    assert (status, reason) == (ConditionStatus.TRUE, "StopTimedOut")
+    assert "stopTimeout (1m)" in message
+    assert any(e.reason == "StopTimedOut" for e in timed_out.events)
+    # Not retried until the spec changes again.
+    quiet = job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.phase is Phase.RUNNING and ActionKind.SEND_REQUEST not in kinds(quiet)
+    assert job.condition(ConditionType.DEGRADED)[0] is ConditionStatus.TRUE
+    job.edit(stopTimeout="5m")
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.phase is Phase.SAVEPOINTING
+    assert job.condition(ConditionType.DEGRADED)[0] is ConditionStatus.FALSE
+
+
+def test_failed_stop_keeps_running_and_says_why() -> None:
+    job = Job()
+    job.run()
+    job.edit(state="Finished")
+    sent = job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    request = next(a.request for a in sent.actions if a.request is not None)
+    assert request is not None
+    job.step(
+        PodPhase.RUNNING,
+        job.report(
+            DriverState.RUNNING,
+            request=RequestReport(request.id, RequestOutcome.FAILED, "sink unreachable"),
+        ),
+    )
+    assert job.phase is Phase.RUNNING
+    assert "sink unreachable" in job.condition(ConditionType.DEGRADED)[2]
+
+
+def test_finished_refuses_to_be_suspended() -> None:
+    job = Job()
+    job.run()
+    job.step(PodPhase.SUCCEEDED, job.report(DriverState.FINISHED))
+    assert job.phase is Phase.FINISHED
+    job.edit(state="Suspended")
+    refused = job.step(PodPhase.SUCCEEDED)
+    assert job.phase is Phase.FINISHED
+    assert refused.actions == ()
+    status, reason, message = job.condition(ConditionType.DEGRADED)
+    assert (status, reason) == (ConditionStatus.TRUE, "IllegalStateChange")
+    assert "Finished and cannot become Suspended" in message
+    assert [e.reason for e in refused.events] == ["IllegalStateChange"]
+    # The warning is posted once, not on every reconcile.
+    assert job.step(PodPhase.SUCCEEDED).events == ()
+    job.edit(state="Running")
+    assert job.step(PodPhase.SUCCEEDED).actions == ()
+    assert job.phase is Phase.FINISHED
+
+
+def test_drain_cannot_be_undone() -> None:
+    job = Job()
+    job.run()
+    job.edit(state="Finished")
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    job.edit(state="Running")
+    job.step(PodPhase.RUNNING, job.report(DriverState.STOPPING))
+    assert job.phase is Phase.DRAINING
+    assert job.condition(ConditionType.DEGRADED)[1] == "IllegalStateChange"
+
+
+def test_finishing_cannot_be_suspended() -> None:
+    job = Job()
+    job.run()
+    job.step(PodPhase.RUNNING, job.report(DriverState.FINISHING))
+    job.edit(state="Suspended")
+    decision = job.step(PodPhase.RUNNING, job.report(DriverState.FINISHING))
+    assert job.phase is Phase.FINISHING
+    assert ActionKind.SEND_REQUEST not in kinds(decision)
+    assert "final checkpoint" in job.condition(ConditionType.DEGRADED)[2]
+
+
+def test_suspended_and_then_finished_resumes_to_drain() -> None:
+    job = Job(state="Suspended")
+    job.step()
+    job.edit(state="Finished")
+    job.step()
+    assert job.phase is Phase.SUBMITTED
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.phase is Phase.DRAINING
+
+
+def test_invalid_spec_fails_a_new_job_and_a_fix_restarts_it() -> None:
+    job = Job()
+    job.step(problems=("spec.state: 'Paused' is not one of ...",))
+    assert job.phase is Phase.FAILED
+    assert "Paused" in job.status.message
+    job.generation += 1
+    job.step()
+    assert job.phase is Phase.SUBMITTED
+    assert job.status.attempt == 1
+
+
+def test_invalid_edit_of_a_running_job_changes_nothing() -> None:
+    job = Job()
+    job.run()
+    decision = job.step(PodPhase.RUNNING, problems=("spec.stopTimeout: bad",))
+    assert job.phase is Phase.RUNNING
+    assert decision.actions == ()
+    assert job.condition(ConditionType.DEGRADED)[1] == "InvalidSpec"
+
+
+def test_succeeded_pod_without_a_final_report_is_a_crash() -> None:
+    job = Job()
+    job.run()
+    job.step(PodPhase.SUCCEEDED, job.report(DriverState.RUNNING))
+    assert job.phase is Phase.RECOVERING
+    assert "exited without completing its lifecycle" in job.status.recovery.reason
+
+
+def test_transition_table_matches_the_design() -> None:
+    assert TRANSITIONS[Phase.RUNNING] >= {
+        Phase.SAVEPOINTING,
+        Phase.DRAINING,
+        Phase.FINISHING,
+        Phase.RECOVERING,
+    }
+    assert TRANSITIONS[Phase.SAVEPOINTING] >= {Phase.SUSPENDED}
+    assert TRANSITIONS[Phase.SUSPENDED] == {Phase.SUBMITTED, Phase.FAILED}
+    assert TRANSITIONS[Phase.DRAINING] >= {Phase.FINISHED}
+    assert TRANSITIONS[Phase.FINISHING] >= {Phase.FINISHED}
+    assert TRANSITIONS[Phase.RECOVERING] >= {Phase.RUNNING, Phase.FAILED}
+    assert TRANSITIONS[Phase.FINISHED] == frozenset()
+    assert set(TRANSITIONS) == set(Phase)
+
+
+observations = st.tuples(
+    st.sampled_from(list(PodPhase)),
+    st.none() | st.sampled_from(list(DriverState)),
+    st.sampled_from([None, *RequestOutcome]),
+    st.sampled_from(["Running", "Suspended", "Finished", None]),
+    st.integers(min_value=0, max_value=400),
+    st.booleans(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(mode=st.sampled_from(["Streaming", "Batch"]), steps=st.lists(observations, max_size=40))
+def test_random_observations_stay_in_the_table(mode: str, steps: list[Any]) -> None:
+    job = Job(mode=mode, stopTimeout="2m")
+    for pod, driver_state, outcome, desired, seconds, same_attempt in steps:
+        if desired is not None and desired != job.spec.state.value:
+            job.edit(state=desired)
+        report = None
+        if driver_state is not None:
+            pending = job.status.pending_request
+            request = (
+                RequestReport(pending.id, outcome)
+                if pending is not None and outcome is not None
+                else None
+            )
+            attempt = job.status.attempt if same_attempt else job.status.attempt - 1
+            report = DriverReport(attempt=attempt, state=driver_state, request=request)
+        before = job.phase
+        decision = job.step(pod, report, after=timedelta(seconds=seconds))
+        after = job.phase
+        assert (
+            after is before
+            or after in TRANSITIONS[before]
+            or any(e.reason == "PhaseChanged" for e in decision.events)
+        )
+        for event in decision.events:
+            if event.reason == "PhaseChanged":
+                old, new = event.message.split(":")[0].split(" -> ")
+                assert Phase(new) in TRANSITIONS[Phase(old)]
+        assert job.status.restarts <= job.spec.recovery.max_attempts
+        if job.phase is Phase.FINISHED:
+            assert all(a.kind is ActionKind.DELETE_SHUFFLE for a in decision.actions[-1:])

@@ -6,6 +6,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
 from finishable.api.models import (
     CheckpointStatus,
     ConditionStatus,
@@ -19,12 +20,8 @@ from finishable.lifecycle.phases import (
     TRANSITIONS,
     ActionKind,
     Decision,
-    DriverReport,
-    DriverState,
     Observation,
     PodPhase,
-    RequestOutcome,
-    RequestReport,
     next_status,
     restart_backoff,
 )
@@ -153,7 +150,7 @@ def test_stop_with_savepoint_then_resume() -> None:
         PodPhase.RUNNING,
         job.report(
             DriverState.STOPPING,
-            request=RequestReport(request_id, RequestOutcome.IN_PROGRESS),
+            request=RequestReport(id=request_id, outcome=RequestOutcome.IN_PROGRESS),
         ),
     )
     assert ActionKind.SEND_REQUEST not in kinds(again)
@@ -162,7 +159,7 @@ def test_stop_with_savepoint_then_resume() -> None:
         PodPhase.SUCCEEDED,
         job.report(
             DriverState.SUSPENDED,
-            request=RequestReport(request_id, RequestOutcome.COMPLETED),
+            request=RequestReport(id=request_id, outcome=RequestOutcome.COMPLETED),
             savepoint=SavepointStatus(location="cm://clickstream/sp-7", drained=False),
         ),
     )
@@ -193,7 +190,7 @@ def test_stop_with_drain_finishes() -> None:
         PodPhase.SUCCEEDED,
         job.report(
             DriverState.FINISHED,
-            request=RequestReport(request.id, RequestOutcome.COMPLETED),
+            request=RequestReport(id=request.id, outcome=RequestOutcome.COMPLETED),
             savepoint=SavepointStatus(location="sp-final", drained=True),
         ),
     )
@@ -232,7 +229,7 @@ def test_savepoint_trigger_nonce() -> None:
         PodPhase.RUNNING,
         job.report(
             DriverState.RUNNING,
-            request=RequestReport(request.id, RequestOutcome.COMPLETED),
+            request=RequestReport(id=request.id, outcome=RequestOutcome.COMPLETED),
             savepoint=SavepointStatus(location="sp-3"),
         ),
     )
@@ -367,7 +364,9 @@ def test_failed_stop_keeps_running_and_says_why() -> None:
         PodPhase.RUNNING,
         job.report(
             DriverState.RUNNING,
-            request=RequestReport(request.id, RequestOutcome.FAILED, "sink unreachable"),
+            request=RequestReport(
+                id=request.id, outcome=RequestOutcome.FAILED, message="sink unreachable"
+            ),
         ),
     )
     assert job.phase is Phase.RUNNING
@@ -492,11 +491,11 @@ def test_random_observations_stay_in_the_table(mode: str, steps: list[Any]) -> N
         if driver_state is not None:
             pending = job.status.pending_request
             request = (
-                RequestReport(pending.id, outcome)
+                RequestReport(id=pending.id, outcome=outcome)
                 if pending is not None and outcome is not None
                 else None
             )
-            attempt = job.status.attempt if same_attempt else job.status.attempt - 1
+            attempt = job.status.attempt if same_attempt else max(0, job.status.attempt - 1)
             report = DriverReport(attempt=attempt, state=driver_state, request=request)
         before = job.phase
         decision = job.step(pod, report, after=timedelta(seconds=seconds))
@@ -511,5 +510,6 @@ def test_random_observations_stay_in_the_table(mode: str, steps: list[Any]) -> N
                 old, new = event.message.split(":")[0].split(" -> ")
                 assert Phase(new) in TRANSITIONS[Phase(old)]
         assert job.status.restarts <= job.spec.recovery.max_attempts
-        if job.phase is Phase.FINISHED:
-            assert all(a.kind is ActionKind.DELETE_SHUFFLE for a in decision.actions[-1:])
+        if job.phase in (Phase.FINISHED, Phase.FAILED):
+            assert ActionKind.START_DRIVER not in kinds(decision)
+            assert job.status.pending_request is None or job.phase is Phase.FAILED

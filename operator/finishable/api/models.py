@@ -43,7 +43,7 @@ OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
 APPLICATION_SCHEMES = ("local", "file", "s3", "s3a", "gs", "hdfs", "http", "https")
 
 
-class _Model(BaseModel):
+class ApiModel(BaseModel):
     """Shared settings: camelCase aliases; unknown fields refused (a typo must not pass)."""
 
     model_config = ConfigDict(
@@ -113,7 +113,7 @@ class ConditionStatus(StrEnum):
 # spec
 
 
-class ApplicationSpec(_Model):
+class ApplicationSpec(ApiModel):
     """The PySpark program the driver runs."""
 
     file: str = Field(
@@ -156,7 +156,7 @@ class ApplicationSpec(_Model):
         return value
 
 
-class DriverSpec(_Model):
+class DriverSpec(ApiModel):
     """Resources of the Spark driver pod, which also hosts the split coordinators."""
 
     cores: int = Field(default=1, ge=1, le=64, description="CPU cores for the driver.")
@@ -166,7 +166,7 @@ class DriverSpec(_Model):
     )
 
 
-class ExecutorSpec(_Model):
+class ExecutorSpec(ApiModel):
     """Resources of the Spark executors."""
 
     instances: int = Field(default=2, ge=1, le=1000, description="Number of executor pods.")
@@ -177,7 +177,7 @@ class ExecutorSpec(_Model):
     )
 
 
-class RestoreSpec(_Model):
+class RestoreSpec(ApiModel):
     """Where a new job starts from."""
 
     savepoint: str = Field(
@@ -196,7 +196,7 @@ class RestoreSpec(_Model):
     )
 
 
-class StorageSpec(_Model):
+class StorageSpec(ApiModel):
     """The backend of the snapshot store."""
 
     type: StorageType = Field(
@@ -250,7 +250,7 @@ class StorageSpec(_Model):
         return self
 
 
-class CheckpointingSpec(_Model):
+class CheckpointingSpec(ApiModel):
     """Periodic checkpoints: one per micro-batch, at most this often."""
 
     interval: Duration = Field(
@@ -275,7 +275,7 @@ class CheckpointingSpec(_Model):
         return value
 
 
-class EventStoreSpec(_Model):
+class EventStoreSpec(ApiModel):
     """Buffering of the batch job event log (FLIP-383)."""
 
     write_buffer_size: Quantity = Field(
@@ -288,7 +288,7 @@ class EventStoreSpec(_Model):
     )
 
 
-class RecoverySpec(_Model):
+class RecoverySpec(ApiModel):
     """What happens when the driver is lost."""
 
     enabled: bool = Field(default=True, description="Start a new driver attempt after a crash.")
@@ -314,7 +314,7 @@ class RecoverySpec(_Model):
     )
 
 
-class ShuffleStorageSpec(_Model):
+class ShuffleStorageSpec(ApiModel):
     """The volume of each shuffle pod."""
 
     size: Quantity = Field(
@@ -332,7 +332,7 @@ class ShuffleStorageSpec(_Model):
         return value
 
 
-class ShuffleSpec(_Model):
+class ShuffleSpec(ApiModel):
     """Shuffle pods that keep result partitions alive across driver crashes (Batch mode only)."""
 
     replicas: int = Field(default=2, ge=1, le=100, description="Number of shuffle pods.")
@@ -355,7 +355,7 @@ class ShuffleSpec(_Model):
         return value
 
 
-class FinishableSparkJobSpec(_Model):
+class FinishableSparkJobSpec(ApiModel):
     """The desired state of a FinishableSparkJob."""
 
     image: str = Field(
@@ -425,7 +425,7 @@ class FinishableSparkJobSpec(_Model):
 # status
 
 
-class LifecycleTaskStatus(_Model):
+class LifecycleTaskStatus(ApiModel):
     """One task's place in the FLIP-147 lifecycle table, as the driver reports it."""
 
     name: str = Field(description="Task name: operator or stage and subtask, such as parse[3].")
@@ -434,7 +434,7 @@ class LifecycleTaskStatus(_Model):
     operator_status: OperatorStatus = Field(description="Operator status from the table.")
 
 
-class LifecycleStatus(_Model):
+class LifecycleStatus(ApiModel):
     """The termination the driver is walking through, if any."""
 
     mode: LifecycleMode | None = Field(
@@ -445,7 +445,7 @@ class LifecycleStatus(_Model):
     )
 
 
-class CheckpointStatus(_Model):
+class CheckpointStatus(ApiModel):
     """The newest completed checkpoint."""
 
     id: int = Field(ge=0, description="Checkpoint id: the committed micro-batch or stage id.")
@@ -453,7 +453,7 @@ class CheckpointStatus(_Model):
     time: datetime | None = Field(default=None, description="When it completed.")
 
 
-class SavepointStatus(_Model):
+class SavepointStatus(ApiModel):
     """The newest savepoint."""
 
     location: str = Field(description="Where the savepoint is stored; use it in restoreFrom.")
@@ -462,7 +462,7 @@ class SavepointStatus(_Model):
     request_id: str | None = Field(default=None, description="The request that produced it.")
 
 
-class CoordinatorStatus(_Model):
+class CoordinatorStatus(ApiModel):
     """Split progress of the sources' coordinators."""
 
     snapshot: str | None = Field(default=None, description="Location of the newest snapshot.")
@@ -470,7 +470,7 @@ class CoordinatorStatus(_Model):
     splits_finished: int = Field(default=0, ge=0, description="Splits fully read.")
 
 
-class RecoveryStatus(_Model):
+class RecoveryStatus(ApiModel):
     """What the last driver crash cost and saved."""
 
     reason: str = Field(default="", description="Why the last driver attempt was lost.")
@@ -486,16 +486,26 @@ class RecoveryStatus(_Model):
     splits_reread: int = Field(default=0, ge=0, description="Finished splits read again.")
 
 
-class StopRequestStatus(_Model):
-    """A stop or savepoint request sent to the driver and not yet answered."""
+class RequestAction(StrEnum):
+    """Control requests the operator (or ``finishable stop``) sends to a running driver."""
 
-    id: str = Field(description="Request id, echoed by the driver.")
-    action: str = Field(description="stop or savepoint.")
-    drain: bool = Field(default=False, description="Stop with drain.")
+    STOP = "stop"
+    SAVEPOINT = "savepoint"
+
+
+class ControlRequest(ApiModel):
+    """A stop or savepoint request: written to ``<job>-control``, kept in status while in flight."""
+
+    id: str = Field(min_length=1, description="Request id, echoed by the driver in its answer.")
+    action: RequestAction = Field(description="stop (with a savepoint) or savepoint (no stop).")
+    drain: bool = Field(default=False, description="Stop with drain: fire every pending window.")
+    target_directory: str | None = Field(
+        default=None, description="Where to write the savepoint; the job's storage when unset."
+    )
     requested_at: datetime | None = Field(default=None, description="When it was sent.")
 
 
-class Condition(_Model):
+class Condition(ApiModel):
     """A Kubernetes-style condition."""
 
     type: ConditionType = Field(description="Ready, Progressing or Degraded.")
@@ -510,7 +520,7 @@ class Condition(_Model):
     )
 
 
-class FinishableSparkJobStatus(_Model):
+class FinishableSparkJobStatus(ApiModel):
     """The observed state of a FinishableSparkJob, written by the operator only."""
 
     phase: Phase = Field(default=Phase.PENDING, description="Where the job is in its life.")
@@ -538,7 +548,7 @@ class FinishableSparkJobStatus(_Model):
     savepoint_trigger_nonce: int = Field(
         default=0, ge=0, description="The spec.savepointTriggerNonce last acted on."
     )
-    pending_request: StopRequestStatus | None = Field(
+    pending_request: ControlRequest | None = Field(
         default=None, description="A stop or savepoint request in flight."
     )
     coordinator: CoordinatorStatus = Field(

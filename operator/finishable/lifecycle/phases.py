@@ -14,21 +14,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
 from finishable.api.models import (
-    CheckpointStatus,
     Condition,
     ConditionStatus,
     ConditionType,
-    CoordinatorStatus,
+    ControlRequest,
     DesiredState,
     FinishableSparkJobSpec,
     FinishableSparkJobStatus,
     JobMode,
-    LifecycleStatus,
     Phase,
     RecoveryStatus,
-    SavepointStatus,
-    StopRequestStatus,
+    RequestAction,
 )
 
 P = Phase
@@ -70,59 +68,6 @@ class PodPhase(StrEnum):
     FAILED = "Failed"
 
 
-class DriverState(StrEnum):
-    """What the driver says it is doing, in its report (``<job>-state``)."""
-
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    FINISHING = "FINISHING"  # bounded input ended: waiting for the final checkpoint
-    STOPPING = "STOPPING"  # a stop with savepoint (with or without drain) is in progress
-    SUSPENDED = "SUSPENDED"  # stopped with a savepoint; resumable
-    FINISHED = "FINISHED"  # drained or final checkpoint done; sinks committed
-    FAILED = "FAILED"
-
-
-class RequestOutcome(StrEnum):
-    """The driver's answer to a control request."""
-
-    IN_PROGRESS = "IN_PROGRESS"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-
-
-class RequestAction(StrEnum):
-    """Control requests the operator sends through ``<job>-control``."""
-
-    STOP = "stop"
-    SAVEPOINT = "savepoint"
-
-
-@dataclass(frozen=True)
-class RequestReport:
-    """The driver's answer to the request with this id."""
-
-    id: str
-    outcome: RequestOutcome
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class DriverReport:
-    """The driver's report; only a report of the current attempt is acted on."""
-
-    attempt: int
-    state: DriverState
-    lifecycle: LifecycleStatus | None = None
-    last_checkpoint: CheckpointStatus | None = None
-    savepoint: SavepointStatus | None = None
-    request: RequestReport | None = None
-    coordinator: CoordinatorStatus | None = None
-    tasks_skipped: int = 0
-    tasks_rerun: int = 0
-    splits_reread: int = 0
-    message: str = ""
-
-
 @dataclass(frozen=True)
 class Observation:
     """What the caller saw just now. ``spec_problems`` lists why the spec cannot run, if so."""
@@ -153,7 +98,7 @@ class Action:
     kind: ActionKind
     attempt: int = 0
     restore_from: str = ""
-    request: StopRequestStatus | None = None
+    request: ControlRequest | None = None
     after: timedelta | None = None
 
 
@@ -253,10 +198,10 @@ class _Step:
 
     def request(self, action: RequestAction, drain: bool) -> None:
         suffix = "-drain" if drain else ""
-        request = StopRequestStatus(
+        request = ControlRequest(
             id=f"{action.value}{suffix}-a{self.status.attempt}-g{self.obs.generation}-"
             f"{int(self.obs.now.timestamp())}",
-            action=action.value,
+            action=action,
             drain=drain,
             requested_at=self.obs.now,
         )
@@ -538,7 +483,7 @@ def _on_running(step: _Step, spec: FinishableSparkJobSpec) -> None:
         step.request(RequestAction.SAVEPOINT, drain=False)
 
 
-def _await_savepoint(step: _Step, spec: FinishableSparkJobSpec, pending: StopRequestStatus) -> None:
+def _await_savepoint(step: _Step, spec: FinishableSparkJobSpec, pending: ControlRequest) -> None:
     """A savepoint without stopping: record it when the driver answers."""
     answer = _answer(step, pending)
     if answer is None:
@@ -555,7 +500,7 @@ def _await_savepoint(step: _Step, spec: FinishableSparkJobSpec, pending: StopReq
         step.events.append(Event("Normal", "SavepointCompleted", f"savepoint at {location}"))
 
 
-def _answer(step: _Step, pending: StopRequestStatus) -> RequestReport | None:
+def _answer(step: _Step, pending: ControlRequest) -> RequestReport | None:
     report = step.report
     if report is None or report.request is None or report.request.id != pending.id:
         return None
@@ -564,7 +509,7 @@ def _answer(step: _Step, pending: StopRequestStatus) -> RequestReport | None:
     return report.request
 
 
-def _timed_out(step: _Step, spec: FinishableSparkJobSpec, pending: StopRequestStatus) -> bool:
+def _timed_out(step: _Step, spec: FinishableSparkJobSpec, pending: ControlRequest) -> bool:
     started = pending.requested_at or step.status.phase_since
     return started is not None and step.obs.now - started > spec.stop_timeout
 

@@ -1,0 +1,412 @@
+"""The coordinator endpoint: a small authenticated HTTP server in the driver process.
+
+No Python Data Source method runs in the driver's own process (DESIGN 11): Spark's planner
+worker and the executors' readers reach the coordinators over HTTP. The server runs aiohttp on a
+thread and event loop of its own, so the driver's main thread stays free; every request becomes a
+call on the named coordinator's host and is awaited without blocking the loop.
+
+API (JSON bodies; every route but ``/v1/health`` needs ``Authorization: Bearer <token>``)::
+
+    GET  /v1/health                                    liveness, no token needed
+    GET  /v1/coordinators                              progress of every coordinator
+    GET  /v1/coordinators/{name}                       progress of one
+    POST /v1/coordinators/{name}/subtasks/{s}/attempts/{a}/ready    {"request_id"?}
+    POST /v1/coordinators/{name}/subtasks/{s}/attempts/{a}/failed   {"reason"?, "request_id"?}
+    POST /v1/coordinators/{name}/subtasks/{s}/attempts/{a}/events   {"event", "request_id"?}
+         -> {"events": [...]}   the events the coordinator sent back to that attempt
+
+Errors: 400 malformed request (the message names the field), 401 missing or wrong token
+(nothing is changed), 404 unknown coordinator or route, 409 order violation or rejected event
+(with ``rule``, ``subtask``, ``attempt``), 500 coordinator failed (``"retryable": false``),
+503 endpoint stopping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from finishable.coordinator._json import JsonFieldError, as_object, get_optional_str
+from finishable.coordinator.errors import (
+    CoordinatorFailedError,
+    CoordinatorOrderViolation,
+    CoordinatorRejection,
+    EventDecodeError,
+    RequestIdConflict,
+)
+from finishable.coordinator.events import event_from_json
+from finishable.coordinator.host import CoordinatorHost
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_REQUEST_ID_LENGTH = 200
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, kind: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.extra = extra
+
+
+def _json_response(status: int, payload: dict[str, Any]) -> web.Response:
+    return web.Response(
+        status=status,
+        body=json.dumps(payload, separators=(",", ":")).encode("utf-8"),
+        content_type="application/json",
+    )
+
+
+def _error_response(
+    status: int, kind: str, message: str, *, retryable: bool | None = None, **extra: Any
+) -> web.Response:
+    """An error body: the message, a machine-readable kind, and whether a retry may help."""
+    if retryable is None:
+        retryable = status >= 500
+    payload: dict[str, Any] = {"error": message, "kind": kind, "retryable": retryable}
+    payload.update(extra)
+    response = _json_response(status, payload)
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="finishable-coordinator"'
+    return response
+
+
+class CoordinatorEndpoint:
+    """Serves named coordinator hosts over HTTP with a bearer token; start/stop from any thread."""
+
+    def __init__(self, token: str, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        if not token:
+            raise ValueError("the coordinator endpoint needs a non-empty token")
+        self._token = token.encode("utf-8")
+        self._bind_host = host
+        self._bind_port = port
+        self._coordinators: dict[str, CoordinatorHost] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+        self._stopping = False
+
+    # ------------------------------------------------------------------ registry
+
+    def add(self, coordinator: CoordinatorHost) -> None:
+        """Serve ``coordinator`` under its name (one per source)."""
+        with self._lock:
+            if coordinator.name in self._coordinators:
+                raise ValueError(f"a coordinator named {coordinator.name!r} is already served")
+            self._coordinators[coordinator.name] = coordinator
+
+    def remove(self, name: str) -> CoordinatorHost | None:
+        """Stop serving the named coordinator (it is not closed)."""
+        with self._lock:
+            return self._coordinators.pop(name, None)
+
+    def names(self) -> list[str]:
+        """The served coordinator names."""
+        with self._lock:
+            return sorted(self._coordinators)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def port(self) -> int:
+        """The bound port (known after ``start``)."""
+        if self._port is None:
+            raise RuntimeError("the endpoint is not started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """Base URL for clients, such as ``http://127.0.0.1:43121``."""
+        host = self._bind_host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> str:
+        """Bind (port 0 picks a free port), serve on a thread of its own, return the URL."""
+        if self._thread is not None:
+            raise RuntimeError("the endpoint is already started")
+        self._stopping = False
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(ready.set)
+            loop.run_forever()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="coordinator-endpoint", daemon=True)
+        self._thread.start()
+        ready.wait(timeout)
+        try:
+            asyncio.run_coroutine_threadsafe(self._open(), loop).result(timeout)
+        except BaseException:
+            self._shutdown_loop(timeout)
+            raise
+        logger.info("coordinator endpoint serving %s at %s", self.names(), self.url)
+        return self.url
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop serving; in-flight requests finish or get 503. Coordinators stay open."""
+        if self._loop is None or self._thread is None:
+            return
+        self._stopping = True
+        if self._runner is not None:
+            runner = self._runner
+            try:
+                asyncio.run_coroutine_threadsafe(runner.cleanup(), self._loop).result(timeout)
+            except Exception:
+                logger.warning("coordinator endpoint: cleanup failed", exc_info=True)
+        self._shutdown_loop(timeout)
+        logger.info("coordinator endpoint stopped")
+
+    def _shutdown_loop(self, timeout: float) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout)
+        if not thread.is_alive():
+            loop.close()
+        self._loop = None
+        self._thread = None
+        self._runner = None
+
+    def __enter__(self) -> CoordinatorEndpoint:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _open(self) -> None:
+        app = web.Application(
+            middlewares=[self._errors_middleware, self._auth_middleware],
+            client_max_size=MAX_BODY_BYTES,
+        )
+        base = "/v1/coordinators/{name}/subtasks/{subtask}/attempts/{attempt}"
+        app.router.add_get("/v1/health", self._health)
+        app.router.add_get("/v1/coordinators", self._summary)
+        app.router.add_get("/v1/coordinators/{name}", self._progress)
+        app.router.add_post(base + "/ready", self._ready)
+        app.router.add_post(base + "/failed", self._failed)
+        app.router.add_post(base + "/events", self._event)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self._bind_host, self._bind_port, reuse_address=True)
+        await site.start()
+        self._runner = runner
+        address = runner.addresses[0]
+        self._port = int(address[1])
+
+    # ------------------------------------------------------------------ middlewares
+
+    @web.middleware
+    async def _errors_middleware(
+        self, request: web.Request, handler: _Handler
+    ) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except _HttpError as error:
+            return _error_response(error.status, error.kind, str(error), **error.extra)
+        except RequestIdConflict as error:
+            return _error_response(
+                409,
+                "request-id-conflict",
+                str(error),
+                subtask=error.subtask,
+                attempt=error.attempt,
+            )
+        except CoordinatorOrderViolation as error:
+            return _error_response(
+                409,
+                "order-violation",
+                str(error),
+                rule=error.rule.value,
+                subtask=error.subtask,
+                attempt=error.attempt,
+            )
+        except CoordinatorRejection as error:
+            return _error_response(
+                409, "rejected", str(error), subtask=error.subtask, attempt=error.attempt
+            )
+        except CoordinatorFailedError as error:
+            # Retrying cannot help: the coordinator refuses calls until a global reset.
+            return _error_response(500, "coordinator-failed", str(error), retryable=False)
+        except web.HTTPException as error:
+            if error.status == 404:
+                return _error_response(
+                    404, "not-found", f"no route {request.method} {request.path}"
+                )
+            if error.status == 405:
+                return _error_response(
+                    405, "method-not-allowed", f"{request.method} is not allowed on {request.path}"
+                )
+            if error.status == 413:
+                return _error_response(
+                    413, "too-large", f"the request body exceeds {MAX_BODY_BYTES} bytes"
+                )
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            logger.exception("coordinator endpoint: %s %s failed", request.method, request.path)
+            return _error_response(500, "internal", f"{type(error).__name__}: {error}")
+
+    @web.middleware
+    async def _auth_middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        if request.path == "/v1/health":
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        scheme, _, credentials = header.partition(" ")
+        # compare_digest runs in time independent of where the token differs.
+        valid = scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode("utf-8"), self._token
+        )
+        if not valid:
+            why = "missing bearer token" if not header else "wrong bearer token"
+            return _error_response(401, "unauthorized", why)
+        if self._stopping:
+            return _error_response(503, "stopping", "the coordinator endpoint is stopping")
+        return await handler(request)
+
+    # ------------------------------------------------------------------ handlers
+
+    def _host(self, request: web.Request) -> CoordinatorHost:
+        name = request.match_info["name"]
+        with self._lock:
+            host = self._coordinators.get(name)
+            known = sorted(self._coordinators)
+        if host is None:
+            raise _HttpError(
+                404,
+                "unknown-coordinator",
+                f"no coordinator named {name!r} (served: {', '.join(known) or 'none'})",
+            )
+        return host
+
+    @staticmethod
+    def _index(request: web.Request, key: str) -> int:
+        text = request.match_info[key]
+        if not text.isdigit() or len(text) > 9:
+            raise _HttpError(
+                400,
+                "bad-request",
+                f"{key} in the path must be a non-negative integer, got {text!r}",
+            )
+        return int(text)
+
+    @staticmethod
+    async def _body(request: web.Request) -> dict[str, Any]:
+        raw = await request.read()
+        if not raw:
+            return {}
+        try:
+            document = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise _HttpError(400, "bad-request", f"the body is not JSON: {error}") from None
+        try:
+            return as_object(document, "body")
+        except JsonFieldError as error:
+            raise _HttpError(400, "bad-request", str(error)) from None
+
+    @staticmethod
+    def _request_id(body: dict[str, Any]) -> str | None:
+        try:
+            request_id = get_optional_str(body, "request_id", "body")
+        except JsonFieldError as error:
+            raise _HttpError(400, "bad-request", str(error)) from None
+        if request_id is not None and not 0 < len(request_id) <= MAX_REQUEST_ID_LENGTH:
+            raise _HttpError(
+                400,
+                "bad-request",
+                f"body.request_id: must have 1 to {MAX_REQUEST_ID_LENGTH} characters",
+            )
+        return request_id
+
+    @staticmethod
+    async def _await(future: Future[T]) -> T:
+        return await asyncio.wrap_future(future)
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return _json_response(200, {"status": "ok"})
+
+    async def _summary(self, request: web.Request) -> web.Response:
+        with self._lock:
+            hosts = dict(self._coordinators)
+        result: dict[str, Any] = {}
+        for name, host in sorted(hosts.items()):
+            try:
+                progress = await self._await(host.progress())
+            except Exception as error:
+                result[name] = {"error": str(error)}
+                continue
+            result[name] = progress.to_json() if progress is not None else None
+        return _json_response(200, {"coordinators": result})
+
+    async def _progress(self, request: web.Request) -> web.Response:
+        host = self._host(request)
+        progress = await self._await(host.progress())
+        return _json_response(
+            200,
+            {
+                "name": host.name,
+                "progress": progress.to_json() if progress is not None else None,
+                "failed": str(host.failure) if host.failure is not None else None,
+            },
+        )
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        host = self._host(request)
+        subtask, attempt = self._index(request, "subtask"), self._index(request, "attempt")
+        request_id = self._request_id(await self._body(request))
+        await self._await(host.execution_attempt_ready(subtask, attempt, request_id))
+        return _json_response(200, {"ok": True})
+
+    async def _failed(self, request: web.Request) -> web.Response:
+        host = self._host(request)
+        subtask, attempt = self._index(request, "subtask"), self._index(request, "attempt")
+        body = await self._body(request)
+        request_id = self._request_id(body)
+        try:
+            reason = get_optional_str(body, "reason", "body")
+        except JsonFieldError as error:
+            raise _HttpError(400, "bad-request", str(error)) from None
+        await self._await(
+            host.execution_attempt_failed(subtask, attempt, reason or "reported failed", request_id)
+        )
+        return _json_response(200, {"ok": True})
+
+    async def _event(self, request: web.Request) -> web.Response:
+        host = self._host(request)
+        subtask, attempt = self._index(request, "subtask"), self._index(request, "attempt")
+        body = await self._body(request)
+        request_id = self._request_id(body)
+        if "event" not in body:
+            raise _HttpError(400, "bad-request", "body.event: missing (expected an operator event)")
+        try:
+            event = event_from_json(body["event"], "body.event")
+        except EventDecodeError as error:
+            raise _HttpError(400, "bad-request", str(error)) from None
+        reply = await self._await(
+            host.handle_event_from_operator(subtask, attempt, event, request_id)
+        )
+        return _json_response(200, {"events": [item.to_json() for item in reply]})

@@ -1,0 +1,254 @@
+"""Splits of the files under a ``pyarrow.fs`` URL (file://, s3://, gs://, hdfs://), bounded or
+discovered continuously.
+
+Listing is I/O, so it never runs on the coordinator thread: ``call_async`` lists and plans on a
+worker thread and hands the planned splits back. A bounded source lists once; an unbounded one
+lists every ``discovery_interval`` and adds files it has not seen. Files are identified by URL
+and must be complete when they appear (write elsewhere, then rename): a file that grows later is
+not read again. Files larger than ``split_size`` become byte ranges; names starting with ``.`` or
+``_`` (``_SUCCESS``, ``.crc``, temporary files) are skipped, as Spark does.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+from urllib.parse import quote, urlsplit
+
+import pyarrow.fs as pafs
+
+from finishable.coordinator._json import get_int
+from finishable.coordinator.contract import CoordinatorContext, CoordinatorProvider
+from finishable.coordinator.enumerator import SplitEnumerator
+from finishable.coordinator.splits import FileSplit
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ListedFile:
+    """A file found by a listing: its full URL and size in bytes."""
+
+    url: str
+    size: int
+
+
+def normalize_source_url(url: str) -> str:
+    """A URL with a scheme: plain local paths become ``file://`` URLs (percent-encoded)."""
+    if not url:
+        raise ValueError("a file source needs a URL")
+    if "://" in url:
+        parts = urlsplit(url)
+        if not parts.scheme:
+            raise ValueError(f"{url!r} is not a URL")
+        return url
+    return "file://" + quote(os.path.abspath(url))
+
+
+def list_files(url: str, *, bounded: bool, pattern: str | None = None) -> list[ListedFile]:
+    """List the readable files under ``url`` in path order (I/O: call it off the coordinator).
+
+    A missing location is an error for a bounded source and an empty listing for an unbounded one
+    (its directory may appear later).
+    """
+    base, _, query = url.partition("?")
+    base = base.rstrip("/")
+    suffix = f"?{query}" if query else ""
+    filesystem, root = pafs.FileSystem.from_uri(url)
+    info = filesystem.get_file_info(root)
+    if info.type == pafs.FileType.File:
+        return [ListedFile(url=url, size=int(info.size))]
+    if info.type == pafs.FileType.NotFound:
+        if bounded:
+            raise FileNotFoundError(f"{url} does not exist")
+        return []
+    root = root.rstrip("/")
+    listed: list[ListedFile] = []
+    selector = pafs.FileSelector(root, recursive=True, allow_not_found=not bounded)
+    for entry in filesystem.get_file_info(selector):
+        if entry.type != pafs.FileType.File:
+            continue
+        relative = entry.path[len(root) :].lstrip("/")
+        if any(part.startswith((".", "_")) for part in relative.split("/")):
+            continue
+        if pattern is not None and not fnmatch.fnmatchcase(relative, pattern):
+            continue
+        listed.append(ListedFile(url=f"{base}/{quote(relative)}{suffix}", size=int(entry.size)))
+    listed.sort(key=lambda item: item.url)
+    return listed
+
+
+def plan_file_splits(files: list[ListedFile], split_size: int | None) -> list[FileSplit]:
+    """Cut files into splits: whole files, or ``split_size`` byte ranges of larger ones.
+
+    Empty files give no split. The result depends only on the input, so planning is repeatable.
+    """
+    splits: list[FileSplit] = []
+    for listed in files:
+        if listed.size == 0:
+            continue
+        if split_size is None or listed.size <= split_size:
+            splits.append(
+                FileSplit(url=listed.url, start=0, length=listed.size, file_size=listed.size)
+            )
+            continue
+        for start in range(0, listed.size, split_size):
+            length = min(split_size, listed.size - start)
+            splits.append(
+                FileSplit(url=listed.url, start=start, length=length, file_size=listed.size)
+            )
+    return splits
+
+
+class FileSplitEnumerator(SplitEnumerator):
+    """Assigns the files (or byte ranges) under a URL to readers on request."""
+
+    source_kind: ClassVar[str] = "files"
+
+    def __init__(
+        self,
+        context: CoordinatorContext,
+        url: str,
+        *,
+        split_size: int | None = DEFAULT_SPLIT_SIZE,
+        bounded: bool = True,
+        discovery_interval: float = 10.0,
+        pattern: str | None = None,
+        retry_delay: float = 1.0,
+        max_listing_failures: int = 3,
+    ) -> None:
+        if split_size is not None and split_size < 1:
+            raise ValueError(f"split_size must be at least 1 byte, got {split_size}")
+        if discovery_interval <= 0:
+            raise ValueError(f"discovery_interval must be positive, got {discovery_interval}")
+        self._url = normalize_source_url(url)
+        self._split_size = split_size
+        self._interval = discovery_interval
+        self._pattern = pattern
+        self._retry_delay = retry_delay
+        self._max_listing_failures = max_listing_failures
+        self._seen_files: set[str] = set()
+        self._scans = 0
+        self._last_scan_ms: int | None = None
+        self._listing_failures = 0
+        super().__init__(context, bounded=bounded)
+
+    @classmethod
+    def provider(
+        cls,
+        url: str,
+        *,
+        split_size: int | None = DEFAULT_SPLIT_SIZE,
+        bounded: bool = True,
+        discovery_interval: float = 10.0,
+        pattern: str | None = None,
+        retry_delay: float = 1.0,
+        max_listing_failures: int = 3,
+    ) -> CoordinatorProvider:
+        """A provider for ``CoordinatorHost`` with this configuration."""
+        normalize_source_url(url)  # refuse a bad URL now, not on the coordinator thread
+
+        def create(context: CoordinatorContext) -> FileSplitEnumerator:
+            return cls(
+                context,
+                url,
+                split_size=split_size,
+                bounded=bounded,
+                discovery_interval=discovery_interval,
+                pattern=pattern,
+                retry_delay=retry_delay,
+                max_listing_failures=max_listing_failures,
+            )
+
+        return create
+
+    @property
+    def url(self) -> str:
+        """The normalised source URL."""
+        return self._url
+
+    @property
+    def scans(self) -> int:
+        """How many listings completed (the discovery cursor)."""
+        return self._scans
+
+    def _source_identity(self) -> dict[str, Any]:
+        return {"url": self._url}
+
+    def _cursor_json(self) -> dict[str, Any]:
+        cursor: dict[str, Any] = {"scans": self._scans, "files_seen": len(self._seen_files)}
+        if self._last_scan_ms is not None:
+            cursor["last_scan_unix_ms"] = self._last_scan_ms
+        return cursor
+
+    def _restore_cursor(self, cursor: dict[str, Any]) -> None:
+        self._scans = get_int(cursor, "scans", "snapshot.cursor")
+        last = cursor.get("last_scan_unix_ms")
+        self._last_scan_ms = last if isinstance(last, int) else None
+        self._seen_files = {
+            split.url for split in self._splits.values() if isinstance(split, FileSplit)
+        }
+
+    def _reset_cursor(self) -> None:
+        self._seen_files = set()
+        self._scans = 0
+        self._last_scan_ms = None
+        self._listing_failures = 0
+
+    def _start_discovery(self) -> None:
+        if self.bounded and self.discovery_complete:
+            return
+        self._schedule_listing(0.0, self._interval if not self.bounded else None)
+
+    def _schedule_listing(self, delay: float, period: float | None) -> None:
+        url, bounded, pattern, split_size = self._url, self.bounded, self._pattern, self._split_size
+
+        def work() -> list[FileSplit]:
+            return plan_file_splits(list_files(url, bounded=bounded, pattern=pattern), split_size)
+
+        self.context.call_async(work, self._on_listing, initial_delay=delay, period=period)
+
+    def _on_listing(self, planned: list[FileSplit] | None, error: BaseException | None) -> None:
+        if self.bounded and self.discovery_complete:
+            return
+        if error is not None or planned is None:
+            self._listing_failures += 1
+            if not self.bounded:
+                logger.warning(
+                    "%s: listing %s failed (will retry): %s", self.context.name, self._url, error
+                )
+                return
+            if self._listing_failures >= self._max_listing_failures:
+                self.context.fail_job(
+                    RuntimeError(
+                        f"listing {self._url} failed {self._listing_failures} times: {error}"
+                    )
+                )
+                return
+            logger.warning(
+                "%s: listing %s failed, retrying in %.1f s: %s",
+                self.context.name,
+                self._url,
+                self._retry_delay,
+                error,
+            )
+            self._schedule_listing(self._retry_delay, None)
+            return
+        self._listing_failures = 0
+        fresh = [split for split in planned if split.url not in self._seen_files]
+        added = self._add_discovered(fresh)
+        self._seen_files.update(split.url for split in fresh)
+        self._scans += 1
+        self._last_scan_ms = int(time.time() * 1000)
+        if self.bounded:
+            self._mark_discovery_complete()
+        if added:
+            logger.info(
+                "%s: discovered %d new split(s) under %s", self.context.name, added, self._url
+            )

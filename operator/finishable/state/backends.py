@@ -1,0 +1,112 @@
+"""The byte-object interface every state backend implements, and a factory from storage URLs.
+
+The snapshot store and the job event store are written once against this small interface (put,
+get, list, delete of named objects), so each backend only has to move bytes; checksums,
+visibility rules and retention live above it and behave the same everywhere.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from types import TracebackType
+from typing import Self
+from urllib.parse import urlsplit
+
+# Names are portable across file systems, object stores and ConfigMap names (DNS subdomains):
+# lowercase segments of [a-z0-9.-] that start and end alphanumeric, joined by "/".
+_SEGMENT = r"[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?"
+_NAME = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*")
+
+
+def validate_name(name: str) -> str:
+    """Return ``name`` if it is a portable object name, else raise ``ValueError`` saying why."""
+    if not _NAME.fullmatch(name) or ".." in name:
+        raise ValueError(
+            f"invalid object name {name!r}: use lowercase segments of a-z, 0-9, '.' and '-' "
+            "that start and end with a letter or digit, separated by '/'"
+        )
+    return name
+
+
+class ObjectBackend(abc.ABC):
+    """Named immutable-ish byte objects.
+
+    Contract every implementation keeps (the contract test suite checks it):
+
+    * ``put`` is atomic for readers: a concurrent or later ``get`` sees the old bytes, the new
+      bytes or "not found", never a prefix;
+    * ``get`` raises ``ObjectNotFound`` for a missing object, ``ObjectCorrupt`` when the backend
+      itself detects damage, ``BackendError`` for I/O trouble that may pass;
+    * ``list`` returns the names under a prefix, sorted;
+    * ``delete`` is idempotent;
+    * every method may be called from several threads at once.
+    """
+
+    @abc.abstractmethod
+    def put(self, name: str, data: bytes) -> None:
+        """Store ``data`` under ``name``, replacing what was there."""
+
+    @abc.abstractmethod
+    def get(self, name: str) -> bytes:
+        """Return the bytes stored under ``name``."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """Return the sorted names that start with ``prefix``."""
+
+    @abc.abstractmethod
+    def delete(self, name: str) -> None:
+        """Remove ``name``; a missing object is not an error."""
+
+    @abc.abstractmethod
+    def location(self, name: str = "") -> str:
+        """A human-readable address of ``name`` (or of the backend root) for logs and status."""
+
+    def close(self) -> None:  # noqa: B027 - most backends hold nothing to release
+        """Release connections; the backend is unusable afterwards."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
+
+
+def open_backend(
+    url: str,
+    *,
+    job: str | None = None,
+    namespace: str | None = None,
+) -> ObjectBackend:
+    """Open a backend from a storage address.
+
+    * ``s3://``, ``gs://``, ``gcs://``, ``hdfs://``, ``file://`` go through ``pyarrow.fs``;
+    * ``configmap:`` (or ``configmap://<namespace>``) stores ConfigMaps of ``job`` through the
+      Kubernetes API, in-cluster or from the kubeconfig;
+    * anything else (``local:///dir``, or a plain path) is a local directory.
+    """
+    # Imported here so that local mode never loads pyarrow.fs or the Kubernetes client.
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in OBJECT_STORE_SCHEMES:
+        from finishable.state.objectstore import ObjectStoreBackend  # noqa: PLC0415
+
+        return ObjectStoreBackend(url)
+    if scheme == "configmap":
+        from finishable.state.configmap import ConfigMapBackend  # noqa: PLC0415
+
+        if not job:
+            raise ValueError(f"{url!r}: a ConfigMap backend needs the job name")
+        return ConfigMapBackend.from_environment(job, namespace=urlsplit(url).netloc or namespace)
+    from finishable.state.local import LocalDirBackend  # noqa: PLC0415
+
+    path = urlsplit(url).path if scheme == "local" else url
+    return LocalDirBackend(path)

@@ -1,0 +1,560 @@
+"""The job event store (FLIP-383): an append-only log of job events in segments on any backend.
+
+``append`` serialises the event, gives it the next sequence number and puts it in an in-memory
+buffer: no I/O, so the driver's scheduling thread never waits on storage. A flusher thread of its
+own writes the buffer out as one *segment* object when it reaches ``write_buffer_size`` bytes or
+when its oldest event has waited ``flush_interval`` seconds, one segment at a time, in order, so
+the durable log is always a prefix of what was appended.
+
+Segment ``<prefix>/seg-000000000042`` is UTF-8 JSON lines::
+
+    {"format":"finishable-job-events","version":1,"segment":42,"first_seq":..,"count":N,..}
+    {"type":"TaskFinished","time":1700000000.1,"data":{...}}        N record lines
+    {"sha256":"<hex of everything above>","size":<bytes above>}
+
+Backends publish an object atomically, but a segment can still be damaged (a file system without
+atomic rename, a truncated copy, a ConfigMap whose parts were lost). ``replay`` checks every
+segment and the continuity of sequence numbers; a damaged *last* segment was never acknowledged
+(its flush callback never ran), so replay stops cleanly before it with a warning, while a damaged
+earlier segment is an ``EventLogCorrupt`` error. Opening a store for writing removes a damaged
+last segment, so the next segment does not bury it in the middle of the log.
+
+Backend down: the flusher retries the same segment with exponential backoff (up to
+``max_retry_delay``), logging warnings, while ``append`` keeps buffering. Memory is bounded by
+``max_buffer_bytes`` (buffered plus in flight). When an append would cross it, ``append`` raises
+``EventStoreOverflow`` and the store stays failed for appends from then on: accepting later
+events after dropping one would let a replay rebuild a state that never existed, whereas a log
+that is a prefix only makes recovery re-run more tasks. Events accepted before the overflow are
+still flushed once the backend is back. ``append`` never blocks on I/O and never drops silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from finishable.state.backends import ObjectBackend, validate_name
+from finishable.state.errors import (
+    EventLogCorrupt,
+    EventStoreClosed,
+    EventStoreError,
+    EventStoreOverflow,
+    ObjectCorrupt,
+    ObjectNotFound,
+    ObjectTooLarge,
+)
+
+log = logging.getLogger(__name__)
+
+SEGMENT_FORMAT = "finishable-job-events"
+SEGMENT_VERSION = 1
+FIRST_SEQ = 1
+
+DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
+DEFAULT_FLUSH_INTERVAL = 1.0
+DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
+
+T = TypeVar("T")
+
+
+def _default(value: Any) -> Any:
+    """JSON for the small value types events carry besides plain JSON (shallow, no deepcopy)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable in a job event")
+
+
+# One encoder, built once: json.dumps with options builds a new encoder on every call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_default)
+_encode = _ENCODER.encode
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """One replayed event: its sequence number, type name, payload and append time (epoch s)."""
+
+    seq: int
+    type: str
+    data: dict[str, Any]
+    time: float
+
+    def as_(self, cls: Callable[..., T]) -> T:
+        """Rebuild the typed event, e.g. ``event.as_(TaskFinished)`` (keyword construction)."""
+        return cls(**self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class FlushedSegment:
+    """What ``on_flush`` is told after a segment became durable."""
+
+    segment: int
+    name: str
+    first_seq: int
+    last_seq: int
+    size: int
+
+
+def event_type_name(event: object) -> str:
+    """A dataclass event's type: its ``EVENT_TYPE`` class attribute, else its class name."""
+    return str(getattr(type(event), "EVENT_TYPE", type(event).__name__))
+
+
+def _split_event(event: object, type_name: str | None) -> tuple[str, Any]:
+    if dataclasses.is_dataclass(event) and not isinstance(event, type):
+        return type_name or event_type_name(event), event
+    if isinstance(event, Mapping):
+        if type_name is not None:
+            return type_name, event if isinstance(event, dict) else dict(event)
+        event_type = event.get("type")
+        if not isinstance(event_type, str) or not event_type:
+            raise ValueError("a mapping event needs a non-empty string 'type' key (or type=...)")
+        return event_type, {k: v for k, v in event.items() if k != "type"}
+    raise TypeError(f"an event is a dataclass instance or a mapping, got {type(event).__name__}")
+
+
+# -- segment codec ------------------------------------------------------------------------------
+
+
+class _TornSegment(Exception):
+    """A segment fails validation; whether that is fatal depends on where it sits."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    number: int
+    first_seq: int
+    records: list[bytes]
+
+
+def encode_segment(number: int, first_seq: int, records: list[bytes], writer: str) -> bytes:
+    """Header line, the record lines as appended, footer with the sha256 of all of it."""
+    header = _encode(
+        {
+            "format": SEGMENT_FORMAT,
+            "version": SEGMENT_VERSION,
+            "segment": number,
+            "first_seq": first_seq,
+            "count": len(records),
+            "writer": writer,
+            "created_at": time.time(),
+        }
+    )
+    body = b"".join([header.encode(), b"\n", *records])
+    footer = _encode({"sha256": hashlib.sha256(body).hexdigest(), "size": len(body)})
+    return body + footer.encode() + b"\n"
+
+
+def decode_segment(number: int, raw: bytes) -> _Segment:
+    """Validate framing, checksum and count; raise ``_TornSegment`` saying what is wrong."""
+    if not raw.endswith(b"\n"):
+        raise _TornSegment("it does not end with a newline")
+    cut = raw.rfind(b"\n", 0, len(raw) - 1) + 1
+    body, footer_line = raw[:cut], raw[cut:]
+    try:
+        footer = json.loads(footer_line)
+        expected_sha, expected_size = str(footer["sha256"]), int(footer["size"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _TornSegment(f"no valid footer ({exc})") from None
+    if len(body) != expected_size or hashlib.sha256(body).hexdigest() != expected_sha:
+        raise _TornSegment("its sha256 or size does not match the footer")
+    lines = body.split(b"\n")[:-1]
+    try:
+        header = json.loads(lines[0])
+        if header.get("format") != SEGMENT_FORMAT or header.get("version") != SEGMENT_VERSION:
+            raise ValueError(f"unknown format {header.get('format')!r} v{header.get('version')!r}")
+        if int(header["segment"]) != number:
+            raise ValueError(f"its header says segment {header['segment']}")
+        first_seq, count = int(header["first_seq"]), int(header["count"])
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise _TornSegment(f"bad header ({exc})") from None
+    records = lines[1:]
+    if len(records) != count:
+        raise _TornSegment(f"{len(records)} records, the header says {count}")
+    return _Segment(number, first_seq, records)
+
+
+def _decode_record(segment: _Segment, index: int) -> JobEvent:
+    try:
+        record = json.loads(segment.records[index])
+        return JobEvent(
+            seq=segment.first_seq + index,
+            type=str(record["type"]),
+            data=dict(record["data"]),
+            time=float(record["time"]),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        # The checksum matched, so the writer itself wrote this: not a tear, a real corruption.
+        raise EventLogCorrupt(
+            f"segment {segment.number}: record {segment.first_seq + index} is unreadable: {exc}"
+        ) from exc
+
+
+class EventLog:
+    """Read side of the log: listing and validated replay of segments under one prefix."""
+
+    def __init__(self, backend: ObjectBackend, *, prefix: str = "events") -> None:
+        self.backend = backend
+        self.prefix = validate_name(prefix)
+        self._pattern = re.compile(rf"{re.escape(self.prefix)}/seg-(\d+)")
+
+    def segment_name(self, number: int) -> str:
+        return f"{self.prefix}/seg-{number:012d}"
+
+    def segment_numbers(self) -> list[int]:
+        numbers = []
+        for name in self.backend.list(self.prefix + "/seg-"):
+            match = self._pattern.fullmatch(name)
+            if match:
+                numbers.append(int(match.group(1)))
+        return sorted(numbers)
+
+    def read_segment(self, number: int) -> _Segment:
+        name = self.segment_name(number)
+        try:
+            raw = self.backend.get(name)
+        except ObjectNotFound as exc:
+            raise _TornSegment(f"it vanished ({exc})") from None
+        except ObjectCorrupt as exc:
+            raise _TornSegment(str(exc)) from None
+        return decode_segment(number, raw)
+
+    def replay(self) -> Iterator[JobEvent]:
+        """Every durable event in sequence order; stops cleanly before a torn last segment."""
+        numbers = self.segment_numbers()
+        expected = FIRST_SEQ
+        for position, number in enumerate(numbers):
+            try:
+                segment = self.read_segment(number)
+            except _TornSegment as exc:
+                if position == len(numbers) - 1:
+                    log.warning(
+                        "the last event segment %s is torn (%s); replay stops before it",
+                        self.backend.location(self.segment_name(number)),
+                        exc,
+                    )
+                    return
+                raise EventLogCorrupt(
+                    f"event segment {self.backend.location(self.segment_name(number))} is damaged "
+                    f"({exc}) and is not the last one: the log cannot be replayed past it"
+                ) from None
+            if segment.first_seq != expected:
+                raise EventLogCorrupt(
+                    f"event segment {number} starts at sequence {segment.first_seq}, expected "
+                    f"{expected}: a segment before it is missing"
+                )
+            for index in range(len(segment.records)):
+                yield _decode_record(segment, index)
+            expected = segment.first_seq + len(segment.records)
+
+
+def read_events(backend: ObjectBackend, *, prefix: str = "events") -> Iterator[JobEvent]:
+    """Replay a log without opening it for writing (no recovery side effects)."""
+    return EventLog(backend, prefix=prefix).replay()
+
+
+# -- the writer ---------------------------------------------------------------------------------
+
+
+class JobEventStore:
+    """Buffered, ordered, durable append of job events. Thread-safe.
+
+    Opening recovers the log: it finds the next segment and sequence numbers and removes a torn
+    last segment left by a crashed writer (this is the only I/O outside the flusher thread).
+    """
+
+    def __init__(
+        self,
+        backend: ObjectBackend,
+        *,
+        prefix: str = "events",
+        write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE,
+        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+        max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
+        max_retry_delay: float = 5.0,
+        on_flush: Callable[[FlushedSegment], None] | None = None,
+    ) -> None:
+        if write_buffer_size <= 0:
+            raise ValueError(f"write_buffer_size={write_buffer_size} must be positive")
+        if flush_interval <= 0:
+            raise ValueError(f"flush_interval={flush_interval} must be positive")
+        if max_buffer_bytes < write_buffer_size:
+            raise ValueError(
+                f"max_buffer_bytes={max_buffer_bytes} is below "
+                f"write_buffer_size={write_buffer_size}"
+            )
+        self.log = EventLog(backend, prefix=prefix)
+        self.backend = backend
+        self.write_buffer_size = write_buffer_size
+        self.flush_interval = flush_interval
+        self.max_buffer_bytes = max_buffer_bytes
+        self.max_retry_delay = max_retry_delay
+        self.on_flush = on_flush
+        self.writer_id = uuid.uuid4().hex[:12]
+
+        self._next_segment, self._next_seq = self._recover()
+        self._flushed_seq = self._next_seq - 1
+
+        lock = threading.Lock()
+        self._wake = threading.Condition(lock)  # appenders and flush() -> flusher
+        self._done = threading.Condition(lock)  # flusher -> flush() and close() waiters
+        self._buffer: list[bytes] = []
+        self._buffered_bytes = 0
+        self._pending_bytes = 0  # buffered + in flight: what max_buffer_bytes bounds
+        self._oldest = 0.0  # monotonic time of the oldest buffered event
+        self._size_signalled = False
+        self._flush_requested = False
+        self._closing = False
+        self._abandoned = threading.Event()
+        self._failure: EventStoreError | None = None  # fatal: nothing more can be written
+        self._overflow: EventStoreOverflow | None = None  # sticky: appends refused
+        self.last_error: BaseException | None = None
+
+        self._thread = threading.Thread(
+            target=self._run, name=f"job-event-flusher-{self.log.prefix}", daemon=True
+        )
+        self._thread.start()
+
+    # -- recovery -----------------------------------------------------------------------------
+
+    def _recover(self) -> tuple[int, int]:
+        numbers = self.log.segment_numbers()
+        if not numbers:
+            return 0, FIRST_SEQ
+        last = numbers[-1]
+        try:
+            segment = self.log.read_segment(last)
+        except _TornSegment as exc:
+            name = self.log.segment_name(last)
+            log.warning(
+                "removing the torn last event segment %s (%s): it was never acknowledged",
+                self.backend.location(name),
+                exc,
+            )
+            self.backend.delete(name)
+            if len(numbers) == 1:
+                return last, FIRST_SEQ
+            previous = numbers[-2]
+            try:
+                segment = self.log.read_segment(previous)
+            except _TornSegment as inner:
+                raise EventLogCorrupt(
+                    f"event segments {previous} and {last} are both damaged ({inner})"
+                ) from None
+            return previous + 1, segment.first_seq + len(segment.records)
+        return last + 1, segment.first_seq + len(segment.records)
+
+    # -- appending ----------------------------------------------------------------------------
+
+    def append(self, event: object, *, type: str | None = None) -> int:
+        """Buffer one event and return its sequence number. Never waits on I/O.
+
+        ``event`` is a dataclass instance (type: its ``EVENT_TYPE`` or class name) or a mapping
+        with a ``"type"`` key, or any mapping with ``type=`` given. Raises ``TypeError`` or
+        ``ValueError`` for an event that is not JSON, ``EventStoreOverflow`` when the buffer cap
+        is hit, ``EventStoreClosed`` after ``close``.
+        """
+        type_name, data = _split_event(event, type)
+        record = (_encode({"type": type_name, "time": time.time(), "data": data}) + "\n").encode()
+        size = len(record)
+        with self._wake:
+            if self._closing:
+                raise EventStoreClosed("the job event store is closed")
+            if self._failure is not None:
+                raise EventStoreError(f"the job event store has failed: {self._failure}")
+            if self._overflow is not None:
+                raise EventStoreOverflow(str(self._overflow))
+            if self._pending_bytes + size > self.max_buffer_bytes:
+                self._overflow = EventStoreOverflow(
+                    f"job event buffer full: {self._pending_bytes} bytes pending, cap "
+                    f"max_buffer_bytes={self.max_buffer_bytes}; the backend "
+                    f"{self.backend.location(self.log.prefix)} is not keeping up "
+                    f"(last error: {self.last_error!r}); events from sequence {self._next_seq} "
+                    "on are refused so the durable log stays a prefix"
+                )
+                log.error("%s", self._overflow)
+                raise self._overflow
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            if not self._buffer:
+                self._oldest = time.monotonic()
+                self._wake.notify()
+            self._buffer.append(record)
+            self._buffered_bytes += size
+            self._pending_bytes += size
+            if self._buffered_bytes >= self.write_buffer_size and not self._size_signalled:
+                self._size_signalled = True
+                self._wake.notify()
+        return seq
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every event appended before this call is durable."""
+        with self._wake:
+            target = self._next_seq - 1
+            if self._flushed_seq >= target:
+                return
+            self._flush_requested = True
+            self._wake.notify()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while self._flushed_seq < target:
+                if self._failure is not None:
+                    raise EventStoreError(f"flush failed: {self._failure}")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise EventStoreError(
+                        f"flush timed out after {timeout}s with {target - self._flushed_seq} "
+                        f"events not yet durable (last error: {self.last_error!r})"
+                    )
+                self._done.wait(remaining)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Flush what was appended and stop the flusher; raise if events could not be written."""
+        with self._wake:
+            if self._closing and not self._thread.is_alive():
+                return
+            self._closing = True
+            self._wake.notify()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._abandoned.set()
+            with self._wake:
+                self._wake.notify()
+                lost = self._next_seq - 1 - self._flushed_seq
+            raise EventStoreError(
+                f"closing the job event store timed out after {timeout}s: {lost} events are not "
+                f"durable (last error: {self.last_error!r})"
+            )
+        if self._failure is not None:
+            raise EventStoreError(f"the job event store failed: {self._failure}")
+
+    def replay(self) -> Iterator[JobEvent]:
+        """Durable events in order (flush first to include your own recent appends)."""
+        return self.log.replay()
+
+    # -- introspection ------------------------------------------------------------------------
+
+    @property
+    def last_seq(self) -> int:
+        """Sequence number of the last accepted event (``FIRST_SEQ - 1`` if none)."""
+        return self._next_seq - 1
+
+    @property
+    def flushed_seq(self) -> int:
+        """Every event up to this sequence number is durable."""
+        return self._flushed_seq
+
+    @property
+    def healthy(self) -> bool:
+        return self._failure is None and self._overflow is None
+
+    # -- the flusher thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while True:
+                    if self._buffer:
+                        age = time.monotonic() - self._oldest
+                        if (
+                            self._buffered_bytes >= self.write_buffer_size
+                            or self._flush_requested
+                            or self._closing
+                            or age >= self.flush_interval
+                        ):
+                            break
+                        self._wake.wait(self.flush_interval - age)
+                    elif self._closing or self._abandoned.is_set():
+                        self._done.notify_all()
+                        return
+                    else:
+                        self._flush_requested = False
+                        self._wake.wait()
+                batch = self._buffer
+                first_seq = self._next_seq - len(batch)
+                self._buffer = []
+                self._buffered_bytes = 0
+                self._size_signalled = False
+                self._flush_requested = False
+            if not self._write_batch(batch, first_seq):
+                return
+
+    def _write_batch(self, batch: list[bytes], first_seq: int) -> bool:
+        """Write ``batch`` as segments of at most ``write_buffer_size``; False: stop the thread."""
+        start = 0
+        while start < len(batch):
+            end, size = start + 1, len(batch[start])  # at least one record per segment
+            while end < len(batch) and size + len(batch[end]) <= self.write_buffer_size:
+                size += len(batch[end])
+                end += 1
+            records = batch[start:end]
+            number = self._next_segment
+            name = self.log.segment_name(number)
+            seq = first_seq + start
+            data = encode_segment(number, seq, records, self.writer_id)
+            if not self._put_with_retry(name, data):
+                return False
+            self._next_segment = number + 1
+            last_seq = seq + len(records) - 1
+            with self._wake:
+                self._flushed_seq = last_seq
+                self._pending_bytes -= size
+                self._done.notify_all()
+            if self.on_flush is not None:
+                try:
+                    self.on_flush(FlushedSegment(number, name, seq, last_seq, len(data)))
+                except Exception:
+                    log.exception("the on_flush callback failed for segment %s", name)
+            start = end
+        return True
+
+    def _put_with_retry(self, name: str, data: bytes) -> bool:
+        delay = 0.05
+        failures = 0
+        while True:
+            try:
+                self.backend.put(name, data)
+            except ObjectTooLarge as exc:
+                with self._wake:
+                    self._failure = EventStoreError(f"segment {name} can never be written: {exc}")
+                    self._done.notify_all()
+                log.error("%s", self._failure)
+                return False
+            except Exception as exc:
+                failures += 1
+                self.last_error = exc
+                if failures == 1 or failures % 10 == 0:
+                    log.warning(
+                        "writing event segment %s failed %d time(s), retrying: %s",
+                        self.backend.location(name),
+                        failures,
+                        exc,
+                    )
+                if self._abandoned.wait(delay):
+                    return False
+                delay = min(delay * 2, self.max_retry_delay)
+            else:
+                if failures:
+                    log.info("wrote event segment %s after %d failure(s)", name, failures)
+                return True
+
+    def __enter__(self) -> JobEventStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"JobEventStore({self.backend!r}, prefix={self.log.prefix!r})"

@@ -16,8 +16,18 @@ from typing import TextIO
 import yaml
 
 from finishable import __version__
-from finishable.api.models import DesiredState, JobMode, dump
+from finishable.api.control import RequestOutcome
+from finishable.api.models import DesiredState, JobMode, RequestAction, dump
 from finishable.api.validation import InvalidManifest, load_documents, load_job, parse_manifest
+from finishable.runtime.local import (
+    LocalJob,
+    LocalJobError,
+    describe_report,
+    local_job,
+    read_report,
+    send_request,
+    wait_for_answer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +134,53 @@ def _lifecycle(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _local_job(args: argparse.Namespace) -> LocalJob:
+    return local_job(args.job, Path(args.state_dir) if args.state_dir else None)
+
+
+def _request(args: argparse.Namespace, out: TextIO, action: RequestAction, drain: bool) -> int:
+    job = _local_job(args)
+    request = send_request(job, action, drain=drain)
+    what = {
+        (RequestAction.STOP, False): "stop with savepoint",
+        (RequestAction.STOP, True): "stop with savepoint and drain",
+        (RequestAction.SAVEPOINT, False): "savepoint",
+    }[(action, drain)]
+    out.write(f"{job.name}: {what} requested ({request.id})\n")
+    if args.no_wait:
+        return 0
+    answer = wait_for_answer(job, request, args.timeout)
+    if answer is None:
+        sys.stderr.write(
+            f"{job.name}: no answer within {args.timeout:g}s; the request stays pending "
+            f"(`finishable status {job.name}` shows progress)\n"
+        )
+        return 1
+    detail = f": {answer.message}" if answer.message else ""
+    out.write(f"{job.name}: {what} {answer.outcome.value.lower()}{detail}\n")
+    return 0 if answer.outcome is RequestOutcome.COMPLETED else 1
+
+
+def _stop(args: argparse.Namespace, out: TextIO) -> int:
+    """Stop a local job with a savepoint, or with drain."""
+    return _request(args, out, RequestAction.STOP, args.drain)
+
+
+def _savepoint(args: argparse.Namespace, out: TextIO) -> int:
+    """Take a savepoint of a local job without stopping it."""
+    return _request(args, out, RequestAction.SAVEPOINT, False)
+
+
+def _status(args: argparse.Namespace, out: TextIO) -> int:
+    """Print what a local job's driver last reported."""
+    report = read_report(_local_job(args))
+    if args.json:
+        out.write(report.model_dump_json(by_alias=True, exclude_none=True, indent=2) + "\n")
+    else:
+        out.write("\n".join(describe_report(report)) + "\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand's function is stored in ``command``."""
     parser = argparse.ArgumentParser(
@@ -158,6 +215,27 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["FINAL_CHECKPOINT", "STOP_WITH_SAVEPOINT_DRAIN", "STOP_WITH_SAVEPOINT"],
         help="only this termination mode",
     )
+    for name, command, help_text in (
+        ("stop", _stop, "stop a local job with a savepoint (--drain: and drain it)"),
+        ("savepoint", _savepoint, "take a savepoint of a local job without stopping it"),
+        ("status", _status, "show what a local job's driver last reported"),
+    ):
+        sub = add(name, command, help_text)
+        sub.add_argument("job", metavar="JOB", help="the job's name (metadata.name)")
+        sub.add_argument(
+            "--state-dir", help="where local jobs keep their state (default: .finishable)"
+        )
+        if name == "status":
+            sub.add_argument("--json", action="store_true", help="print the report as JSON")
+            continue
+        if name == "stop":
+            sub.add_argument(
+                "--drain", action="store_true", help="fire every pending window, then finish"
+            )
+        sub.add_argument("--no-wait", action="store_true", help="do not wait for the answer")
+        sub.add_argument(
+            "--timeout", type=float, default=600.0, help="seconds to wait (default 600)"
+        )
     return parser
 
 
@@ -175,6 +253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return command(args, sys.stdout)
+    except LocalJobError as error:
+        sys.stderr.write(f"{error}\n")
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

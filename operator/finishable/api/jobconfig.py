@@ -1,0 +1,101 @@
+"""The job configuration handed to a driver: by the operator (a ConfigMap) or by ``finishable run``.
+
+It is the whole contract between whoever starts a driver and the runtime inside it:
+``FinishableJob.from_env()`` reads it from the file named by ``FINISHABLE_JOB_CONFIG``, so a
+user's program needs nothing else. The attempt number and the restore pointer change per driver
+attempt and come from the environment too, so one config document serves every attempt.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field, ValidationError
+
+from finishable.api.models import ApiModel, FinishableSparkJobSpec
+
+CONFIG_ENV = "FINISHABLE_JOB_CONFIG"
+ATTEMPT_ENV = "FINISHABLE_ATTEMPT"
+RESTORE_ENV = "FINISHABLE_RESTORE_FROM"
+TOKEN_ENV = "FINISHABLE_TOKEN"
+
+
+class ControlType(StrEnum):
+    """Where the control channel lives."""
+
+    CONFIG_MAP = "ConfigMap"
+    LOCAL = "Local"
+
+
+class JobConfig(ApiModel):
+    """Everything a driver needs to run one job."""
+
+    name: str = Field(description="The job's name (metadata.name).")
+    namespace: str | None = Field(default=None, description="Namespace, in a cluster.")
+    uid: str | None = Field(default=None, description="The custom resource's uid (owner refs).")
+    spec: FinishableSparkJobSpec = Field(description="The job's spec, defaults filled in.")
+    state_url: str = Field(
+        description=(
+            "The snapshot store: 'configmap:' (the job's namespace), an object store URL, or a "
+            "local directory."
+        )
+    )
+    work_dir: str = Field(
+        description="A local directory for Spark's checkpoint and scratch files of this driver."
+    )
+    control: ControlType = Field(description="Where the control channel lives.")
+    control_dir: str | None = Field(
+        default=None, description="For a Local control channel: its directory."
+    )
+    manifest_dir: str | None = Field(
+        default=None,
+        description="Directory of the manifest; relative application paths resolve against it.",
+    )
+
+
+class JobConfigError(ValueError):
+    """The driver was started without a usable job configuration."""
+
+
+def write_config(config: JobConfig, path: Path) -> None:
+    """Write the config where a driver will find it (atomically: temporary file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(
+        config.model_dump_json(by_alias=True, exclude_none=True, indent=2), encoding="utf-8"
+    )
+    os.replace(temporary, path)
+
+
+def read_config(path: Path) -> JobConfig:
+    """Read a config file; :class:`JobConfigError` names the file and the problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise JobConfigError(f"cannot read the job configuration {path}: {error}") from None
+    try:
+        return JobConfig.model_validate_json(text)
+    except ValidationError as error:
+        raise JobConfigError(f"the job configuration {path} is invalid: {error}") from None
+
+
+def config_from_env(environ: dict[str, str] | None = None) -> tuple[JobConfig, int, str]:
+    """The config, the attempt number and the restore pointer of this driver process."""
+    env = dict(os.environ if environ is None else environ)
+    location = env.get(CONFIG_ENV)
+    if not location:
+        raise JobConfigError(
+            f"{CONFIG_ENV} is not set: start the program with `finishable run MANIFEST` "
+            "(or through the operator), which hands it the job configuration"
+        )
+    config = read_config(Path(location))
+    attempt_text = env.get(ATTEMPT_ENV, "1")
+    try:
+        attempt = int(attempt_text)
+    except ValueError:
+        raise JobConfigError(f"{ATTEMPT_ENV}={attempt_text!r} is not a number") from None
+    if attempt < 1:
+        raise JobConfigError(f"{ATTEMPT_ENV}={attempt} must be 1 or more")
+    return config, attempt, env.get(RESTORE_ENV, "")

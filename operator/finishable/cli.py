@@ -7,6 +7,7 @@ in a traceback: the message names the file, the field and what would be accepted
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -16,17 +17,18 @@ from typing import TextIO
 import yaml
 
 from finishable import __version__
-from finishable.api.control import RequestOutcome
-from finishable.api.models import DesiredState, JobMode, RequestAction, dump
+from finishable.api.models import DesiredState, FinishableSparkJobStatus, JobMode, Phase, dump
 from finishable.api.validation import InvalidManifest, load_documents, load_job, parse_manifest
 from finishable.runtime.local import (
+    DEFAULT_STATE_DIR,
+    SETTLED_PHASES,
     LocalJob,
     LocalJobError,
-    describe_report,
+    degraded,
+    describe,
     local_job,
-    read_report,
-    send_request,
-    wait_for_answer,
+    report_document,
+    wait_for,
 )
 
 log = logging.getLogger(__name__)
@@ -138,46 +140,90 @@ def _local_job(args: argparse.Namespace) -> LocalJob:
     return local_job(args.job, Path(args.state_dir) if args.state_dir else None)
 
 
-def _request(args: argparse.Namespace, out: TextIO, action: RequestAction, drain: bool) -> int:
-    job = _local_job(args)
-    request = send_request(job, action, drain=drain)
-    what = {
-        (RequestAction.STOP, False): "stop with savepoint",
-        (RequestAction.STOP, True): "stop with savepoint and drain",
-        (RequestAction.SAVEPOINT, False): "savepoint",
-    }[(action, drain)]
-    out.write(f"{job.name}: {what} requested ({request.id})\n")
-    if args.no_wait:
-        return 0
-    answer = wait_for_answer(job, request, args.timeout)
-    if answer is None:
-        sys.stderr.write(
-            f"{job.name}: no answer within {args.timeout:g}s; the request stays pending "
-            f"(`finishable status {job.name}` shows progress)\n"
-        )
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    """Run a manifest's job locally until it is Finished, Suspended or Failed."""
+    from finishable.runtime.runner import LocalRunner  # noqa: PLC0415 - heavier imports
+
+    manifest = Path(args.file)
+    try:
+        job = load_job(manifest)
+    except InvalidManifest as error:
+        _print_problems(error)
         return 1
-    detail = f": {answer.message}" if answer.message else ""
-    out.write(f"{job.name}: {what} {answer.outcome.value.lower()}{detail}\n")
-    return 0 if answer.outcome is RequestOutcome.COMPLETED else 1
+    state_dir = Path(args.state_dir) if args.state_dir else DEFAULT_STATE_DIR
+    runner = LocalRunner(job, manifest, state_dir, out=out)
+    return runner.run(resume=args.resume, fresh=args.fresh)
 
 
 def _stop(args: argparse.Namespace, out: TextIO) -> int:
-    """Stop a local job with a savepoint, or with drain."""
-    return _request(args, out, RequestAction.STOP, args.drain)
+    """Stop a local job with a savepoint (like setting spec.state), or with drain."""
+    job = _local_job(args)
+    target = DesiredState.FINISHED if args.drain else DesiredState.SUSPENDED
+    desired = job.edit_desired(state=target.value)
+    what = "stop with savepoint and drain" if args.drain else "stop with savepoint"
+    out.write(f"{job.name}: {what} requested\n")
+    if args.no_wait:
+        return 0
+    status = wait_for(
+        job,
+        lambda s: s.phase in SETTLED_PHASES or degraded(s, desired.generation) is not None,
+        args.timeout,
+    )
+    return _settled(job, status, args.timeout, desired.generation, out)
 
 
 def _savepoint(args: argparse.Namespace, out: TextIO) -> int:
-    """Take a savepoint of a local job without stopping it."""
-    return _request(args, out, RequestAction.SAVEPOINT, False)
+    """Take a savepoint of a local job without stopping it (like bumping the nonce)."""
+    job = _local_job(args)
+    current = job.read_status()
+    nonce = (current.savepoint_trigger_nonce if current else 0) + 1
+    desired = job.edit_desired(savepointTriggerNonce=nonce)
+    out.write(f"{job.name}: savepoint requested\n")
+    if args.no_wait:
+        return 0
+    status = wait_for(
+        job,
+        lambda s: (
+            (s.savepoint_trigger_nonce >= nonce and s.pending_request is None)
+            or s.phase in SETTLED_PHASES
+            or degraded(s, desired.generation) is not None
+        ),
+        args.timeout,
+    )
+    return _settled(job, status, args.timeout, desired.generation, out)
+
+
+def _settled(
+    job: LocalJob,
+    status: FinishableSparkJobStatus | None,
+    timeout: float,
+    generation: int,
+    out: TextIO,
+) -> int:
+    if status is None:
+        sys.stderr.write(
+            f"{job.name}: not done within {timeout:g}s; it goes on "
+            f"(`finishable status {job.name}` shows progress)\n"
+        )
+        return 1
+    problem = degraded(status, generation)
+    if problem is not None:
+        sys.stderr.write(f"{job.name}: {problem}\n")
+        return 1
+    out.write("\n".join(describe(status, job.channel.read_report())) + "\n")
+    return 1 if status.phase is Phase.FAILED else 0
 
 
 def _status(args: argparse.Namespace, out: TextIO) -> int:
-    """Print what a local job's driver last reported."""
-    report = read_report(_local_job(args))
+    """Print a local job's phase and what its driver last reported."""
+    job = _local_job(args)
     if args.json:
-        out.write(report.model_dump_json(by_alias=True, exclude_none=True, indent=2) + "\n")
-    else:
-        out.write("\n".join(describe_report(report)) + "\n")
+        out.write(json.dumps(report_document(job), indent=2) + "\n")
+        return 0
+    status = job.read_status()
+    if status is None:
+        raise LocalJobError(f"job {job.name!r} has no status yet")
+    out.write("\n".join(describe(status, job.channel.read_report())) + "\n")
     return 0
 
 
@@ -215,6 +261,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["FINAL_CHECKPOINT", "STOP_WITH_SAVEPOINT_DRAIN", "STOP_WITH_SAVEPOINT"],
         help="only this termination mode",
     )
+    run = add("run", _run, "run a manifest's job locally (embedded Spark, no cluster)")
+    run.add_argument("file", metavar="FILE", help="a manifest holding one job")
+    run.add_argument("--resume", action="store_true", help="resume a suspended job")
+    run.add_argument("--fresh", action="store_true", help="discard the job's earlier local state")
+    run.add_argument("--state-dir", help="where local jobs keep their state (default: .finishable)")
     for name, command, help_text in (
         ("stop", _stop, "stop a local job with a savepoint (--drain: and drain it)"),
         ("savepoint", _savepoint, "take a savepoint of a local job without stopping it"),

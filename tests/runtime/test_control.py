@@ -140,3 +140,13 @@ def test_configmaps_are_named_and_labelled(k8s_server: EmulatorServer) -> None:
         assert metadata["labels"]["finishable.dev/job"] == "labelled"
         assert metadata["ownerReferences"][0]["uid"] == "u-1"
     api.close()
+
+
+def test_a_request_for_another_attempt_is_ignored(
+    channels: tuple[ControlChannel, ControlChannel],
+) -> None:
+    operator, driver = channels
+    operator.send(ControlRequest(id="stop-a1", attempt=1, action=RequestAction.STOP))
+    assert driver.read_request(attempt=2) is None
+    received = driver.read_request(attempt=1)
+    assert received is not None and received.id == "stop-a1"

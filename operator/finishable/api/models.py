@@ -497,6 +497,11 @@ class ControlRequest(ApiModel):
     """A stop or savepoint request: written to ``<job>-control``, kept in status while in flight."""
 
     id: str = Field(min_length=1, description="Request id, echoed by the driver in its answer.")
+    attempt: int | None = Field(
+        default=None,
+        ge=1,
+        description="The driver attempt it is meant for; other attempts ignore it.",
+    )
     action: RequestAction = Field(description="stop (with a savepoint) or savepoint (no stop).")
     drain: bool = Field(default=False, description="Stop with drain: fire every pending window.")
     target_directory: str | None = Field(

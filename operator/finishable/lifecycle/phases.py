@@ -201,6 +201,7 @@ class _Step:
         request = ControlRequest(
             id=f"{action.value}{suffix}-a{self.status.attempt}-g{self.obs.generation}-"
             f"{int(self.obs.now.timestamp())}",
+            attempt=self.status.attempt,
             action=action,
             drain=drain,
             requested_at=self.obs.now,

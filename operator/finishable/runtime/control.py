@@ -69,8 +69,12 @@ class ControlChannel(ABC):
 
     # -- the driver side ------------------------------------------------------------------
 
-    def read_request(self) -> ControlRequest | None:
-        """The pending request, unless it was cancelled."""
+    def read_request(self, attempt: int | None = None) -> ControlRequest | None:
+        """The pending request for driver ``attempt``, unless it was cancelled.
+
+        A request names the attempt it was sent to, so a new attempt never acts on a request
+        its predecessor already answered (a resumed job must not stop again at once).
+        """
         document = self._read_control()
         text = document.get("request")
         if not text:
@@ -81,6 +85,8 @@ class ControlChannel(ABC):
             log.warning("ignoring an unreadable control request in %s: %s", self, error)
             return None
         if document.get("cancelled") == request.id:
+            return None
+        if attempt is not None and request.attempt is not None and request.attempt != attempt:
             return None
         return request
 

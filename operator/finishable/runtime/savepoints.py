@@ -1,0 +1,245 @@
+"""Savepoints: a self-contained, consistent copy of a query's state at one committed batch.
+
+A savepoint (and, in the same format, the periodic checkpoint copy that survives a driver pod) is
+one blob in the snapshot store holding three things:
+
+* ``manifest.json``: job name, committed batch id, the watermark after that batch, whether it was
+  drained, fingerprints of the sources and sinks, Spark's version;
+* ``checkpoint.tar``: Spark's checkpoint directory cut at batch N: ``metadata``, ``sources/``,
+  ``offsets/`` and ``commits/`` up to N, and state store files up to version N + 1 (the version
+  batch N wrote). A batch planned or half-run after N is left out, so a query started from the
+  copy re-plans nothing: it continues with batch N + 1 from fresh offsets;
+* ``coordinators/<source>``: each source coordinator's snapshot taken at batch N.
+
+``check_restorable`` refuses a savepoint of a job with other sources or sinks (the job name may
+differ: starting a new job from an old one's savepoint is the point), or a drained one (event
+time at its end: a job started from it would emit no more windows) unless forced, each with a
+message that says what differs and what to do.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+
+from pydantic import Field, ValidationError
+
+from finishable.api.models import ApiModel
+
+FORMAT = "finishable.savepoint"
+FORMAT_VERSION = 1
+
+_VERSIONED = re.compile(r"^\.?(\d+)(\.[a-z]+)*$")  # 7, .7.crc, 8.delta, .8.delta.crc, 9.zip
+
+
+class SavepointError(ValueError):
+    """A savepoint that cannot be read or used; the message names the problem."""
+
+
+class IncompatibleSavepoint(SavepointError):
+    """A readable savepoint that this job must not start from."""
+
+
+class SavepointManifest(ApiModel):
+    """What a savepoint is a copy of."""
+
+    format: str = Field(default=FORMAT, description="Always finishable.savepoint.")
+    version: int = Field(default=FORMAT_VERSION, description="Format version.")
+    job: str = Field(description="The job that took it.")
+    batch_id: int = Field(ge=0, description="The committed micro-batch it is cut at.")
+    watermark_ms: int | None = Field(default=None, description="Event-time watermark after it.")
+    drained: bool = Field(default=False, description="Taken by a stop with drain.")
+    sources: dict[str, str] = Field(default_factory=dict, description="Source fingerprints.")
+    sinks: dict[str, str] = Field(default_factory=dict, description="Sink fingerprints.")
+    spark_version: str = Field(default="", description="Spark version that wrote it.")
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass(frozen=True)
+class Savepoint:
+    """A savepoint in memory."""
+
+    manifest: SavepointManifest
+    checkpoint: bytes
+    coordinators: Mapping[str, bytes] = field(default_factory=dict)
+
+
+# -- Spark's checkpoint directory ------------------------------------------------------------
+
+
+def _version(name: str) -> int | None:
+    match = _VERSIONED.match(name)
+    return int(match.group(1)) if match else None
+
+
+def checkpoint_files(checkpoint_dir: Path, batch_id: int) -> list[Path]:
+    """The files of a consistent cut at ``batch_id``, relative to ``checkpoint_dir``, sorted."""
+    if not (checkpoint_dir / "commits" / str(batch_id)).is_file():
+        raise SavepointError(
+            f"batch {batch_id} is not committed in {checkpoint_dir}: a savepoint is cut only at "
+            "a committed batch"
+        )
+    selected: list[Path] = []
+    for path in sorted(checkpoint_dir.rglob("*")):
+        if not path.is_file():
+            continue
+        relative = path.relative_to(checkpoint_dir)
+        top = relative.parts[0]
+        version = _version(path.name)
+        if top in ("offsets", "commits") and len(relative.parts) == 2:
+            if version is None or version > batch_id:
+                continue
+        elif top == "state" and version is not None and version > batch_id + 1:
+            continue  # state written by a batch after the cut
+        selected.append(relative)
+    return selected
+
+
+def pack_checkpoint(checkpoint_dir: Path, batch_id: int) -> bytes:
+    """Spark's checkpoint cut at ``batch_id`` as an uncompressed tar (state files compress
+    themselves; a deterministic order keeps equal checkpoints byte-equal)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for relative in checkpoint_files(checkpoint_dir, batch_id):
+            data = (checkpoint_dir / relative).read_bytes()
+            info = tarfile.TarInfo(relative.as_posix())
+            info.size = len(data)
+            info.mtime = 0
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def unpack_checkpoint(data: bytes, target: Path) -> None:
+    """Recreate a checkpoint directory; ``target`` must not hold another one."""
+    if target.exists() and any(target.iterdir()):
+        raise SavepointError(f"{target} is not empty: refusing to mix two checkpoints")
+    target.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+        for member in archive.getmembers():
+            name = PurePosixPath(member.name)
+            if not member.isfile() or name.is_absolute() or ".." in name.parts:
+                raise SavepointError(f"the savepoint holds an unsafe entry {member.name!r}")
+            source = archive.extractfile(member)
+            if source is None:
+                raise SavepointError(f"cannot read {member.name!r} from the savepoint")
+            destination = target.joinpath(*name.parts)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_bytes(source.read())
+
+
+def latest_committed_batch(checkpoint_dir: Path) -> int | None:
+    """The newest batch id with a commit entry, or None for a query that committed nothing."""
+    commits = checkpoint_dir / "commits"
+    if not commits.is_dir():
+        return None
+    ids = [int(path.name) for path in commits.iterdir() if path.name.isdigit()]
+    return max(ids, default=None)
+
+
+def committed_watermark(checkpoint_dir: Path, batch_id: int) -> int | None:
+    """The event-time watermark Spark recorded after ``batch_id`` (``nextBatchWatermarkMs``)."""
+    path = checkpoint_dir / "commits" / str(batch_id)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines[1:]:
+        try:
+            document = json.loads(line)
+        except ValueError:
+            continue
+        value = document.get("nextBatchWatermarkMs") if isinstance(document, dict) else None
+        if isinstance(value, int):
+            return value
+    return None
+
+
+# -- the savepoint blob ----------------------------------------------------------------------
+
+
+def encode_savepoint(savepoint: Savepoint) -> bytes:
+    """One blob for the snapshot store: manifest, checkpoint and coordinator snapshots."""
+    entries: dict[str, bytes] = {
+        "manifest.json": savepoint.manifest.model_dump_json(by_alias=True, indent=2).encode(),
+        "checkpoint.tar": savepoint.checkpoint,
+    }
+    for name, snapshot in sorted(savepoint.coordinators.items()):
+        entries[f"coordinators/{name}"] = snapshot
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as archive:
+        for name, data in entries.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def decode_savepoint(data: bytes, location: str = "the savepoint") -> Savepoint:
+    """Read a blob written by :func:`encode_savepoint`; :class:`SavepointError` if it is not one."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+            entries: dict[str, bytes] = {}
+            for member in archive.getmembers():
+                source = archive.extractfile(member) if member.isfile() else None
+                if source is not None:
+                    entries[member.name] = source.read()
+    except (tarfile.TarError, EOFError, OSError) as error:
+        raise SavepointError(f"{location} is not a finishable savepoint: {error}") from None
+    if "manifest.json" not in entries or "checkpoint.tar" not in entries:
+        raise SavepointError(f"{location} is not a finishable savepoint: no manifest")
+    try:
+        manifest = SavepointManifest.model_validate_json(entries["manifest.json"])
+    except ValidationError as error:
+        raise SavepointError(f"{location} has an unreadable manifest: {error}") from None
+    if manifest.format != FORMAT or manifest.version > FORMAT_VERSION:
+        raise SavepointError(
+            f"{location} has format {manifest.format!r} version {manifest.version}; this "
+            f"version of finishable reads {FORMAT!r} up to version {FORMAT_VERSION}"
+        )
+    coordinators = {
+        name.removeprefix("coordinators/"): blob
+        for name, blob in entries.items()
+        if name.startswith("coordinators/")
+    }
+    return Savepoint(manifest, entries["checkpoint.tar"], coordinators)
+
+
+def check_restorable(
+    manifest: SavepointManifest,
+    *,
+    sources: Mapping[str, str],
+    sinks: Mapping[str, str],
+    allow_drained: bool,
+    location: str = "the savepoint",
+) -> None:
+    """Refuse, with a reason, a savepoint this job must not start from."""
+    problems: list[str] = []
+    for kind, theirs, ours in (
+        ("source", manifest.sources, sources),
+        ("sink", manifest.sinks, sinks),
+    ):
+        for name in sorted(set(theirs) | set(ours)):
+            if name not in ours:
+                problems.append(f"its {kind} {name!r} is not in this job")
+            elif name not in theirs:
+                problems.append(f"this job's {kind} {name!r} is not in it")
+            elif theirs[name] != ours[name]:
+                problems.append(f"the {kind} {name!r} changed since it was taken")
+    if problems:
+        raise IncompatibleSavepoint(
+            f"cannot start from {location}: "
+            + "; ".join(problems)
+            + ". Start without spec.restoreFrom, or from a savepoint of a job with the same "
+            "sources and sinks."
+        )
+    if manifest.drained and not allow_drained:
+        raise IncompatibleSavepoint(
+            f"cannot start from {location}: it was drained (event time is at its end, so no "
+            "window would fire again); set spec.restoreFrom.allowDrained: true to use it anyway"
+        )

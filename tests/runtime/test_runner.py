@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,16 +53,25 @@ def start_runner(path: Path, state_dir: Path, *extra: str) -> subprocess.Popen[s
     )
 
 
-def wait_phase(state_dir: Path, phase: str, timeout: float = 60) -> dict[str, object]:
+def wait_status(
+    state_dir: Path, accept: Callable[[dict[str, object]], bool], timeout: float = 120
+) -> dict[str, object]:
     deadline = time.monotonic() + timeout
     status_file = state_dir / "fake" / "status.json"
     while time.monotonic() < deadline:
         if status_file.exists():
-            status = json.loads(status_file.read_text())
-            if status.get("phase") == phase:
+            try:
+                status = json.loads(status_file.read_text())
+            except json.JSONDecodeError:
+                status = {}
+            if accept(status):
                 return status  # type: ignore[no-any-return]
         time.sleep(0.1)
-    raise AssertionError(f"phase {phase} not reached; status: {status_file.read_text()}")
+    raise AssertionError(f"status not reached; status: {status_file.read_text()}")
+
+
+def wait_phase(state_dir: Path, phase: str, timeout: float = 120) -> dict[str, object]:
+    return wait_status(state_dir, lambda status: status.get("phase") == phase, timeout)
 
 
 def attempts(state_dir: Path) -> list[list[str]]:
@@ -102,15 +112,16 @@ def test_driver_killed_is_recovered(tmp_path: Path) -> None:
     path = manifest(tmp_path, "--crash-at", "5")
     state = tmp_path / "state"
     runner = start_runner(path, state)
-    recovering = wait_phase(state, "Recovering")
-    assert "killed by signal 9" in str(recovering["message"])
-    running = wait_phase(state, "Running", timeout=90)
-    assert running["attempt"] == 2 and running["restarts"] == 1
+    # Recovering can be brief under load, so wait for the second attempt and read
+    # the transition from the runner's own progress output afterwards.
+    running = wait_status(state, lambda s: s.get("phase") == "Running" and s.get("attempt") == 2)
+    assert running["restarts"] == 1
     assert [attempt for attempt, _ in attempts(state)] == ["1", "2"]
     assert main(["stop", "fake", "--drain", "--state-dir", str(state), "--timeout", "30"]) == 0
     output, _ = runner.communicate(timeout=30)
     assert runner.returncode == 0, output
-    assert "Running -> Recovering" in output
+    assert "-> Recovering" in output
+    assert "killed by signal 9" in output
 
 
 def test_second_run_of_a_suspended_job_needs_resume(

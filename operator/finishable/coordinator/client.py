@@ -30,6 +30,7 @@ from finishable.coordinator.events import (
     OperatorEvent,
     RequestSplit,
     SplitFinished,
+    SplitSkipped,
     event_from_json,
 )
 
@@ -119,6 +120,23 @@ class CoordinatorClient:
     ) -> list[OperatorEvent]:
         """Report splits as durably processed."""
         return self.send_event(coordinator, subtask, attempt, SplitFinished(tuple(split_ids)))
+
+    def report_skipped(
+        self, coordinator: str, subtask: int, attempt: int, split_id: str, reason: str
+    ) -> None:
+        """Report a split as skipped because it could not be read (``on_error="skip"``)."""
+        self.send_event(coordinator, subtask, attempt, SplitSkipped(split_id, reason))
+
+    def live_attempts(self, coordinator: str) -> dict[int, list[int]]:
+        """The live attempts of each subtask, as the coordinator's host sees them."""
+        reply = self.progress(coordinator).get("live_attempts")
+        if not isinstance(reply, dict):
+            raise CoordinatorRequestError(200, {"error": "reply without live_attempts"})
+        return {
+            int(subtask): [int(number) for number in numbers]
+            for subtask, numbers in reply.items()
+            if isinstance(numbers, list)
+        }
 
     def attempt_ready(self, coordinator: str, subtask: int, attempt: int) -> None:
         """Announce that an attempt of a subtask runs and can talk to its coordinator."""

@@ -9,7 +9,7 @@ API (JSON bodies; every route but ``/v1/health`` needs ``Authorization: Bearer <
 
     GET  /v1/health                                    liveness, no token needed
     GET  /v1/coordinators                              progress of every coordinator
-    GET  /v1/coordinators/{name}                       progress of one
+    GET  /v1/coordinators/{name}                       progress and live attempts of one
     POST /v1/coordinators/{name}/subtasks/{s}/attempts/{a}/ready    {"request_id"?}
     POST /v1/coordinators/{name}/subtasks/{s}/attempts/{a}/failed   {"reason"?, "request_id"?}
     POST /v1/coordinators/{name}/subtasks/{s}/attempts/{a}/events   {"event", "request_id"?}
@@ -365,12 +365,14 @@ class CoordinatorEndpoint:
     async def _progress(self, request: web.Request) -> web.Response:
         host = self._host(request)
         progress = await self._await(host.progress())
+        attempts = await self._await(host.live_attempts())
         return _json_response(
             200,
             {
                 "name": host.name,
                 "progress": progress.to_json() if progress is not None else None,
                 "failed": str(host.failure) if host.failure is not None else None,
+                "live_attempts": {str(s): numbers for s, numbers in attempts.items()},
             },
         )
 

@@ -24,6 +24,20 @@ it (``NO_CHECKPOINT`` if none), so "after checkpoint c" means "epoch >= c". Fail
 
 A request is answered with ``AddSplits`` (possibly empty: 'nothing yet, ask again') or, for a
 bounded source with nothing pending, no orphans and discovery complete, ``NoMoreSplits``.
+
+Controls for the lifecycle of a streaming runtime, called by the driver through
+``CoordinatorHost.call`` (never by readers):
+
+- ``suspend()``/``resume()``: while suspended every request gets an empty ``AddSplits`` (counted
+  in ``held_requests``), so a stop lands on a batch boundary; only a sentinel split still goes out.
+  Suspension is runtime state, not part of a snapshot, and a global reset clears it.
+- ``emit_sentinel(split)``: a ``SentinelSplit`` that the next request gets (alone, when suspended),
+  so event time can be moved to the end for a drain. Unfinished sentinels stay out of snapshots.
+- ``adopt(subtask, attempt, splits)``: a planner that writes the splits of a batch into its own
+  log (Spark's offsets log) may re-run that batch after a restart without asking again; adopting
+  hands exactly those splits to the new attempt, wherever the ledger has them (pending, orphaned,
+  unknown because discovered after the snapshot), so they are not given to anyone else.
+- ``SplitSkipped`` from a reader records an unreadable split and why, for the job status.
 """
 
 from __future__ import annotations
@@ -32,7 +46,7 @@ import heapq
 import json
 import logging
 from abc import abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -58,8 +72,9 @@ from finishable.coordinator.events import (
     OperatorEvent,
     RequestSplit,
     SplitFinished,
+    SplitSkipped,
 )
-from finishable.coordinator.splits import Split, split_from_json
+from finishable.coordinator.splits import SentinelSplit, Split, split_from_json
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +86,38 @@ _Holding = tuple[int, int | None, int]
 
 _Finish = tuple[int, int, int]
 """(subtask, assignment epoch, finish epoch)"""
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptResult:
+    """What ``adopt`` did with each split it was given."""
+
+    adopted: tuple[str, ...]
+    """Now held by the attempt (including those it already held)."""
+    already_finished: tuple[str, ...]
+    """Finished before: the caller must not report them again or expect them to be read."""
+    added: tuple[str, ...]
+    """Unknown to the ledger (discovered after its snapshot) and added by the adoption."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceControlState:
+    """The figures a runtime steers a source's lifecycle by (see the module docstring)."""
+
+    suspended: bool
+    held_requests: int
+    """Requests answered with nothing because of the suspension, since the last ``suspend()``."""
+    requests: int
+    """Split requests handled since this coordinator instance was created."""
+    sentinel_pending: bool
+    """A sentinel split was emitted and is not finished yet."""
+    sentinels_finished: tuple[str, ...]
+    bounded: bool
+    discovery_complete: bool
+    fully_finished: bool
+    """Bounded and every real split finished (sentinels do not count): the source is exhausted."""
+    skipped: dict[str, str]
+    """Split id to the reason a reader skipped it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +152,8 @@ class SplitEnumerator(OperatorCoordinator):
     _finished_by_subtask: dict[int, set[str]]
     _epoch: int
     _discovery_complete: bool
+    _sentinels: set[str]
+    _skipped: dict[str, str]
 
     def __init__(self, context: CoordinatorContext, *, bounded: bool) -> None:
         self._context = context
@@ -112,6 +161,9 @@ class SplitEnumerator(OperatorCoordinator):
         self._started = False
         self._closed = False
         self._gateways: dict[tuple[int, int], SubtaskGateway] = {}
+        self._suspended = False
+        self._held_requests = 0
+        self._requests = 0
         self._clear_ledger()
 
     # ------------------------------------------------------------------ hooks for subclasses
@@ -140,7 +192,15 @@ class SplitEnumerator(OperatorCoordinator):
 
     def _splits_total_hint(self) -> int | None:
         """The number of splits the source will have, when known before discovery ends."""
-        return len(self._splits) if self._discovery_complete else None
+        return self._real_split_count() if self._discovery_complete else None
+
+    def _discovered_with(self, split: Split) -> list[Split]:
+        """The splits to add when ``split`` is adopted but unknown (it must be among them).
+
+        A subclass adds what discovery would have found with it (the other byte ranges of the
+        file), so that later discovery neither misses nor repeats anything.
+        """
+        return [split]
 
     # ------------------------------------------------------------------ helpers for subclasses
 
@@ -172,6 +232,8 @@ class SplitEnumerator(OperatorCoordinator):
             self._seq[split_id] = seq
             self._pending.add(split_id)
             heapq.heappush(self._pending_heap, (seq, split_id))
+            if isinstance(split, SentinelSplit):
+                self._sentinels.add(split_id)
             added += 1
         return added
 
@@ -268,6 +330,8 @@ class SplitEnumerator(OperatorCoordinator):
             gateway.send_event(self._assign(subtask, attempt, event.max_splits))
         elif isinstance(event, SplitFinished):
             self._finish(subtask, attempt, event.split_ids)
+        elif isinstance(event, SplitSkipped):
+            self._record_skipped(subtask, attempt, event)
         else:
             raise CoordinatorRejection(
                 self._context.name,
@@ -302,23 +366,179 @@ class SplitEnumerator(OperatorCoordinator):
 
     def progress(self) -> CoordinatorProgress:
         """Split counts for the job status."""
+        sentinels = self._sentinels
         return CoordinatorProgress(
             bounded=self._bounded,
             discovery_complete=self._discovery_complete,
             splits_total=self._splits_total_hint() if self._bounded else None,
-            splits_discovered=len(self._splits),
-            splits_pending=len(self._pending),
-            splits_assigned=len(self._holder),
-            splits_finished=len(self._finished),
+            splits_discovered=self._real_split_count(),
+            splits_pending=len(self._pending - sentinels),
+            splits_assigned=len(self._holder.keys() - sentinels),
+            splits_finished=len(self._finished.keys() - sentinels),
             fully_finished=self.fully_finished,
         )
 
     @property
     def fully_finished(self) -> bool:
-        """Bounded, every split discovered, and every one finished: never read again."""
+        """Bounded, every split discovered, and every one finished: never read again.
+
+        Sentinel splits do not count: they are not input.
+        """
         return (
-            self._bounded and self._discovery_complete and len(self._finished) == len(self._splits)
+            self._bounded
+            and self._discovery_complete
+            and len(self._finished.keys() - self._sentinels) == self._real_split_count()
         )
+
+    def _real_split_count(self) -> int:
+        return len(self._splits) - len(self._sentinels)
+
+    # ------------------------------------------------------------------ lifecycle controls
+
+    @property
+    def suspended(self) -> bool:
+        """Whether requests are held (see ``suspend``)."""
+        return self._suspended
+
+    def suspend(self) -> None:
+        """Assign nothing (but a sentinel) until ``resume``; restarts the held-request count."""
+        self._suspended = True
+        self._held_requests = 0
+        logger.info("%s: suspended: no new splits are assigned", self._context.name)
+
+    def resume(self) -> None:
+        """Assign splits again."""
+        if self._suspended:
+            logger.info("%s: resumed", self._context.name)
+        self._suspended = False
+
+    def emit_sentinel(self, split: SentinelSplit) -> bool:
+        """Queue ``split`` for the next request; ``False`` if it is known already (a repeat)."""
+        if split.split_id in self._splits:
+            return False
+        self._add_discovered([split])
+        logger.info(
+            "%s: sentinel split %s emitted%s",
+            self._context.name,
+            split.split_id,
+            " (suspended: it goes out alone)" if self._suspended else "",
+        )
+        return True
+
+    def control_state(self) -> SourceControlState:
+        """The lifecycle figures (call on the coordinator thread)."""
+        finished_sentinels = tuple(
+            split_id for split_id in self._sentinels if split_id in self._finished
+        )
+        return SourceControlState(
+            suspended=self._suspended,
+            held_requests=self._held_requests,
+            requests=self._requests,
+            sentinel_pending=len(finished_sentinels) < len(self._sentinels),
+            sentinels_finished=finished_sentinels,
+            bounded=self._bounded,
+            discovery_complete=self._discovery_complete,
+            fully_finished=self.fully_finished,
+            skipped=dict(self._skipped),
+        )
+
+    def adopt(self, subtask: int, attempt: int, splits: Sequence[Split]) -> AdoptResult:
+        """Hand ``splits`` to the ready attempt as its own, whatever state the ledger has them in.
+
+        For a planner that replays a batch from its own log after a restart (see the module
+        docstring). Splits held by another live attempt are refused (nothing changes); finished
+        ones are left alone and reported back.
+        """
+        key = (subtask, attempt)
+        if key not in self._gateways:
+            raise CoordinatorRejection(
+                self._context.name,
+                "cannot adopt splits for an attempt that is not ready",
+                subtask=subtask,
+                attempt=attempt,
+            )
+        for split in splits:
+            holding = self._holder.get(split.split_id)
+            if holding is not None and holding[1] is not None and holding[:2] != key:
+                raise CoordinatorRejection(
+                    self._context.name,
+                    f"cannot adopt split {split.split_id!r}: subtask {holding[0]} attempt "
+                    f"{holding[1]} holds it",
+                    subtask=subtask,
+                    attempt=attempt,
+                )
+        added: list[str] = []
+        for split in splits:
+            if split.split_id not in self._splits:
+                before = len(self._splits)
+                self._add_discovered(self._discovered_with(split))
+                if split.split_id not in self._splits:  # a subclass hook that forgot it
+                    self._add_discovered([split])
+                added.append(split.split_id)
+                logger.info(
+                    "%s: adopted split %s was unknown; %d split(s) added",
+                    self._context.name,
+                    split.split_id,
+                    len(self._splits) - before,
+                )
+        wanted = {split.split_id for split in splits}
+        take_pending = wanted & self._pending
+        if take_pending:
+            self._pending -= take_pending
+            self._pending_heap = [e for e in self._pending_heap if e[1] not in take_pending]
+            heapq.heapify(self._pending_heap)
+        adopted: list[str] = []
+        finished: list[str] = []
+        seen: set[str] = set()
+        held = self._by_attempt.setdefault(key, set())
+        for split in splits:
+            split_id = split.split_id
+            if split_id in seen:
+                continue
+            seen.add(split_id)
+            if split_id in self._finished:
+                finished.append(split_id)
+                continue
+            holding = self._holder.get(split_id)
+            epoch = self._epoch
+            if holding is not None:
+                if holding[1] is None:
+                    self._drop_orphan(holding[0], split_id)
+                epoch = holding[2]
+            self._holder[split_id] = (subtask, attempt, epoch)
+            held.add(split_id)
+            adopted.append(split_id)
+        if not held:
+            del self._by_attempt[key]
+        if finished:
+            logger.warning(
+                "%s: %d adopted split(s) were already finished, such as %s",
+                self._context.name,
+                len(finished),
+                finished[0],
+            )
+        return AdoptResult(tuple(adopted), tuple(finished), tuple(added))
+
+    def skipped(self) -> dict[str, str]:
+        """Splits a reader skipped as unreadable, with the reason."""
+        return dict(self._skipped)
+
+    def _record_skipped(self, subtask: int, attempt: int, event: SplitSkipped) -> None:
+        if event.split_id not in self._splits:
+            raise CoordinatorRejection(
+                self._context.name,
+                f"cannot record split {event.split_id!r} as skipped: it is unknown",
+                subtask=subtask,
+                attempt=attempt,
+            )
+        if event.split_id not in self._skipped:
+            logger.warning(
+                "%s: split %s skipped as unreadable: %s",
+                self._context.name,
+                event.split_id,
+                event.reason,
+            )
+        self._skipped[event.split_id] = event.reason
 
     def assignment_view(self) -> AssignmentView:
         """A copy of the ledger (call on the coordinator thread)."""
@@ -369,6 +589,9 @@ class SplitEnumerator(OperatorCoordinator):
 
     def _assign(self, subtask: int, attempt: int, max_splits: int) -> OperatorEvent:
         key = (subtask, attempt)
+        self._requests += 1
+        if self._suspended:
+            return self._assign_suspended(key)
         own = self._orphans.pop(subtask, None)
         if own:
             # The subtask's share of the restored checkpoint, all at once, as Flink restores it.
@@ -407,6 +630,22 @@ class SplitEnumerator(OperatorCoordinator):
             self._holder[split_id] = (subtask, attempt, self._epoch)
             held.add(split_id)
         return AddSplits(tuple(self._splits[split_id] for split_id in chosen))
+
+    def _assign_suspended(self, key: tuple[int, int]) -> OperatorEvent:
+        """Only pending sentinels go out while suspended, so they make a batch of their own."""
+        sentinels = sorted(self._sentinels & self._pending, key=self._seq.__getitem__)
+        if not sentinels:
+            self._held_requests += 1
+            return AddSplits(())
+        chosen = set(sentinels)
+        self._pending -= chosen
+        self._pending_heap = [e for e in self._pending_heap if e[1] not in chosen]
+        heapq.heapify(self._pending_heap)
+        held = self._by_attempt.setdefault(key, set())
+        for split_id in sentinels:
+            self._holder[split_id] = (key[0], key[1], self._epoch)
+            held.add(split_id)
+        return AddSplits(tuple(self._splits[split_id] for split_id in sentinels))
 
     def _finish(self, subtask: int, attempt: int, split_ids: tuple[str, ...]) -> None:
         key = (subtask, attempt)
@@ -467,13 +706,19 @@ class SplitEnumerator(OperatorCoordinator):
         self._finished_by_subtask = {}
         self._epoch = NO_CHECKPOINT
         self._discovery_complete = False
+        self._sentinels = set()
+        self._skipped = {}
         self._reset_cursor()
 
     # ------------------------------------------------------------------ snapshot format
 
     def _snapshot(self, checkpoint_id: int) -> bytes:
+        # An unfinished sentinel belongs to a drain in progress, not to the source's state.
+        left_out = {split_id for split_id in self._sentinels if split_id not in self._finished}
         assigned: dict[str, list[list[Any]]] = {}
         for split_id in self._splits:
+            if split_id in left_out:
+                continue
             holding = self._holder.get(split_id)
             if holding is not None:
                 assigned.setdefault(str(holding[0]), []).append([split_id, holding[2]])
@@ -487,8 +732,12 @@ class SplitEnumerator(OperatorCoordinator):
             "discovery_complete": self._discovery_complete,
             "fully_finished": self.fully_finished,
             "cursor": self._cursor_json(),
-            "splits": [split.to_json() for split in self._splits.values()],
-            "pending": sorted(self._pending, key=self._seq.__getitem__),
+            "splits": [
+                split.to_json()
+                for split_id, split in self._splits.items()
+                if split_id not in left_out
+            ],
+            "pending": sorted(self._pending - left_out, key=self._seq.__getitem__),
             "assigned": dict(sorted(assigned.items(), key=lambda item: int(item[0]))),
             "finished": [
                 [split_id, *self._finished[split_id]]
@@ -496,6 +745,8 @@ class SplitEnumerator(OperatorCoordinator):
                 if split_id in self._finished
             ],
         }
+        if self._skipped:
+            document["skipped"] = dict(sorted(self._skipped.items()))
         return json.dumps(document, separators=(",", ":")).encode("utf-8")
 
     def _restore(self, checkpoint_id: int, data: bytes) -> None:
@@ -536,6 +787,8 @@ class SplitEnumerator(OperatorCoordinator):
                 raise SnapshotFormatError(f"snapshot.splits[{index}]: duplicate split")
             self._splits[split.split_id] = split
             self._seq[split.split_id] = index
+            if isinstance(split, SentinelSplit):
+                self._sentinels.add(split.split_id)
         self._next_seq = len(self._splits)
         placed: set[str] = set()
 
@@ -583,6 +836,13 @@ class SplitEnumerator(OperatorCoordinator):
                 integer(entry[3], where),
             )
             self._finished_by_subtask.setdefault(subtask, set()).add(split_id)
+        skipped = as_object(doc.get("skipped", {}), "snapshot.skipped")
+        for split_id, reason in skipped.items():
+            if split_id not in self._splits or not isinstance(reason, str):
+                raise SnapshotFormatError(
+                    f"snapshot.skipped[{split_id!r}]: expected a known split id and a reason"
+                )
+            self._skipped[split_id] = reason
         missing = [split_id for split_id in self._splits if split_id not in placed]
         if missing:
             raise SnapshotFormatError(

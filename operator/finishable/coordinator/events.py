@@ -179,3 +179,33 @@ class SplitFinished(OperatorEvent):
             if not isinstance(item, str) or not item:
                 raise JsonFieldError(f"{where}.split_ids[{index}]: expected a split id string")
         return cls(split_ids=tuple(items))
+
+
+@register_event
+@dataclass(frozen=True, slots=True)
+class SplitSkipped(OperatorEvent):
+    """A reader could not read a split and skipped it (``on_error="skip"``); ``reason`` says why.
+
+    Only a report: the split still ends with its batch (``SplitFinished``), so it is not retried;
+    the coordinator keeps the reason for the job status. Reporting the same split again (a task
+    retry, a replayed batch) is harmless.
+    """
+
+    type_name: ClassVar[str] = "SplitSkipped"
+
+    split_id: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not self.split_id:
+            raise ValueError("a skipped split needs its id")
+
+    def fields_json(self) -> dict[str, Any]:
+        return {"split_id": self.split_id, "reason": self.reason}
+
+    @classmethod
+    def from_fields(cls, obj: dict[str, Any], where: str) -> SplitSkipped:
+        split_id = get_str(obj, "split_id", where)
+        if not split_id:
+            raise JsonFieldError(f"{where}.split_id: expected a split id string")
+        return cls(split_id=split_id, reason=get_str(obj, "reason", where))

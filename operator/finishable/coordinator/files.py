@@ -24,7 +24,7 @@ import pyarrow.fs as pafs
 from finishable.coordinator._json import get_int
 from finishable.coordinator.contract import CoordinatorContext, CoordinatorProvider
 from finishable.coordinator.enumerator import SplitEnumerator
-from finishable.coordinator.splits import FileSplit
+from finishable.coordinator.splits import FileSplit, Split
 
 logger = logging.getLogger(__name__)
 
@@ -200,6 +200,28 @@ class FileSplitEnumerator(SplitEnumerator):
         self._scans = 0
         self._last_scan_ms = None
         self._listing_failures = 0
+
+    def _discovered_with(self, split: Split) -> list[Split]:
+        """An adopted file split discovery has not seen: add the whole file as listing would.
+
+        Listing skips files it has seen, so marking the URL seen without its other byte ranges
+        would lose them; adding them (the same ranges ``plan_file_splits`` cuts) keeps both
+        discovery and the ledger complete.
+        """
+        if not isinstance(split, FileSplit) or split.url in self._seen_files:
+            return [split]
+        planned = plan_file_splits([ListedFile(split.url, split.file_size)], self._split_size)
+        if split not in planned:
+            logger.warning(
+                "%s: adopted split %s of %s does not match the current split_size; the file's "
+                "other ranges are left to discovery",
+                self.context.name,
+                split.split_id,
+                split.url,
+            )
+            return [split]
+        self._seen_files.add(split.url)
+        return list(planned)
 
     def _start_discovery(self) -> None:
         if self.bounded and self.discovery_complete:

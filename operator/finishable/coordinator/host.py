@@ -214,6 +214,21 @@ class CoordinatorHost:
             lambda: {s: st.live() for s, st in sorted(self._subtasks.items()) if st.live()}
         )
 
+    def call(self, what: str, action: Callable[[OperatorCoordinator], T]) -> Future[T]:
+        """Run a coordinator-specific operation (suspend, adopt, ...) on the coordinator thread.
+
+        For controls beyond the contract that a driver needs (``SplitEnumerator.suspend`` and the
+        like). The host's checks apply: the coordinator must be started, open and not failed. A
+        ``CoordinatorRejection`` leaves it unchanged; any other exception fails it, as for every
+        contract method.
+        """
+
+        def run() -> T:
+            coordinator = self._check_usable()
+            return self._invoke(what, lambda: action(coordinator))
+
+        return self._submit(run)
+
     def inspect(self, probe: Callable[[OperatorCoordinator], T]) -> Future[T]:
         """Run ``probe`` on the coordinator thread (tests, diagnostics); it must not mutate."""
 

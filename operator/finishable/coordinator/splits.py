@@ -8,6 +8,7 @@ ids, which is what lets a restarted query, a restored snapshot and a retried req
 from __future__ import annotations
 
 import hashlib
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -179,3 +180,67 @@ class RangeSplit(Split):
         if end <= start:
             raise JsonFieldError(f"{where}: range [{start}, {end}) is empty")
         return cls(start=start, end=end)
+
+
+@register_split
+@dataclass(frozen=True, slots=True)
+class SentinelSplit(Split):
+    """One artificial row, with a far-future event time, that ends event time for a drain.
+
+    Spark never advances the watermark on stop, so a drain (and a bounded source's final
+    checkpoint) feeds this split through the source: its row moves the watermark, and the next
+    no-data batch fires every open window. ``row`` maps column names to JSON values (timestamps as
+    microseconds since the epoch, dates as days); ``token`` tells drains apart (the request id).
+    Readers and sinks recognise the row by this split kind in the batch's offset and by the
+    reserved values the runtime put in it. An unfinished sentinel is never part of a snapshot: a
+    restart either replays it from the query's offsets log or the drain emits it again.
+    """
+
+    kind: ClassVar[str] = "sentinel"
+
+    token: str
+    row_json: str
+    """The row as canonical JSON (sorted keys), so the split stays hashable and its id stable."""
+    _id: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.token:
+            raise ValueError("a sentinel split needs a token")
+        try:
+            row = json.loads(self.row_json)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"sentinel row is not JSON: {error}") from None
+        if not isinstance(row, dict) or not row:
+            raise ValueError("a sentinel row must be a non-empty JSON object of column values")
+        canonical = json.dumps(row, sort_keys=True, separators=(",", ":"))
+        object.__setattr__(self, "row_json", canonical)
+        object.__setattr__(self, "_id", "s-" + _digest(self.token, canonical))
+
+    @classmethod
+    def of(cls, token: str, row: dict[str, Any]) -> SentinelSplit:
+        """A sentinel split carrying ``row`` (column name to JSON value)."""
+        return cls(token=token, row_json=json.dumps(row, sort_keys=True))
+
+    @property
+    def split_id(self) -> str:
+        return self._id
+
+    @property
+    def row(self) -> dict[str, Any]:
+        """The row: column name to JSON value."""
+        value: dict[str, Any] = json.loads(self.row_json)
+        return value
+
+    def fields_json(self) -> dict[str, Any]:
+        return {"token": self.token, "row": self.row}
+
+    @classmethod
+    def from_fields(cls, obj: dict[str, Any], where: str) -> SentinelSplit:
+        token = get_str(obj, "token", where)
+        row = obj.get("row")
+        if not isinstance(row, dict) or not row:
+            raise JsonFieldError(f"{where}.row: expected a non-empty object of column values")
+        try:
+            return cls.of(token, row)
+        except (TypeError, ValueError) as error:
+            raise JsonFieldError(f"{where}: {error}") from None

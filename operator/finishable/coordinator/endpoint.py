@@ -14,6 +14,8 @@ API (JSON bodies; every route but ``/v1/health`` needs ``Authorization: Bearer <
     POST /v1/coordinators/{name}/subtasks/{s}/attempts/{a}/failed   {"reason"?, "request_id"?}
     POST /v1/coordinators/{name}/subtasks/{s}/attempts/{a}/events   {"event", "request_id"?}
          -> {"events": [...]}   the events the coordinator sent back to that attempt
+    POST /v1/batches/{batch}/{stage}                   {"sink"}  a sink's commit of a micro-batch
+         reached ``stage`` (prepare, published): the runtime's batch hook runs it
 
 Errors: 400 malformed request (the message names the field), 401 missing or wrong token
 (nothing is changed), 404 unknown coordinator or route, 409 order violation or rejected event
@@ -52,6 +54,9 @@ T = TypeVar("T")
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_REQUEST_ID_LENGTH = 200
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+BatchHook = Callable[[str, int, str], dict[str, Any]]
+"""``hook(stage, batch_id, sink) -> reply``: a sink's commit reached ``stage`` for a batch."""
+BATCH_STAGES = ("prepare", "published")
 
 
 class _HttpError(Exception):
@@ -87,11 +92,20 @@ def _error_response(
 class CoordinatorEndpoint:
     """Serves named coordinator hosts over HTTP with a bearer token; start/stop from any thread."""
 
-    def __init__(self, token: str, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        token: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        advertised_host: str | None = None,
+    ) -> None:
         if not token:
             raise ValueError("the coordinator endpoint needs a non-empty token")
         self._token = token.encode("utf-8")
         self._bind_host = host
+        self._advertised_host = advertised_host
+        self._batch_hook: BatchHook | None = None
         self._bind_port = port
         self._coordinators: dict[str, CoordinatorHost] = {}
         self._lock = threading.Lock()
@@ -115,6 +129,14 @@ class CoordinatorEndpoint:
         with self._lock:
             return self._coordinators.pop(name, None)
 
+    def set_batch_hook(self, hook: BatchHook | None) -> None:
+        """Route sinks' batch commits (``/v1/batches/...``) to ``hook``, run on a worker thread.
+
+        The hook may block (it stores checkpoints); its JSON-ready result is the reply.
+        """
+        with self._lock:
+            self._batch_hook = hook
+
     def names(self) -> list[str]:
         """The served coordinator names."""
         with self._lock:
@@ -131,8 +153,8 @@ class CoordinatorEndpoint:
 
     @property
     def url(self) -> str:
-        """Base URL for clients, such as ``http://127.0.0.1:43121``."""
-        host = self._bind_host
+        """Base URL for clients, such as ``http://127.0.0.1:43121`` (or the advertised host)."""
+        host = self._advertised_host or self._bind_host
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
         if ":" in host:
@@ -209,6 +231,7 @@ class CoordinatorEndpoint:
         app.router.add_post(base + "/ready", self._ready)
         app.router.add_post(base + "/failed", self._failed)
         app.router.add_post(base + "/events", self._event)
+        app.router.add_post("/v1/batches/{batch}/{stage}", self._batch)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self._bind_host, self._bind_port, reuse_address=True)
@@ -412,3 +435,23 @@ class CoordinatorEndpoint:
             host.handle_event_from_operator(subtask, attempt, event, request_id)
         )
         return _json_response(200, {"events": [item.to_json() for item in reply]})
+
+    async def _batch(self, request: web.Request) -> web.Response:
+        with self._lock:
+            hook = self._batch_hook
+        if hook is None:
+            raise _HttpError(404, "not-found", "no batch hook: this endpoint serves no job runtime")
+        stage = request.match_info["stage"]
+        if stage not in BATCH_STAGES:
+            raise _HttpError(
+                404, "not-found", f"unknown batch stage {stage!r}; expected one of {BATCH_STAGES}"
+            )
+        batch = self._index(request, "batch")
+        body = await self._body(request)
+        try:
+            sink = get_optional_str(body, "sink", "body") or ""
+        except JsonFieldError as error:
+            raise _HttpError(400, "bad-request", str(error)) from None
+        loop = asyncio.get_running_loop()
+        reply = await loop.run_in_executor(None, hook, stage, batch, sink)
+        return _json_response(200, reply)

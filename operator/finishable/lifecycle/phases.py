@@ -28,6 +28,7 @@ from finishable.api.models import (
     RecoveryStatus,
     RequestAction,
 )
+from finishable.lifecycle.table import LifecycleMode
 
 P = Phase
 
@@ -134,8 +135,16 @@ def restart_backoff(restarts: int) -> timedelta:
     return min(delay, RESTART_BACKOFF_MAX)
 
 
-def illegal_state_change(phase: Phase, desired: DesiredState) -> str | None:
-    """Why ``desired`` cannot be honoured from ``phase``, or None when it can (now or later)."""
+def illegal_state_change(
+    phase: Phase, desired: DesiredState, *, input_ended: bool = False
+) -> str | None:
+    """Why ``desired`` cannot be honoured from ``phase``, or None when it can (now or later).
+
+    ``input_ended``: the job finished because its bounded input ended (final checkpoint), which
+    is what ``Running`` asks of a bounded job, so staying Finished honours it.
+    """
+    if phase is P.FINISHED and desired is DesiredState.RUNNING and input_ended:
+        return None
     if phase is P.FINISHED and desired is not DesiredState.FINISHED:
         return (
             f"the job is Finished and cannot become {desired.value}; create a new job "
@@ -264,7 +273,9 @@ def _absorb_report(step: _Step) -> None:
 
 def _advance(step: _Step, spec: FinishableSparkJobSpec) -> None:
     phase = step.status.phase
-    illegal = illegal_state_change(phase, spec.state)
+    lifecycle = step.status.lifecycle
+    input_ended = lifecycle is not None and lifecycle.mode is LifecycleMode.FINAL_CHECKPOINT
+    illegal = illegal_state_change(phase, spec.state, input_ended=input_ended)
     if illegal:
         step.degraded = ("IllegalStateChange", illegal)
     handler = _HANDLERS[phase]

@@ -277,7 +277,7 @@ class LocalRunner:
         log_file = log_path.open("ab")
         process = subprocess.Popen(
             [sys.executable, str(program), *self.job.spec.application.args],
-            cwd=program.parent,
+            cwd=Path.cwd(),  # relative paths in args mean what they mean to the user
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log_file,

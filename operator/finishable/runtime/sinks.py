@@ -51,6 +51,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from finishable.runtime.batchhook import HOOK_OPTION, BatchHookClient
 from finishable.runtime.staging import (
     FORMATS,
     Manifest,
@@ -255,12 +256,25 @@ class _StagingWriter(DataSourceStreamArrowWriter):
 
     file_format = "arrow"
 
-    def __init__(self, url: str, name: str, schema: StructType, overwrite: bool) -> None:
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        schema: StructType,
+        overwrite: bool,
+        hook: BatchHookClient | None = None,
+    ) -> None:
         self.url = url
         self.name = name
         self.schema = schema
         self.overwrite = overwrite
+        self.hook = hook
         self._store: SinkStore | None = None
+
+    def notify(self, stage: str, batch_id: int) -> None:
+        """Tell the job runtime (if any) that the batch reached ``stage`` of its commit."""
+        if self.hook is not None:
+            self.hook.notify(stage, batch_id)
 
     @property
     def store(self) -> SinkStore:
@@ -303,12 +317,20 @@ class FilesStreamWriter(_StagingWriter):
     """Stages parquet or JSON; ``commit`` publishes the batch under its manifest."""
 
     def __init__(
-        self, url: str, name: str, file_format: str, schema: StructType, overwrite: bool
+        self,
+        url: str,
+        name: str,
+        file_format: str,
+        schema: StructType,
+        overwrite: bool,
+        *,
+        hook: BatchHookClient | None = None,
     ) -> None:
-        super().__init__(url, name, schema, overwrite)
+        super().__init__(url, name, schema, overwrite, hook)
         self.file_format = file_format
 
     def commit(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
+        self.notify("prepare", batch_id)
         publish_files(
             self.store,
             batch_id,
@@ -317,6 +339,7 @@ class FilesStreamWriter(_StagingWriter):
             _output_schema(self.schema),
             overwrite=self.overwrite,
         )
+        self.notify("published", batch_id)
 
 
 CommitFunction = Callable[[int, pa.Table], None]
@@ -326,9 +349,16 @@ class CallbackStreamWriter(_StagingWriter):
     """Stages Arrow IPC; ``commit`` hands the batch's table to the user's callable."""
 
     def __init__(
-        self, url: str, name: str, fn: CommitFunction, schema: StructType, overwrite: bool
+        self,
+        url: str,
+        name: str,
+        fn: CommitFunction,
+        schema: StructType,
+        overwrite: bool,
+        *,
+        hook: BatchHookClient | None = None,
     ) -> None:
-        super().__init__(url, name, schema, overwrite)
+        super().__init__(url, name, schema, overwrite, hook)
         self.fn = fn
 
     def commit(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
@@ -338,8 +368,12 @@ class CallbackStreamWriter(_StagingWriter):
         came after it; a crash between the user's commit and the marker calls them again with the
         same rows, which is why their commit must be idempotent per batch id.
         """
+        self.notify("prepare", batch_id)
+        self._deliver(_messages(messages), batch_id)
+        self.notify("published", batch_id)
+
+    def _deliver(self, checked: list[StagedMessage | None], batch_id: int) -> None:
         store = self.store
-        checked = _messages(messages)
         last = store.last_committed()
         if last is not None and batch_id <= last:
             discard_replay(store, batch_id, checked)
@@ -387,12 +421,14 @@ class FilesDataSource(DataSource):
     ) -> FilesStreamWriter:
         options = self.options
         file_format = _check_format(_option(options, "format", self.name()))
+        sink = validate_sink_name(_option(options, "sink", self.name()))
         return FilesStreamWriter(
             _option(options, "url", self.name()),
-            validate_sink_name(_option(options, "sink", self.name())),
+            sink,
             file_format,
             schema,
             overwrite,
+            hook=_hook(options, sink),
         )
 
 
@@ -408,13 +444,20 @@ class CallbackDataSource(DataSource):
     ) -> CallbackStreamWriter:
         options = self.options
         fn = _load_function(_option(options, "commit", self.name()))
+        sink = validate_sink_name(_option(options, "sink", self.name()))
         return CallbackStreamWriter(
             _option(options, "url", self.name()),
-            validate_sink_name(_option(options, "sink", self.name())),
+            sink,
             fn,
             schema,
             overwrite,
+            hook=_hook(options, sink),
         )
+
+
+def _hook(options: Mapping[str, str], sink: str) -> BatchHookClient | None:
+    text = options.get(HOOK_OPTION)
+    return BatchHookClient.from_option(text, sink) if text else None
 
 
 def _dump_function(fn: CommitFunction) -> str:

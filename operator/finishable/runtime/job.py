@@ -1,0 +1,306 @@
+"""``FinishableJob``: everything a user's PySpark program needs from the runtime.
+
+::
+
+    job = FinishableJob.from_env()
+    clicks = job.read_stream(sources.Files("s3://bucket/clicks/", format="json", schema=SCHEMA))
+    counts = clicks.withWatermark("ts", "1 minute").groupBy(window("ts", "1 minute")).count()
+    job.write_stream(counts, sinks.TransactionalFiles("s3://bucket/counts/", format="parquet"))
+    job.run()   # blocks; obeys stop, drain, savepoint and the final checkpoint
+
+``from_env`` reads the configuration the operator (or ``finishable run``) handed over, opens the
+control channel and the snapshot store, decides where this attempt starts from (the newest
+checkpoint of its run, else the savepoint it was told to start from, else nothing), starts the
+coordinator endpoint and a Spark session. ``run`` hands everything to the streaming executor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from finishable.api.control import DriverReport, DriverState
+from finishable.api.jobconfig import TOKEN_ENV, ControlType, JobConfig, config_from_env
+from finishable.api.models import JobMode
+from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.runtime.batchhook import HOOK_OPTION, BatchHookClient
+from finishable.runtime.checkpoints import (
+    CheckpointKeeper,
+    Fingerprints,
+    Restored,
+    find_restore,
+    lineage_of,
+)
+from finishable.runtime.control import (
+    ConfigMapControlChannel,
+    ControlChannel,
+    LocalControlChannel,
+)
+from finishable.runtime.savepoints import SavepointError
+from finishable.runtime.sinks import TransactionalCallback, TransactionalFiles, TransactionalSink
+from finishable.runtime.sources import Source, SourceCoordinator
+from finishable.runtime.streaming import JobFailed, Outcome, StreamingExecutor
+from finishable.state import SnapshotStore, open_backend
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+ENDPOINT_BIND_ENV = "FINISHABLE_ENDPOINT_BIND"
+"""Address the coordinator endpoint binds (default 127.0.0.1; 0.0.0.0 in a pod)."""
+ENDPOINT_HOST_ENV = "FINISHABLE_ENDPOINT_HOST"
+"""Host name executors reach the driver by (the driver's headless Service in a cluster)."""
+OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
+
+
+class FinishableJob:
+    """One attempt of a finishable job inside its driver process."""
+
+    def __init__(
+        self,
+        config: JobConfig,
+        *,
+        attempt: int = 1,
+        restore_from: str = "",
+        token: str | None = None,
+        spark: SparkSession | None = None,
+        control: ControlChannel | None = None,
+    ) -> None:
+        if config.spec.mode is not JobMode.STREAMING:
+            raise JobFailed(
+                f"spec.mode is {config.spec.mode.value}: FinishableJob runs Streaming jobs "
+                "(read_stream/write_stream); Batch jobs are not supported yet"
+            )
+        self.config = config
+        self.attempt = attempt
+        self.restore_from = restore_from
+        self._token = token or secrets.token_urlsafe(24)
+        self._control = control or _open_control(config)
+        self._store = SnapshotStore(
+            open_backend(config.state_url, job=config.name, namespace=config.namespace),
+            retained=config.spec.checkpointing.retained,
+        )
+        self._lineage = lineage_of(config.name, restore_from)
+        self._attempt_dir = Path(config.work_dir) / f"attempt-{attempt}"
+        self._checkpoint_dir = self._attempt_dir / "checkpoint"
+        self._sources: list[SourceCoordinator] = []
+        self._output: tuple[DataFrame, TransactionalSink, str] | None = None
+        self._endpoint = CoordinatorEndpoint(
+            self._token,
+            host=os.environ.get(ENDPOINT_BIND_ENV, "127.0.0.1"),
+            advertised_host=os.environ.get(ENDPOINT_HOST_ENV) or None,
+        )
+        self._endpoint.start()
+        self._spark = spark or _spark_session(config)
+        self._restored: Restored | None = None
+        self._report(DriverState.STARTING, f"attempt {attempt} starting")
+
+    @classmethod
+    def from_env(cls, spark: SparkSession | None = None) -> FinishableJob:
+        """The job this driver process was started for (by the operator or `finishable run`)."""
+        config, attempt, restore_from = config_from_env()
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        return cls(
+            config,
+            attempt=attempt,
+            restore_from=restore_from,
+            token=os.environ.get(TOKEN_ENV) or None,
+            spark=spark,
+        )
+
+    @property
+    def spark(self) -> SparkSession:
+        """The Spark session the job runs in."""
+        return self._spark
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    # -- building the pipeline --------------------------------------------------------------
+
+    def read_stream(self, source: Source, *, name: str | None = None) -> DataFrame:
+        """A streaming DataFrame of ``source``, read through its coordinator in this driver.
+
+        ``name`` identifies the source in checkpoints and savepoints (default: ``source-<n>`` in
+        the order of the calls); keep it stable across versions of the program.
+        """
+        if not isinstance(source, Source):
+            raise TypeError(
+                f"read_stream takes a finishable source (sources.Files or sources.Range), "
+                f"got {type(source).__name__}"
+            )
+        coordinator_name = name or f"source-{len(self._sources)}"
+        if any(c.name == coordinator_name for c in self._sources):
+            raise ValueError(f"two sources are named {coordinator_name!r}; pass distinct names")
+        coordinator = SourceCoordinator(coordinator_name, source)
+        self._sources.append(coordinator)
+        return coordinator.stream(self._spark, self._endpoint.url, self._token)
+
+    def write_stream(
+        self, dataframe: DataFrame, sink: TransactionalSink, *, output_mode: str = "append"
+    ) -> None:
+        """Write ``dataframe`` exactly once into ``sink`` (one output per job)."""
+        if self._output is not None:
+            raise ValueError(
+                "this job already writes to a sink: a FinishableJob has one output (union the "
+                "DataFrames, or run a second job)"
+            )
+        if isinstance(sink, TransactionalCallback):
+            sink = sink.with_defaults(staging_url=self._default_staging())
+        elif isinstance(sink, TransactionalFiles):
+            sink = sink.with_defaults()
+        self._output = (dataframe, sink, output_mode)
+
+    # -- running ------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        """Run until stopped, drained or finished; raise ``JobFailed`` if the job fails."""
+        executor: StreamingExecutor | None = None
+        try:
+            executor = self._prepare()
+            outcome = executor.run()
+        except (JobFailed, SavepointError, ValueError, OSError) as error:
+            message = str(error)
+            log.error("job %s attempt %d failed: %s", self.name, self.attempt, message)
+            if executor is not None:
+                executor.report_failure(message)
+            else:
+                self._report(DriverState.FAILED, message)
+            raise JobFailed(message) from error
+        finally:
+            self._close()
+        log.info("job %s ended %s", self.name, outcome.state.value)
+        return outcome
+
+    def _prepare(self) -> StreamingExecutor:
+        if self._output is None:
+            raise JobFailed("the program called run() without write_stream(): nothing to run")
+        if not self._sources:
+            raise JobFailed("the program called run() without read_stream(): nothing to read")
+        dataframe, sink, output_mode = self._output
+        fingerprints = Fingerprints(
+            sources={c.name: c.source.fingerprint() for c in self._sources},
+            sinks={sink.sink_name: json.dumps(sink.fingerprint(), sort_keys=True)},
+        )
+        restored = find_restore(
+            self._store,
+            lineage=self._lineage,
+            restore_from=self.restore_from,
+            allow_drained=self.config.spec.restore_from.allow_drained,
+            fingerprints=fingerprints,
+        )
+        self._restored = restored
+        log.info("attempt %d starts from %s", self.attempt, restored.origin)
+        self._clear_work_dir()
+        restored.apply(self._checkpoint_dir)
+        for coordinator in self._sources:
+            coordinator.start(restored.restore_point(coordinator.name))
+            self._endpoint.add(coordinator.host)
+        keeper = CheckpointKeeper(
+            store=self._store,
+            job=self.name,
+            lineage=self._lineage,
+            checkpoint_dir=self._checkpoint_dir,
+            coordinators=self._sources,
+            fingerprints=fingerprints,
+            restored=restored,
+        )
+        self._endpoint.set_batch_hook(keeper.hook)
+        hook = BatchHookClient(self._endpoint.url, self._token, sink.sink_name)
+        interval = self.config.spec.checkpointing.interval.total_seconds()
+        writer = (
+            sink.write_stream(dataframe)
+            .option(HOOK_OPTION, hook.to_option())
+            .option("checkpointLocation", str(self._checkpoint_dir))
+            .outputMode(output_mode)
+            .queryName(self.name)
+            .trigger(processingTime=f"{int(interval * 1000)} milliseconds")
+        )
+        return StreamingExecutor(
+            job=self.name,
+            attempt=self.attempt,
+            writer=writer,
+            sink=sink,
+            coordinators=self._sources,
+            keeper=keeper,
+            checkpoint_dir=self._checkpoint_dir,
+            control=self._control,
+            stop_timeout=self.config.spec.stop_timeout.total_seconds(),
+            state_url=self.config.state_url,
+        )
+
+    def _clear_work_dir(self) -> None:
+        """Each attempt starts in an empty directory: never from a live checkpoint."""
+        work = Path(self.config.work_dir)
+        if work.is_dir():
+            for child in work.iterdir():
+                if child.name.startswith("attempt-"):
+                    shutil.rmtree(child, ignore_errors=True)
+        self._attempt_dir.mkdir(parents=True, exist_ok=True)
+
+    def _default_staging(self) -> str:
+        """Where a callback sink stages: next to the state in object storage, else locally."""
+        url = self.config.state_url.rstrip("/")
+        if url.split("://", 1)[0].lower() in OBJECT_STORE_SCHEMES and "://" in url:
+            return f"{url}/staging"
+        if url.startswith("configmap:"):
+            raise ValueError(
+                "TransactionalCallback needs staging_url when checkpoints are stored in "
+                "ConfigMaps: pass a location every executor and the driver can reach"
+            )
+        return str(Path(self.config.work_dir).parent / "staging")
+
+    def _report(self, state: DriverState, message: str) -> None:
+        try:
+            self._control.write_report(
+                DriverReport(attempt=self.attempt, state=state, message=message)
+            )
+        except Exception:  # the report is best effort; the failure itself is logged by caller
+            log.warning("cannot write the driver report", exc_info=True)
+
+    def _close(self) -> None:
+        self._endpoint.set_batch_hook(None)
+        self._endpoint.stop()
+        for coordinator in self._sources:
+            coordinator.close()
+
+
+def _open_control(config: JobConfig) -> ControlChannel:
+    if config.control is ControlType.LOCAL:
+        if not config.control_dir:
+            raise JobFailed("the job configuration has control: Local but no control_dir")
+        return LocalControlChannel(Path(config.control_dir))
+    from finishable.state.kubeapi import KubeApi  # noqa: PLC0415 - cluster only
+
+    api = KubeApi.from_environment(namespace=config.namespace)
+    return ConfigMapControlChannel(api, config.name, namespace=config.namespace)
+
+
+def _spark_session(config: JobConfig) -> SparkSession:
+    """A session configured from the spec; local mode unless the spec or environment says not."""
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - heavy, and only for drivers
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf: dict[str, Any] = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+        "spark.sql.streaming.stopTimeout": "60s",
+    }
+    conf.update(config.spec.application.spark_conf)
+    builder = SparkSession.builder.appName(config.name)
+    if "spark.master" not in conf and "SPARK_MASTER" not in os.environ:
+        builder = builder.master("local[2]")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

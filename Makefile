@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/finishable validate examples/*/job.yaml
-	$(BIN)/finishable describe examples/streaming/job.yaml
+	$(BIN)/finishable run examples/streaming/bounded.yaml --fresh
+	$(BIN)/python examples/streaming/show.py .finishable/clickstream-bounded/output
 
 test: lint typecheck unit
 

@@ -8,17 +8,13 @@ until the job is stopped). The program is an ordinary PySpark program plus ``Fin
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
 from pathlib import Path
 
-from pyspark.sql import functions as F
+from clicks import existing_files, write_file  # next to this file: on sys.path as the script's dir
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from clicks import existing_files, write_file  # noqa: E402
-
-from finishable import FinishableJob, sinks, sources  # noqa: E402
+from finishable import FinishableJob, sinks, sources
 
 SCHEMA = "user STRING, page STRING, ts TIMESTAMP"
 

@@ -275,7 +275,11 @@ class CheckpointKeeper:
         """Before a sink publishes ``batch_id``: make N - 1 and the raw offsets of N durable."""
         with self._lock:
             previous = batch_id - 1
-            if previous > self._stored_through and previous in self._snapshots:
+            if previous > self._stored_through and self._log.read_entry("commits", previous):
+                if previous not in self._snapshots:
+                    # No sink commit reported it (a batch that wrote nothing): finish it from the
+                    # log; begin_run adopts the splits of batch_id from the stored offsets.
+                    self.published(previous)
                 self._store_checkpoint(previous)
             raw = self._log.read_entry("offsets", batch_id)
             if raw is None:

@@ -109,13 +109,27 @@ class FinishableJob:
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
-        return cls(
+        job = cls(
             config,
             attempt=attempt,
             restore_from=restore_from,
             token=os.environ.get(TOKEN_ENV) or None,
             spark=spark,
         )
+        job._report_uncaught_errors()
+        return job
+
+    def _report_uncaught_errors(self) -> None:
+        """A mistake in the program (an unknown source format, say) ends the driver with a
+        report that names it, so the status shows the reason and not just an exit code."""
+        previous = sys.excepthook
+
+        def report(kind: type[BaseException], error: BaseException, trace: Any) -> None:
+            if not isinstance(error, JobFailed | KeyboardInterrupt):
+                self._report(DriverState.FAILED, f"{kind.__name__}: {error}")
+            previous(kind, error, trace)
+
+        sys.excepthook = report
 
     @property
     def spark(self) -> SparkSession:

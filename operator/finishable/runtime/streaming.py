@@ -134,6 +134,7 @@ class StreamingExecutor:
         self._answered: set[str] = set()
         self._barriers = 0
         self._deadline = 0.0
+        self._rest: int | None = None
         self._reported_checkpoint: int | None = None
         self._reported_at = 0.0
         self._source_actions: dict[Action, Callable[[SourceCoordinator], None]] = {
@@ -297,6 +298,7 @@ class StreamingExecutor:
         )
         self._termination = ending
         self._deadline = time.monotonic() + self._stop_timeout
+        self._rest = None
 
         # 1. Every source: a savepoint trigger (stop modes) or the end of its input.
         for coordinator in self._coordinators:
@@ -393,12 +395,20 @@ class StreamingExecutor:
         self._boundary()
 
     def _boundary(self) -> int:
+        """The batch the suspended query rests at. A rest found before still holds if nothing
+        was planned since (the sources stay suspended and the sentinels are consumed), which
+        spares a drain a second wait for two held requests."""
         self._check_query()
+        rest = self._rest
+        planned = max(self._log.batch_ids("offsets"), default=-1)
+        if rest is not None and planned == rest == self._log.last_committed():
+            return rest
         remaining = max(1.0, self._deadline - time.monotonic())
         try:
-            return await_batch_boundary(self._coordinators, self._log, timeout=remaining)
+            self._rest = await_batch_boundary(self._coordinators, self._log, timeout=remaining)
         except TimeoutError as error:
             raise StopFailed(str(error)) from None
+        return self._rest
 
     def _checkpoint_at_boundary(self) -> None:
         ending = self._termination
@@ -460,10 +470,23 @@ class StreamingExecutor:
                 savepoint=self._savepoint,
                 request=self._answer,
                 coordinator=self._progress(latest),
-                message=message,
+                message=message or self._skipped(),
                 updated_at=datetime.now(UTC),
             )
         )
+
+    def _skipped(self) -> str:
+        """Input a source skipped (``on_error="skip"``), named, for the status."""
+        skipped = {
+            split: reason
+            for coordinator in self._coordinators
+            for split, reason in coordinator.state().skipped.items()
+        }
+        if not skipped:
+            return ""
+        named = "; ".join(f"{split}: {reason}" for split, reason in sorted(skipped.items())[:5])
+        more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        return f"skipped {len(skipped)} unreadable input split(s): {named}{more}"
 
     def _progress(self, latest: StoredCheckpoint | None) -> CoordinatorStatus:
         total = finished = 0

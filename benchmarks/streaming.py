@@ -1,0 +1,278 @@
+"""The streaming runtime against plain Structured Streaming, on the same input in the same session.
+
+Throughput: the same pipeline (parse JSON clicks, filter, project; parquet out) over the same files,
+once with Spark's built-in file source and parquet sink and once through ``FinishableJob`` with
+``sources.Files`` and ``sinks.TransactionalFiles`` (coordinator requests, a stored checkpoint per
+batch, the sink's two-phase commit). Both read the same number of files per micro-batch with the
+same trigger; rows/s is counted from the query's own progress events until every row was read.
+
+Latency: an unbounded windowed count is running in steady state when a stop with savepoint (and
+then, on a second run, a stop with drain) is requested through the control channel; the time until
+``run()`` returns is divided by the mean micro-batch duration of that run. Prints one JSON line.
+
+    .venv/bin/python benchmarks/streaming.py [--files 40] [--rows 20000] [--files-per-batch 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
+
+from finishable import FinishableJob, sinks, sources
+from finishable.api.jobconfig import JobConfig
+from finishable.api.models import ControlRequest, RequestAction
+from finishable.runtime.control import LocalControlChannel
+
+SCHEMA = "user STRING, page STRING, ts TIMESTAMP"
+START = datetime(2026, 1, 1, tzinfo=UTC)
+TRIGGER_MS = 200
+
+
+def write_inputs(directory: Path, files: int, rows: int) -> int:
+    directory.mkdir(parents=True, exist_ok=True)
+    for index in range(files):
+        rng = random.Random(index)
+        base = START + timedelta(seconds=60 * index)
+        lines = [
+            json.dumps(
+                {
+                    "user": f"u{rng.randrange(10_000)}",
+                    "page": rng.choice(("home", "search", "cart", "checkout")),
+                    "ts": (base + timedelta(milliseconds=rng.randrange(60_000))).isoformat(),
+                }
+            )
+            for _ in range(rows)
+        ]
+        (directory / f"clicks-{index:05d}.json").write_text("\n".join(lines) + "\n")
+    return files * rows
+
+
+def pipeline(clicks: DataFrame) -> DataFrame:
+    # length() is not pushed into Spark's JSON scan, so both queries count every input row.
+    return clicks.where(F.length("page") > 4).select(
+        "user", "page", "ts", F.hour("ts").alias("hour")
+    )
+
+
+def windowed(clicks: DataFrame) -> DataFrame:
+    return (
+        clicks.withWatermark("ts", "1 minute")
+        .groupBy(F.window("ts", "1 minute"), "page")
+        .count()
+        .select(F.col("window.start").alias("window_start"), "page", "count")
+    )
+
+
+def data_batches(spark: SparkSession) -> list[Any]:
+    """Progress events of the running query's batches that read rows."""
+    return [p for q in spark.streams.active for p in q.recentProgress if p.numInputRows]
+
+
+def wait_rows(spark: SparkSession, total: int, started: float) -> float:
+    """Seconds from ``started`` until the running query has read ``total`` rows."""
+    while (read := sum(p.numInputRows for p in data_batches(spark))) < total:
+        if time.perf_counter() - started > 900:
+            raise TimeoutError(f"only {read} of {total} rows were read")
+        time.sleep(0.05)
+    return time.perf_counter() - started
+
+
+def batch_seconds(spark: SparkSession) -> float:
+    """Mean duration of the running query's data batches."""
+    durations = [p.durationMs.get("triggerExecution", 0) / 1000 for p in data_batches(spark)]
+    return max(statistics.mean(durations) if durations else 0.0, TRIGGER_MS / 1000)
+
+
+def plain(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: int) -> float:
+    frame = (
+        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", per_batch).json(str(inputs))
+    )
+    started = time.perf_counter()
+    query = (
+        pipeline(frame)
+        .writeStream.format("parquet")
+        .option("path", str(work / "plain-out"))
+        .option("checkpointLocation", str(work / "plain-checkpoint"))
+        .trigger(processingTime=f"{TRIGGER_MS} milliseconds")
+        .start()
+    )
+    elapsed = wait_rows(spark, total, started)
+    query.stop()
+    return total / elapsed
+
+
+def job_config(work: Path, name: str) -> JobConfig:
+    return JobConfig.model_validate(
+        {
+            "name": name,
+            "spec": {
+                "application": {"file": "benchmarks/streaming.py"},
+                "checkpointing": {"interval": f"{TRIGGER_MS}ms", "retained": 3},
+                "stopTimeout": "5m",
+            },
+            "stateUrl": str(work / name / "state"),
+            "workDir": str(work / name / "work"),
+            "control": "Local",
+            "controlDir": str(work / name / "control"),
+        }
+    )
+
+
+class RuntimeRun:
+    """One FinishableJob run on a thread of this process: unbounded files through ``transform``."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        work: Path,
+        name: str,
+        inputs: Path,
+        *,
+        per_batch: int,
+        transform: Callable[[DataFrame], DataFrame],
+    ) -> None:
+        self.config = job_config(work, name)
+        self.job = FinishableJob(self.config, spark=spark, token="benchmark-token")
+        self.channel = LocalControlChannel(Path(str(self.config.control_dir)))
+        self.error: BaseException | None = None
+        frame = self.job.read_stream(
+            sources.Files(
+                str(inputs),
+                format="json",
+                schema=SCHEMA,
+                bounded=False,
+                max_splits_per_batch=per_batch,
+                discovery_interval="1s",
+            ),
+            name="clicks",
+        )
+        self.job.write_stream(
+            transform(frame),
+            sinks.TransactionalFiles(str(work / f"{name}-out"), format="parquet", name="out"),
+        )
+
+    def run(self, monitor: Callable[[float], None]) -> float:
+        """``job.run()`` on this (the main) thread, as a driver runs it, with ``monitor(started)``
+        watching from another; returns when the job ended: the time it did."""
+        started = time.perf_counter()
+        watcher = threading.Thread(target=self._watch, args=(monitor, started), daemon=True)
+        watcher.start()
+        self.job.run()
+        ended = time.perf_counter()
+        watcher.join(60)
+        if self.error is not None:
+            raise self.error
+        return ended
+
+    def _watch(self, monitor: Callable[[float], None], started: float) -> None:
+        try:
+            monitor(started)
+        except BaseException as error:
+            self.error = error
+            self.request_stop(drain=False)
+
+    def request_stop(self, *, drain: bool) -> float:
+        self.channel.send(
+            ControlRequest(id=f"stop-{drain}", attempt=1, action=RequestAction.STOP, drain=drain)
+        )
+        return time.perf_counter()
+
+
+def runtime(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: int) -> float:
+    run = RuntimeRun(spark, work, "throughput", inputs, per_batch=per_batch, transform=pipeline)
+    elapsed: list[float] = []
+
+    def measure(started: float) -> None:
+        elapsed.append(wait_rows(spark, total, started))
+        run.request_stop(drain=False)
+
+    run.run(measure)
+    return total / elapsed[0]
+
+
+def stop_latency(
+    spark: SparkSession, inputs: Path, work: Path, per_batch: int, *, drain: bool
+) -> tuple[float, float]:
+    """A windowed count running over unbounded input; seconds to stop and the batch duration."""
+    name = "drain" if drain else "stop"
+    run = RuntimeRun(spark, work, name, inputs, per_batch=per_batch, transform=windowed)
+    seen: list[float] = []
+
+    def steady_then_stop(started: float) -> None:
+        # Steady state: a third of the input read (the first batches pay Spark's start-up).
+        files = sum(1 for _ in inputs.glob("*.json"))
+        while len(data_batches(spark)) < max(3, files // per_batch // 3):
+            if time.perf_counter() - started > 900:
+                raise TimeoutError(f"the {name} run made no progress")
+            time.sleep(0.05)
+        seen.append(batch_seconds(spark))
+        seen.append(run.request_stop(drain=drain))
+
+    ended = run.run(steady_then_stop)
+    batch, requested = seen
+    return ended - requested, batch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--files", type=int, default=40)
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--files-per-batch", type=int, default=4)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("finishable-benchmark")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    with tempfile.TemporaryDirectory(prefix="finishable-bench-") as scratch:
+        work = Path(scratch)
+        inputs = work / "input"
+        total = write_inputs(inputs, args.files, args.rows)
+        plain(spark, inputs, work / "warmup", total, args.files_per_batch)  # JIT, caches
+        plain_rate = plain(spark, inputs, work / "plain", total, args.files_per_batch)
+        runtime_rate = runtime(spark, inputs, work / "runtime", total, args.files_per_batch)
+        stop_s, stop_batch = stop_latency(spark, inputs, work, 2, drain=False)
+        drain_s, drain_batch = stop_latency(spark, inputs, work, 2, drain=True)
+    result: dict[str, Any] = {
+        "benchmark": "streaming",
+        "rows": total,
+        "files_per_batch": args.files_per_batch,
+        "trigger_ms": TRIGGER_MS,
+        "plain_rows_per_s": round(plain_rate),
+        "runtime_rows_per_s": round(runtime_rate),
+        "overhead_ratio": round(plain_rate / runtime_rate, 3),
+        "overhead_aim": 1.15,
+        "stop_with_savepoint_s": round(stop_s, 2),
+        "stop_with_savepoint_batches": round(stop_s / stop_batch, 2),
+        "drain_s": round(drain_s, 2),
+        "drain_batches": round(drain_s / drain_batch, 2),
+        "batch_duration_s": round(statistics.mean([stop_batch, drain_batch]), 3),
+        "latency_aim_batches": 2,
+    }
+    sys.stdout.write(json.dumps(result) + "\n")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

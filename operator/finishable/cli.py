@@ -227,6 +227,41 @@ def _status(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _operator(args: argparse.Namespace, out: TextIO) -> int:
+    """Run the Kubernetes operator (kopf) until SIGTERM."""
+    from finishable.controller.main import run_operator  # noqa: PLC0415 - kopf is heavy
+    from finishable.controller.settings import OperatorOptions  # noqa: PLC0415
+    from finishable.state.errors import BackendError  # noqa: PLC0415
+
+    options = OperatorOptions(
+        namespaces=tuple(args.namespace or ()),
+        bind=args.bind,
+        liveness_port=args.liveness_port,
+        metrics_port=args.metrics_port,
+        peering=args.peering,
+        standalone=args.standalone,
+        priority=args.priority,
+        resync_seconds=args.resync,
+    )
+    try:
+        return run_operator(options)
+    except BackendError as error:
+        sys.stderr.write(f"cannot reach the Kubernetes API: {error}\n")
+        return 1
+
+
+def _driver(args: argparse.Namespace, out: TextIO) -> int:
+    """Start the job's program in a driver pod (the operator's pods run this)."""
+    from finishable.api.jobconfig import JobConfigError  # noqa: PLC0415
+    from finishable.controller.driver import DriverError, run_driver  # noqa: PLC0415
+
+    try:
+        run_driver()
+    except (JobConfigError, DriverError) as error:
+        sys.stderr.write(f"{error}\n")
+        return 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand's function is stored in ``command``."""
     parser = argparse.ArgumentParser(
@@ -266,6 +301,29 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true", help="resume a suspended job")
     run.add_argument("--fresh", action="store_true", help="discard the job's earlier local state")
     run.add_argument("--state-dir", help="where local jobs keep their state (default: .finishable)")
+    operator = add("operator", _operator, "run the Kubernetes operator (kopf)")
+    operator.add_argument(
+        "--namespace",
+        action="append",
+        metavar="NS",
+        help="serve this namespace (repeat for more); every namespace when not given",
+    )
+    operator.add_argument("--bind", default="0.0.0.0", help="address of /healthz and /metrics")
+    operator.add_argument("--liveness-port", type=int, default=8080, help="port of /healthz")
+    operator.add_argument("--metrics-port", type=int, default=9090, help="port of /metrics")
+    operator.add_argument(
+        "--peering", default="finishable-spark-operator", help="kopf peering object name"
+    )
+    operator.add_argument(
+        "--standalone", action="store_true", help="do not peer (a single replica only)"
+    )
+    operator.add_argument(
+        "--priority", type=int, help="peering priority (default: random; highest acts)"
+    )
+    operator.add_argument(
+        "--resync", type=float, default=60.0, help="seconds between reconciles of a quiet job"
+    )
+    add("driver", _driver, "start a job's program in its driver pod (used by the operator)")
     for name, command, help_text in (
         ("stop", _stop, "stop a local job with a savepoint (--drain: and drain it)"),
         ("savepoint", _savepoint, "take a savepoint of a local job without stopping it"),

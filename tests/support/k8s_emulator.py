@@ -1,19 +1,31 @@
-"""kmock's ``KubernetesEmulator``, extended to behave like an API server where our stores need it,
+"""kmock's ``KubernetesEmulator``, extended to behave like an API server where our code needs it,
 and served over real HTTP on a loopback port from a background thread.
 
-What kmock 0.8 lacks, and this adds (generic for namespaced core resources, not ConfigMap-only):
+What kmock 0.8 lacks, and this adds (generic for every resource, not ConfigMap-only):
 
 * ``PUT`` (replace): kmock guesses no action for it and answers 500;
-* ``metadata.resourceVersion`` (a global counter, bumped on every write), ``uid`` and
-  ``creationTimestamp``; optimistic concurrency: a write carrying a stale resourceVersion gets
-  409 Conflict, as does a create of an existing name (kmock has that one);
-* label selectors on list (``=``, ``==``, ``!=``, ``key``, ``!key``, ``in``, ``notin``), a real list
-  resourceVersion, and metadata-only lists (``Accept: ...;as=PartialObjectMetadataList``);
+* ``metadata.resourceVersion`` (a global counter, bumped on every write), ``uid``,
+  ``creationTimestamp``, ``generation`` (bumped when anything but metadata and status changes)
+  and ``generateName``; optimistic concurrency: a write carrying a stale resourceVersion gets
+  409 Conflict, as does a create of an existing name;
+* the ``status`` subresource: for resources that have one, writes to the object ignore
+  ``status`` and writes to ``/status`` change nothing else; a new Pod starts ``Pending``;
+* label selectors on list and watch (``=``, ``==``, ``!=``, ``key``, ``!key``, ``in``,
+  ``notin``), a real list resourceVersion, and metadata-only lists;
+* watches that resume from a ``resourceVersion`` (a bounded event history; older ones get
+  410 Gone, as from a real server) and end after ``timeoutSeconds``;
+* JSON merge patch with ``null`` deletes, JSON patch (RFC 6902, with ``test``), and a
+  resourceVersion precondition;
+* finalizers (delete marks ``deletionTimestamp``; removing the last finalizer deletes) and the
+  garbage collector: deleting an object deletes its dependents (``ownerReferences``), unless
+  ``propagationPolicy: Orphan``;
+* discovery of the built-in resources, and of custom resources once their
+  CustomResourceDefinition is created (as ``kubectl apply -f crds/`` would do);
 * validation the real server does and our code must respect: object names (DNS subdomains),
   label values, and the 1 MiB cap on a ConfigMap's ``data`` + ``binaryData`` (422 Invalid);
-* JSON merge patch with ``null`` deletes, and a resourceVersion precondition in the patch;
 * request bodies up to 3 MiB (aiohttp's default cap is 1 MiB; the API server accepts 3 MiB);
 * optional bearer-token check (401), to prove that clients send their credentials;
+* request counts per User-Agent at ``GET /_emulator/stats``, for benchmarks;
 * bounded memory for long runs: hard deletes, and only the newest requests are kept.
 
 Run standalone (for benchmarks): ``python tests/support/k8s_emulator.py`` prints the port, then
@@ -25,14 +37,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import collections
 import copy
 import datetime
+import gzip
+import importlib.resources
 import itertools
+import json
 import re
+import secrets
 import sys
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -43,6 +60,9 @@ from kmock import KubernetesEmulator, KubernetesError
 
 CONFIGMAP_DATA_LIMIT = 1024 * 1024
 MAX_REQUEST_BODY = 3 * 1024 * 1024
+EVENT_HISTORY = 20_000
+STATS_PATH = "/_emulator/stats"
+_NAMESPACES_PATH = re.compile(r"/api/v1/namespaces(?:/(?P<name>[^/]+))?/?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _DATA_KEY = re.compile(r"[-._a-zA-Z0-9]+")
@@ -50,6 +70,13 @@ _SELECTOR_TERM = re.compile(
     r"\s*(?P<neg>!)?\s*(?P<key>[A-Za-z0-9./_-]+)\s*"
     r"(?:(?P<op>==|=|!=)\s*(?P<value>[A-Za-z0-9._-]*)|\s+(?P<setop>in|notin)\s*\((?P<set>[^)]*)\))?\s*"
 )
+_STANDARD_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
+
+Key = tuple[Any, str | None, str]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat()
 
 
 def _invalid(kind: str, name: str, detail: str) -> KubernetesError:
@@ -69,6 +96,71 @@ def _merge_patch(target: Any, patch: Any) -> Any:
         else:
             result[key] = _merge_patch(result.get(key), value)
     return result
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise ValueError(f"bad JSON pointer {path!r}")
+    return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
+
+
+def _json_patch(document: Any, operations: list[Any]) -> Any:
+    """RFC 6902 JSON patch (add, remove, replace, test, move, copy); 422 when one fails."""
+    doc = copy.deepcopy(document)
+
+    def parent(parts: list[str]) -> tuple[Any, str]:
+        node = doc
+        for part in parts[:-1]:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        return node, parts[-1]
+
+    def get(parts: list[str]) -> Any:
+        node = doc
+        for part in parts:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        return node
+
+    def remove(parts: list[str]) -> Any:
+        node, last = parent(parts)
+        return node.pop(int(last)) if isinstance(node, list) else node.pop(last)
+
+    def add(parts: list[str], value: Any) -> None:
+        node, last = parent(parts)
+        if isinstance(node, list):
+            node.insert(len(node) if last == "-" else int(last), copy.deepcopy(value))
+        else:
+            node[last] = copy.deepcopy(value)
+
+    try:
+        for operation in operations:
+            op, parts = operation["op"], _pointer(operation["path"])
+            if op == "test":
+                if get(parts) != operation.get("value"):
+                    raise ValueError(f"test failed at {operation['path']}")
+            elif op == "remove":
+                remove(parts)
+            elif op == "add":
+                if not parts:
+                    doc = copy.deepcopy(operation["value"])
+                else:
+                    add(parts, operation["value"])
+            elif op == "replace":
+                get(parts)  # must exist
+                remove(parts)
+                add(parts, operation["value"])
+            elif op in ("move", "copy"):
+                source = _pointer(operation["from"])
+                value = remove(source) if op == "move" else copy.deepcopy(get(source))
+                add(parts, value)
+            else:
+                raise ValueError(f"unknown op {op!r}")
+    except (KeyError, IndexError, ValueError, TypeError) as error:
+        raise KubernetesError(
+            status=422, reason="Invalid", message=f"the JSON patch cannot be applied: {error}"
+        ) from None
+    return doc
 
 
 def parse_label_selector(selector: str) -> list[tuple[str, str, set[str]]]:
@@ -119,6 +211,15 @@ def labels_match(labels: Mapping[str, str], terms: list[tuple[str, str, set[str]
     return True
 
 
+def _labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _content(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What bumps the generation: everything but metadata and status."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
 @attrs.define(kw_only=True)
 class StateEmulator(KubernetesEmulator):
     """The extended emulator (see the module docstring)."""
@@ -126,30 +227,117 @@ class StateEmulator(KubernetesEmulator):
     required_token: str | None = None
     keep_requests: int = 200
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    _history: collections.deque[tuple[int, Any, dict[str, Any]]] = attrs.field(
+        factory=lambda: collections.deque(maxlen=EVENT_HISTORY), init=False
+    )
+    _history_floor: int = attrs.field(default=0, init=False)
+    request_counts: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        # kmock's load_bundled() reads it with a deprecated importlib call; same data, read here.
+        bundled = importlib.resources.files("kmock._internal").joinpath("resources.json.gz")
+        self.resources.load_data(gzip.decompress(bundled.read_bytes()))
 
     def _next_version(self) -> str:
         return str(next(self._versions))
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """kmock cannot parse ``/api/v1/namespaces[/NAME]`` (it reads "namespaces" as the start
+        of a namespaced path); build that request here and serve it like any other."""
+        match = _NAMESPACES_PATH.fullmatch(raw_request.path)
+        if match is None:
+            return await super().__call__(raw_request)
+        body = await raw_request.read()
+        try:
+            data = json.loads(body) if body else None
+        except ValueError:
+            data = None
+        method = kmock.method(raw_request.method)
+        query = dict(raw_request.query)
+        name = match["name"]
+        if method == kmock.method.GET:
+            watching = query.get("watch") == "true"
+            action = (
+                kmock.action.WATCH
+                if watching
+                else (kmock.action.FETCH if name else kmock.action.LIST)
+            )
+        else:
+            action = {
+                kmock.method.POST: kmock.action.CREATE,
+                kmock.method.PATCH: kmock.action.UPDATE,
+                kmock.method.DELETE: kmock.action.DELETE,
+            }.get(method)
+        request = kmock.Request(
+            id=len(self._requests),
+            raw_request=raw_request,
+            url=raw_request.url,
+            method=raw_request.method,
+            params=query,
+            headers=dict(raw_request.headers),
+            data=data,
+            body=body,
+            action=action,
+            resource=kmock.resource("", "v1", "namespaces"),
+            name=name,
+        )
+        self._requests.append(request)  # kmock's reactions only see requests it has recorded
+        try:
+            return await self._handle(request)
+        except KubernetesError as error:
+            return await self._render_error(error)
 
     # -- dispatch ---------------------------------------------------------------------------
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         if len(self._requests) > self.keep_requests:
             del self._requests[: -self.keep_requests]
-        if self.required_token is not None:
-            headers = {k.lower(): v for k, v in request.headers.items()}
-            if headers.get("authorization") != f"Bearer {self.required_token}":
-                raise KubernetesError(status=401, reason="Unauthorized", message="Unauthorized")
-        if request.resource is None or request.subresource is not None:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        if request.url.path == STATS_PATH:
+            return aiohttp.web.json_response(dict(self.request_counts))
+        self.request_counts[headers.get("user-agent", "").split("/")[0]] += 1
+        token = self.required_token
+        if token is not None and headers.get("authorization") != f"Bearer {token}":
+            raise KubernetesError(status=401, reason="Unauthorized", message="Unauthorized")
+        if request.resource is None or request.subresource not in (None, "status"):
             return await super()._handle(request)
         if request.method == kmock.method.PUT and request.name is not None:
             return await self._replace(request)
-        if request.action == kmock.action.CREATE:
+        if request.action == kmock.action.CREATE and request.subresource is None:
             return await self._create(request)
         if request.action == kmock.action.UPDATE:
             return await self._patch(request)
-        if request.action == kmock.action.DELETE:
+        if request.action == kmock.action.DELETE and request.subresource is None:
             return await self._delete(request)
-        return await super()._handle(request)  # fetch, watch, list (see _serve_list)
+        if request.action == kmock.action.FETCH and request.subresource == "status":
+            async with self._lock:
+                obj = self._current(self._key(request, request.name or ""), request)
+            return aiohttp.web.json_response(obj)
+        return await super()._handle(request)  # fetch, watch, list (see _serve_list/_watch)
+
+    # -- resources --------------------------------------------------------------------------
+
+    def _has_status(self, resource: kmock.resource) -> bool:
+        return resource in self.resources and "status" in self.resources[resource].subresources
+
+    def _register_crd(self, crd: Mapping[str, Any]) -> None:
+        """Serve the custom resource a CustomResourceDefinition defines, as a real server does."""
+        spec = crd.get("spec") or {}
+        names = spec.get("names") or {}
+        for version in spec.get("versions") or []:
+            if not version.get("served", True):
+                continue
+            resource = kmock.resource(spec["group"], version["name"], names["plural"])
+            self.resources[resource] = kmock.ResourceInfo(
+                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                kind=names.get("kind"),
+                singular=names.get("singular"),
+                shortnames=set(names.get("shortNames") or []),
+                categories=set(names.get("categories") or []),
+                verbs=set(_STANDARD_VERBS),
+                subresources=set(version.get("subresources") or {}),
+            )
 
     # -- validation -------------------------------------------------------------------------
 
@@ -185,9 +373,20 @@ class StateEmulator(KubernetesEmulator):
                     kind, name, f"[]: Too long: may not be more than {CONFIGMAP_DATA_LIMIT} bytes"
                 )
 
+    # -- events -----------------------------------------------------------------------------
+
+    async def _emit(self, resource: kmock.resource, kind: str, obj: dict[str, Any]) -> None:
+        """Record a watch event (with the lock held) and hand it to the live watchers."""
+        event = {"type": kind, "object": copy.deepcopy(obj)}
+        version = int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+        if len(self._history) == self._history.maxlen:
+            self._history_floor = self._history[0][0]
+        self._history.append((version, resource, event))
+        await self._buses[resource].put(event)
+
     # -- writes -----------------------------------------------------------------------------
 
-    def _key(self, request: kmock.Request, name: str) -> tuple[Any, str | None, str]:
+    def _key(self, request: kmock.Request, name: str) -> Key:
         return (request.resource, request.namespace, name)
 
     async def _create(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
@@ -196,9 +395,15 @@ class StateEmulator(KubernetesEmulator):
         if obj is None:
             raise KubernetesError(status=400, reason="BadRequest", message="body is not an object")
         meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{secrets.token_hex(3)}"
         namespace = request.namespace or meta.get("namespace")
         self._validate(request.resource, obj)
         key = (request.resource, namespace, meta["name"])
+        if self._has_status(request.resource):
+            obj.pop("status", None)
+            if request.resource == kmock.resource("", "v1", "pods"):
+                obj["status"] = {"phase": "Pending"}
         async with self._lock:
             if key in self._objects and not self._objects[key].deleted:
                 raise KubernetesError(
@@ -206,16 +411,61 @@ class StateEmulator(KubernetesEmulator):
                     reason="AlreadyExists",
                     message=f'{request.resource.plural} "{meta["name"]}" already exists',
                 )
-            meta.pop("resourceVersion", None)
+            for field in ("resourceVersion", "deletionTimestamp"):
+                meta.pop(field, None)
             meta.update(
                 namespace=namespace,
                 resourceVersion=self._next_version(),
                 uid=str(uuid.uuid4()),
-                creationTimestamp=datetime.datetime.now(datetime.UTC).isoformat(),
+                creationTimestamp=_now(),
+                generation=1,
             )
+            if namespace is None:  # cluster-scoped
+                del meta["namespace"]
+            if request.resource.plural == "customresourcedefinitions":
+                self._register_crd(obj)
             self._objects[key] = obj
-            await self._buses[request.resource].put({"type": "ADDED", "object": obj})
+            await self._emit(request.resource, "ADDED", obj)
         return aiohttp.web.json_response(obj, status=201)
+
+    def _store(
+        self, request: kmock.Request, current: dict[str, Any], new: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Apply the status-subresource split and the server-owned metadata to a new version."""
+        assert request.resource is not None
+        if self._has_status(request.resource):
+            if request.subresource == "status":
+                new = {**current, "status": new.get("status")}
+                if new["status"] is None:
+                    del new["status"]
+            else:
+                new = {k: v for k, v in new.items() if k != "status"}
+                if "status" in current:
+                    new["status"] = current["status"]
+        meta = new.setdefault("metadata", {})
+        current_meta = current.get("metadata") or {}
+        for field in ("uid", "creationTimestamp", "namespace", "deletionTimestamp"):
+            if field in current_meta:
+                meta[field] = current_meta[field]
+            else:
+                meta.pop(field, None)
+        meta["name"] = current_meta.get("name")
+        generation = int(current_meta.get("generation") or 1)
+        meta["generation"] = generation + (_content(new) != _content(current))
+        meta["resourceVersion"] = self._next_version()
+        self._validate(request.resource, new)
+        return new
+
+    async def _write(self, request: kmock.Request, new: dict[str, Any], key: Key) -> dict[str, Any]:
+        """Store a changed object (lock held); deleting it when its last finalizer went."""
+        assert request.resource is not None
+        meta = new.get("metadata") or {}
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            await self._remove(key, new)
+            return new
+        self._objects[key] = new
+        await self._emit(request.resource, "MODIFIED", new)
+        return new
 
     async def _replace(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         assert request.resource is not None and request.name is not None
@@ -225,60 +475,51 @@ class StateEmulator(KubernetesEmulator):
         meta = obj.setdefault("metadata", {})
         if meta.get("name", request.name) != request.name:
             raise KubernetesError(status=400, reason="BadRequest", message="name mismatch")
-        meta["name"] = request.name
-        self._validate(request.resource, obj)
         key = self._key(request, request.name)
         async with self._lock:
             current = self._current(key, request)
             self._check_version(meta.get("resourceVersion"), current, request)
-            current_meta = current.get("metadata") or {}
-            meta.update(
-                namespace=request.namespace,
-                resourceVersion=self._next_version(),
-                uid=current_meta.get("uid"),
-                creationTimestamp=current_meta.get("creationTimestamp"),
-            )
-            self._objects[key] = obj
-            await self._buses[request.resource].put({"type": "MODIFIED", "object": obj})
-        return aiohttp.web.json_response(obj, status=200)
+            new = await self._write(request, self._store(request, current, obj), key)
+        return aiohttp.web.json_response(new, status=200)
 
     async def _patch(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         assert request.resource is not None and request.name is not None
-        if not isinstance(request.data, dict):
-            raise KubernetesError(
-                status=415, reason="UnsupportedMediaType", message="only merge patches"
-            )
         key = self._key(request, request.name)
         async with self._lock:
             current = self._current(key, request)
-            patch = copy.deepcopy(request.data)
-            self._check_version(
-                (patch.get("metadata") or {}).pop("resourceVersion", None), current, request
-            )
-            obj = _merge_patch(current, patch)
-            self._validate(request.resource, obj)
-            obj["metadata"]["resourceVersion"] = self._next_version()
-            self._objects[key] = obj
-            await self._buses[request.resource].put({"type": "MODIFIED", "object": obj})
-        return aiohttp.web.json_response(obj, status=200)
+            if isinstance(request.data, dict):
+                patch = copy.deepcopy(request.data)
+                self._check_version(
+                    (patch.get("metadata") or {}).pop("resourceVersion", None), current, request
+                )
+                patched = _merge_patch(current, patch)
+            elif isinstance(request.data, list):
+                patched = _json_patch(current, request.data)
+            else:
+                raise KubernetesError(
+                    status=415, reason="UnsupportedMediaType", message="a JSON or merge patch"
+                )
+            new = await self._write(request, self._store(request, current, patched), key)
+        return aiohttp.web.json_response(new, status=200)
 
     async def _delete(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         assert request.resource is not None and request.name is not None
         key = self._key(request, request.name)
+        options = request.data if isinstance(request.data, dict) else {}
+        policy = options.get("propagationPolicy") or request.params.get("propagationPolicy")
         async with self._lock:
             current = self._current(key, request)
             meta = current.get("metadata") or {}
             if meta.get("finalizers"):
+                if meta.get("deletionTimestamp"):
+                    return aiohttp.web.json_response(current, status=200)
                 obj = copy.deepcopy(current)
-                obj["metadata"]["deletionTimestamp"] = datetime.datetime.now(
-                    datetime.UTC
-                ).isoformat()
+                obj["metadata"]["deletionTimestamp"] = _now()
                 obj["metadata"]["resourceVersion"] = self._next_version()
                 self._objects[key] = obj
-                await self._buses[request.resource].put({"type": "MODIFIED", "object": obj})
+                await self._emit(request.resource, "MODIFIED", obj)
                 return aiohttp.web.json_response(obj, status=200)
-            del self._objects[key]
-            await self._buses[request.resource].put({"type": "DELETED", "object": current})
+            await self._remove(key, current, orphan=policy == "Orphan")
         status = {
             "apiVersion": "v1",
             "kind": "Status",
@@ -292,7 +533,39 @@ class StateEmulator(KubernetesEmulator):
         }
         return aiohttp.web.json_response(status, status=200)
 
-    def _current(self, key: tuple[Any, str | None, str], request: kmock.Request) -> dict[str, Any]:
+    async def _remove(self, key: Key, obj: dict[str, Any], *, orphan: bool = False) -> None:
+        """Delete an object for good (lock held), then its dependents, as the GC would."""
+        del self._objects[key]
+        gone = copy.deepcopy(obj)
+        gone.setdefault("metadata", {})["resourceVersion"] = self._next_version()
+        await self._emit(key[0], "DELETED", gone)
+        uid = (obj.get("metadata") or {}).get("uid")
+        if orphan or not uid:
+            return
+        dependents = [
+            (dep_key, dict(dep.raw))
+            for dep_key, dep in list(self._objects.items())
+            if not dep.deleted
+            and any(
+                ref.get("uid") == uid
+                for ref in (dep.raw.get("metadata") or {}).get("ownerReferences") or []
+            )
+        ]
+        for dep_key, dependent in dependents:
+            if dep_key not in self._objects:
+                continue
+            dep_meta = dependent.get("metadata") or {}
+            if dep_meta.get("finalizers"):
+                if not dep_meta.get("deletionTimestamp"):
+                    marked = copy.deepcopy(dependent)
+                    marked["metadata"]["deletionTimestamp"] = _now()
+                    marked["metadata"]["resourceVersion"] = self._next_version()
+                    self._objects[dep_key] = marked
+                    await self._emit(dep_key[0], "MODIFIED", marked)
+                continue
+            await self._remove(dep_key, dependent)
+
+    def _current(self, key: Key, request: kmock.Request) -> dict[str, Any]:
         if key not in self._objects or self._objects[key].deleted:
             assert request.resource is not None
             raise KubernetesError(
@@ -300,7 +573,7 @@ class StateEmulator(KubernetesEmulator):
                 reason="NotFound",
                 message=f'{request.resource.plural} "{request.name}" not found',
             )
-        return dict(self._objects[key].raw)
+        return copy.deepcopy(dict(self._objects[key].raw))
 
     @staticmethod
     def _check_version(
@@ -317,6 +590,20 @@ class StateEmulator(KubernetesEmulator):
 
     # -- reads ------------------------------------------------------------------------------
 
+    def _matches(
+        self,
+        request: kmock.Request,
+        namespace: str | None,
+        obj: Mapping[str, Any],
+        terms: list[tuple[str, str, set[str]]],
+    ) -> bool:
+        if request.namespace is not None and namespace != request.namespace:
+            return False
+        name = (obj.get("metadata") or {}).get("name")
+        if request.name is not None and name != request.name:
+            return False
+        return labels_match(_labels_of(obj), terms)
+
     async def _serve_list(self, request: kmock.Request) -> Any:
         terms = parse_label_selector(request.params.get("labelSelector", ""))
         accept = {k.lower(): v for k, v in request.headers.items()}.get("accept", "")
@@ -326,10 +613,8 @@ class StateEmulator(KubernetesEmulator):
             for (resource, namespace, _), obj in self._objects.items():
                 if resource != request.resource or obj.deleted:
                     continue
-                if request.namespace is not None and namespace != request.namespace:
-                    continue
                 raw = obj.raw
-                if not labels_match((raw.get("metadata") or {}).get("labels") or {}, terms):
+                if not self._matches(request, namespace, raw, terms):
                     continue
                 if metadata_only:
                     items.append(
@@ -350,6 +635,63 @@ class StateEmulator(KubernetesEmulator):
             "metadata": {"resourceVersion": version},
             "items": items,
         }
+
+    async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[Any]:  # type: ignore[override]
+        """Events after ``resourceVersion`` (or every object, then events), filtered, timed."""
+        yield b""  # send the headers now: an idle watch is still a watch
+        assert request.resource is not None
+        terms = parse_label_selector(request.params.get("labelSelector", ""))
+        since = request.params.get("resourceVersion") or ""
+        timeout_text = request.params.get("timeoutSeconds")
+        timeout = float(timeout_text) if timeout_text else None
+        bus = self._buses[request.resource]
+        async with self._lock:
+            marker = await bus.mark()
+            backlog: list[dict[str, Any]] = []
+            if since in ("", "0"):
+                for (resource, namespace, _), obj in self._objects.items():
+                    if (
+                        resource == request.resource
+                        and not obj.deleted
+                        and self._matches(request, namespace, obj.raw, terms)
+                    ):
+                        backlog.append({"type": "ADDED", "object": copy.deepcopy(obj.raw)})
+            elif int(since) < self._history_floor:
+                backlog.append(
+                    {
+                        "type": "ERROR",
+                        "object": {
+                            "kind": "Status",
+                            "apiVersion": "v1",
+                            "status": "Failure",
+                            "code": 410,
+                            "reason": "Expired",
+                            "message": f"too old resource version: {since}",
+                        },
+                    }
+                )
+            else:
+                for version, resource, event in self._history:
+                    if version > int(since) and resource == request.resource:
+                        obj = event["object"]
+                        namespace = (obj.get("metadata") or {}).get("namespace")
+                        if self._matches(request, namespace, obj, terms):
+                            backlog.append(event)
+        try:
+            for event in backlog:
+                yield event
+            if backlog and backlog[-1]["type"] == "ERROR":
+                return
+            async with asyncio.timeout(timeout):
+                async for event in bus.stream(since=marker):
+                    obj = event.get("object") or {}
+                    namespace = (obj.get("metadata") or {}).get("namespace")
+                    if self._matches(request, namespace, obj, terms):
+                        yield event
+        except TimeoutError:
+            return
+        finally:
+            await bus.unmark(marker)
 
 
 class EmulatorServer:
@@ -416,7 +758,7 @@ class EmulatorServer:
 
         async with emulator:
             server = aiohttp.web.Server(emulator, request_factory=request_factory, access_log=None)
-            runner = aiohttp.web.ServerRunner(server)
+            runner = aiohttp.web.ServerRunner(server, shutdown_timeout=1.0)
             await runner.setup()
             site = aiohttp.web.TCPSite(runner, "127.0.0.1", self._port)
             await site.start()
@@ -430,7 +772,8 @@ class EmulatorServer:
 
 def _serve_forever() -> None:
     """Standalone mode: print the port, serve until stdin closes (the parent went away)."""
-    with EmulatorServer() as server:
+    token = sys.argv[1] if len(sys.argv) > 1 else None
+    with EmulatorServer(required_token=token) as server:
         print(server.port, flush=True)  # noqa: T201 - the parent reads the port from stdout
         sys.stdin.read()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -96,3 +97,150 @@ def test_selector_parser() -> None:
     assert labels_match({"a": "1", "c": "", "e": "y"}, terms)
     assert not labels_match({"a": "1", "c": "", "e": "z"}, terms)
     assert not labels_match({"a": "1", "b": "2", "c": "", "e": "x"}, terms)
+
+
+def test_namespaces_and_generate_name(api: KubeApi) -> None:
+    assert api.request(
+        "POST", "/api/v1/namespaces", body={"metadata": {"name": "ns-x"}}
+    ).status in (
+        201,
+        409,
+    )
+    listed = api.request("GET", "/api/v1/namespaces")
+    assert "ns-x" in [item["metadata"]["name"] for item in listed.body["items"]]
+    assert api.request("GET", "/api/v1/namespaces/ns-x").body["metadata"]["name"] == "ns-x"
+    event = {"metadata": {"generateName": "ev-"}, "reason": "Test", "message": "hello"}
+    created = api.request("POST", api.path("events"), body=event)
+    assert created.status == 201
+    assert created.body["metadata"]["name"].startswith("ev-")
+
+
+def test_status_subresource_and_generation(api: KubeApi) -> None:
+    pod = {"metadata": {"name": "p1"}, "spec": {"containers": []}, "status": {"phase": "Running"}}
+    created = api.request("POST", api.path("pods"), body=pod)
+    assert created.body["status"] == {"phase": "Pending"}, "a new pod starts Pending"
+    assert created.body["metadata"]["generation"] == 1
+    merge = "application/merge-patch+json"
+    patched = api.request(
+        "PATCH",
+        api.path("pods", "p1"),
+        body={"spec": {"restartPolicy": "Never"}, "status": {"phase": "Failed"}},
+        content_type=merge,
+    )
+    assert patched.body["status"] == {"phase": "Pending"}, "the object ignores status writes"
+    assert patched.body["metadata"]["generation"] == 2
+    status = api.request(
+        "PATCH",
+        api.path("pods", "p1", subresource="status"),
+        body={"status": {"phase": "Running"}, "spec": {"restartPolicy": "Always"}},
+        content_type=merge,
+    )
+    assert status.body["status"] == {"phase": "Running"}
+    assert status.body["spec"]["restartPolicy"] == "Never", "/status changes nothing else"
+    assert status.body["metadata"]["generation"] == 2, "a status write keeps the generation"
+
+
+def test_json_patch_with_test_and_finalizers(api: KubeApi) -> None:
+    body = {"metadata": {"name": "fin", "finalizers": ["x/y"]}, "data": {"a": "1"}}
+    created = api.request("POST", api.path("configmaps"), body=body)
+    version = created.body["metadata"]["resourceVersion"]
+    json_patch = "application/json-patch+json"
+    stale = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "0"},
+        {"op": "add", "path": "/data/b", "value": "2"},
+    ]
+    assert (
+        api.request(
+            "PATCH", api.path("configmaps", "fin"), body=stale, content_type=json_patch
+        ).status
+        == 422
+    )
+    assert api.request("DELETE", api.path("configmaps", "fin")).status == 200
+    marked = api.request("GET", api.path("configmaps", "fin")).body
+    assert marked["metadata"]["deletionTimestamp"], "a finalizer holds the object"
+    release = [
+        {
+            "op": "test",
+            "path": "/metadata/resourceVersion",
+            "value": marked["metadata"]["resourceVersion"],
+        },
+        {"op": "remove", "path": "/metadata/finalizers/0"},
+    ]
+    assert version != marked["metadata"]["resourceVersion"]
+    assert (
+        api.request(
+            "PATCH", api.path("configmaps", "fin"), body=release, content_type=json_patch
+        ).status
+        == 200
+    )
+    assert api.request("GET", api.path("configmaps", "fin")).status == 404, (
+        "gone with its finalizer"
+    )
+
+
+def test_deleting_an_owner_deletes_its_dependents(api: KubeApi) -> None:
+    owner = api.request("POST", api.path("configmaps"), body={"metadata": {"name": "owner"}}).body
+    reference = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "owner",
+        "uid": owner["metadata"]["uid"],
+    }
+    for name in ("child-a", "child-b"):
+        child = {"metadata": {"name": name, "ownerReferences": [reference]}}
+        assert api.request("POST", api.path("configmaps"), body=child).status == 201
+    orphan = {"metadata": {"name": "unrelated"}}
+    assert api.request("POST", api.path("configmaps"), body=orphan).status == 201
+    assert api.request("DELETE", api.path("configmaps", "owner")).status == 200
+    assert api.request("GET", api.path("configmaps", "child-a")).status == 404
+    assert api.request("GET", api.path("configmaps", "child-b")).status == 404
+    assert api.request("GET", api.path("configmaps", "unrelated")).status == 200
+
+
+def test_custom_resources_are_served_once_their_crd_exists(api: KubeApi) -> None:
+    from finishable.api.crd import build_crd
+
+    path = api.path("finishablesparkjobs", api_version="finishable.dev/v1alpha1")
+    created = api.request(
+        "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=build_crd()
+    )
+    assert created.status in (201, 409)
+    discovery = api.request("GET", "/apis/finishable.dev/v1alpha1")
+    names = {resource["name"] for resource in discovery.body["resources"]}
+    assert {"finishablesparkjobs", "finishablesparkjobs/status"} <= names
+    job = {
+        "metadata": {"name": "j"},
+        "spec": {"application": {"file": "a.py"}},
+        "status": {"phase": "X"},
+    }
+    assert "status" not in api.request("POST", path, body=job).body, "status is the operator's"
+    assert api.request("GET", path).status == 200
+
+
+async def _watch(url: str, params: dict[str, str]) -> list[tuple[str, str]]:
+    import aiohttp
+
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url, params=params, headers=headers) as response,
+    ):
+        lines = [line async for line in response.content if line.strip()]
+    events = [json.loads(line) for line in lines]
+    return [(event["type"], event["object"]["metadata"]["name"]) for event in events]
+
+
+async def test_watch_resumes_from_a_version_filters_labels_and_times_out(
+    k8s_server: EmulatorServer,
+) -> None:
+    api = KubeApi.for_url(k8s_server.url, token=TOKEN, namespace="emulator-watch")
+    path = api.path("configmaps")
+    first = api.request("POST", path, body={"metadata": {"name": "w1", "labels": {"w": "yes"}}})
+    since = first.body["metadata"]["resourceVersion"]
+    api.request("POST", path, body={"metadata": {"name": "w2", "labels": {"w": "no"}}})
+    api.request("POST", path, body={"metadata": {"name": "w3", "labels": {"w": "yes"}}})
+    query = {"watch": "true", "labelSelector": "w=yes", "timeoutSeconds": "1"}
+    resumed = await _watch(k8s_server.url + path, {**query, "resourceVersion": since})
+    assert resumed == [("ADDED", "w3")], "only what came after the version, and only w=yes"
+    everything = await _watch(k8s_server.url + path, query)
+    assert sorted(everything) == [("ADDED", "w1"), ("ADDED", "w3")]

@@ -294,10 +294,14 @@ def _open_control(config: JobConfig) -> ControlChannel:
         if not config.control_dir:
             raise JobFailed("the job configuration has control: Local but no control_dir")
         return LocalControlChannel(Path(config.control_dir))
+    from finishable.controller.builders import JobRef, owner_reference  # noqa: PLC0415
     from finishable.state.kubeapi import KubeApi  # noqa: PLC0415 - cluster only
 
     api = KubeApi.from_environment(namespace=config.namespace)
-    return ConfigMapControlChannel(api, config.name, namespace=config.namespace)
+    namespace = config.namespace or api.namespace
+    # The report ConfigMap keeps the job as its owner, so it goes when the job goes.
+    owners = [owner_reference(JobRef(config.name, namespace, config.uid))] if config.uid else []
+    return ConfigMapControlChannel(api, config.name, namespace=namespace, owner_references=owners)
 
 
 def _spark_session(config: JobConfig) -> SparkSession:

@@ -76,11 +76,13 @@ class KubeApi:
         timeout: float = 10.0,
         retries: int = 3,
         pool_size: int = 8,
+        user_agent: str = "finishable-state",
     ) -> None:
         self.configuration = configuration
         self.namespace = namespace
         self.timeout = timeout
         self.retries = retries
+        self.user_agent = user_agent
         self._host = str(configuration.host).rstrip("/")
         self._auth_lock = threading.Lock()
         pool_args: dict[str, Any] = {
@@ -165,16 +167,24 @@ class KubeApi:
 
     # -- requests -----------------------------------------------------------------------------
 
-    def _headers(self, has_body: bool, accept: str | None) -> dict[str, str]:
-        headers = {"Accept": accept or "application/json", "User-Agent": "finishable-state"}
+    def _headers(
+        self, has_body: bool, accept: str | None, content_type: str | None = None
+    ) -> dict[str, str]:
+        headers = {"Accept": accept or "application/json", "User-Agent": self.user_agent}
         if has_body:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type or "application/json"
+        headers.update(self.auth_headers())
+        return headers
+
+    def auth_headers(self) -> dict[str, str]:
+        """The credentials as headers, refreshed if the loader's token expired."""
         with self._auth_lock:  # the refresh hook rewrites the configuration in place
             settings = cast(Mapping[str, Mapping[str, Any]], self.configuration.auth_settings())
-        for setting in settings.values():
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[str(setting["key"])] = str(setting["value"])
-        return headers
+        return {
+            str(setting["key"]): str(setting["value"])
+            for setting in settings.values()
+            if setting.get("in") == "header" and setting.get("value")
+        }
 
     def request(
         self,
@@ -182,10 +192,15 @@ class KubeApi:
         path: str,
         *,
         query: Mapping[str, str] | None = None,
-        body: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | list[Any] | None = None,
         accept: str | None = None,
+        content_type: str | None = None,
     ) -> KubeResponse:
-        """Send one request; retry connection errors, 429 and 5xx; return any other status."""
+        """Send one request; retry connection errors, 429 and 5xx; return any other status.
+
+        ``content_type`` names the patch flavour of a PATCH (``application/merge-patch+json``,
+        or ``application/json-patch+json`` with a list of operations as ``body``).
+        """
         url = self._host + path + (f"?{urlencode(query)}" if query else "")
         payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
         delay = 0.1
@@ -196,7 +211,7 @@ class KubeApi:
                     method,
                     url,
                     body=payload,
-                    headers=self._headers(payload is not None, accept),
+                    headers=self._headers(payload is not None, accept, content_type),
                     timeout=urllib3.Timeout(total=self.timeout),
                     retries=False,
                 )
@@ -216,11 +231,23 @@ class KubeApi:
             delay = min(delay * 2, 2.0)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def path(self, plural: str, name: str | None = None, *, namespace: str | None = None) -> str:
-        """The URL path of a core/v1 namespaced collection or object."""
+    def path(
+        self,
+        plural: str,
+        name: str | None = None,
+        *,
+        namespace: str | None = None,
+        api_version: str = "v1",
+        subresource: str | None = None,
+    ) -> str:
+        """The URL path of a namespaced collection or object (core/v1 unless ``api_version``)."""
         ns = quote(namespace or self.namespace, safe="")
-        base = f"/api/v1/namespaces/{ns}/{plural}"
-        return f"{base}/{quote(name, safe='')}" if name else base
+        root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        base = f"{root}/namespaces/{ns}/{plural}"
+        if not name:
+            return base
+        path = f"{base}/{quote(name, safe='')}"
+        return f"{path}/{subresource}" if subresource else path
 
     def close(self) -> None:
         self._pool.clear()

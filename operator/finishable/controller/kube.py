@@ -1,0 +1,128 @@
+"""The operator's own Kubernetes calls, off the event loop.
+
+kopf watches and posts Events with its own client; the writes the operator decides on (children,
+control requests, the status) go through the project's :class:`~finishable.state.kubeapi.KubeApi`
+(the same credentials loader, retries and ConfigMap upsert the driver uses), each call run on a
+thread pool so that a slow API server never blocks the event loop that serves every job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
+from finishable.state.configmap import upsert_configmap
+from finishable.state.kubeapi import KubeApi, KubeApiError, KubeResponse
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+PLURALS = {
+    "ConfigMap": "configmaps",
+    "Secret": "secrets",
+    "ServiceAccount": "serviceaccounts",
+    "Service": "services",
+    "Pod": "pods",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "StatefulSet": "statefulsets",
+}
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class Kube:
+    """Async create-if-absent, delete, list and status patch on top of :class:`KubeApi`."""
+
+    def __init__(self, api: KubeApi, *, threads: int = 16) -> None:
+        self.api = api
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube")
+
+    async def run(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking call (a request, a control-channel write) on the pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(function, *args, **kwargs))
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> KubeResponse:
+        return await self.run(self.api.request, method, path, **kwargs)
+
+    def path_of(self, body: Mapping[str, Any], *, named: bool = False) -> str:
+        meta = body["metadata"]
+        return self.api.path(
+            PLURALS[body["kind"]],
+            meta["name"] if named else None,
+            namespace=meta["namespace"],
+            api_version=body["apiVersion"],
+        )
+
+    async def create(self, body: Mapping[str, Any]) -> bool:
+        """Create unless it exists; True when this call created it."""
+        response = await self.request("POST", self.path_of(body), body=body)
+        if response.status in (200, 201):
+            return True
+        if response.status == 409:
+            return False
+        raise KubeApiError(f"cannot create {body['kind']} {body['metadata']['name']}", response)
+
+    async def upsert_configmap(self, body: dict[str, Any]) -> None:
+        """Create or replace a ConfigMap whose content follows the spec (the job config)."""
+        await self.run(upsert_configmap, self.api, body, namespace=body["metadata"]["namespace"])
+
+    async def delete(
+        self,
+        plural: str,
+        name: str,
+        *,
+        namespace: str,
+        api_version: str = "v1",
+        propagation: str = "Background",
+    ) -> bool:
+        """Delete if present; True when this call deleted it. Dependents go in the background."""
+        response = await self.request(
+            "DELETE",
+            self.api.path(plural, name, namespace=namespace, api_version=api_version),
+            body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation},
+        )
+        if response.status in (200, 202):
+            return True
+        if response.status == 404:
+            return False
+        raise KubeApiError(f"cannot delete {plural}/{name}", response)
+
+    async def list(
+        self, plural: str, *, namespace: str, selector: str, api_version: str = "v1"
+    ) -> list[dict[str, Any]]:
+        response = await self.request(
+            "GET",
+            self.api.path(plural, namespace=namespace, api_version=api_version),
+            query={"labelSelector": selector},
+        )
+        if response.status != 200:
+            raise KubeApiError(f"cannot list {plural} ({selector})", response)
+        return list(response.body.get("items") or [])
+
+    async def patch_status(
+        self, api_version: str, plural: str, name: str, namespace: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Merge-patch the status subresource; None when the object is gone."""
+        response = await self.request(
+            "PATCH",
+            self.api.path(
+                plural, name, namespace=namespace, api_version=api_version, subresource="status"
+            ),
+            body={"status": dict(status)},
+            content_type=MERGE_PATCH,
+        )
+        if response.status == 404:
+            return None
+        if response.status != 200:
+            raise KubeApiError(f"cannot write the status of {plural}/{name}", response)
+        return response.body
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.api.close()

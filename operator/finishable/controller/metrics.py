@@ -1,0 +1,180 @@
+"""Prometheus metrics of the operator, changed only by the status writer.
+
+Every figure is derived from the difference between the status before and after one reconcile
+(:meth:`Metrics.record`), so metrics move exactly where the phase (or the status) changes and an
+operator restart neither loses nor double-counts them: a restarted operator starts from the
+status stored in the custom resource.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from finishable.api.models import FinishableSparkJobStatus, Phase
+
+JobKey = tuple[str, str]
+"""(namespace, name) of a job."""
+
+_DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
+
+
+class Metrics:
+    """The operator's metrics in one registry (the process-wide one when serving)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        per_job = ["namespace", "job"]
+        self.jobs = Gauge("finishable_jobs", "Jobs per phase.", ["phase"], registry=registry)
+        self.transitions = Counter(
+            "finishable_phase_transitions",
+            "Phase changes of jobs.",
+            ["from_phase", "to_phase"],
+            registry=registry,
+        )
+        self.time_in_phase = Histogram(
+            "finishable_phase_duration_seconds",
+            "How long a job stayed in a phase, observed when it left it.",
+            ["phase"],
+            buckets=_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.checkpoints = Counter(
+            "finishable_checkpoints_completed", "Completed checkpoints.", per_job, registry=registry
+        )
+        self.savepoints = Counter(
+            "finishable_savepoints_completed", "Completed savepoints.", per_job, registry=registry
+        )
+        self.stop_latency = Histogram(
+            "finishable_stop_duration_seconds",
+            "From a stop request to Suspended (drain=false) or Finished (drain=true).",
+            ["drain"],
+            buckets=_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.driver_restarts = Counter(
+            "finishable_driver_restarts",
+            "Driver attempts started after a crash.",
+            per_job,
+            registry=registry,
+        )
+        self.recovery_duration = Histogram(
+            "finishable_recovery_duration_seconds",
+            "From losing a driver to Running again.",
+            buckets=_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.tasks_skipped = Counter(
+            "finishable_recovery_tasks_skipped",
+            "Finished tasks a recovered batch driver did not run again.",
+            per_job,
+            registry=registry,
+        )
+        self.tasks_rerun = Counter(
+            "finishable_recovery_tasks_rerun",
+            "Tasks a recovered batch driver ran again.",
+            per_job,
+            registry=registry,
+        )
+        self.shuffle_retained = Gauge(
+            "finishable_shuffle_pods_retained",
+            "Shuffle pods kept for a lost driver's successor, until the retain deadline.",
+            per_job,
+            registry=registry,
+        )
+        self._phases: dict[JobKey, Phase] = {}
+        self._jobs_per_phase: dict[Phase, int] = dict.fromkeys(Phase, 0)
+        for phase in Phase:
+            self.jobs.labels(phase.value).set(0)
+
+    def track(self, key: JobKey, status: FinishableSparkJobStatus) -> None:
+        """Count a job in its current phase (a job seen for the first time by this process)."""
+        self._set_phase(key, status.phase)
+
+    def forget(self, key: JobKey) -> None:
+        """The job is gone: drop it from the per-phase count and its per-job series."""
+        phase = self._phases.pop(key, None)
+        if phase is not None:
+            self._count(phase, -1)
+        for metric in (
+            self.checkpoints,
+            self.savepoints,
+            self.driver_restarts,
+            self.tasks_skipped,
+            self.tasks_rerun,
+            self.shuffle_retained,
+        ):
+            with contextlib.suppress(KeyError):
+                metric.remove(*key)
+
+    def record(
+        self,
+        key: JobKey,
+        before: FinishableSparkJobStatus,
+        after: FinishableSparkJobStatus,
+        now: datetime,
+        shuffle_replicas: int,
+    ) -> None:
+        """Everything one reconcile changed."""
+        self._set_phase(key, after.phase)
+        if after.phase is not before.phase:
+            self._record_transition(before, after, now)
+        self._record_progress(key, before, after)
+        retained = after.recovery.shuffle_retained_until is not None
+        self.shuffle_retained.labels(*key).set(shuffle_replicas if retained else 0)
+
+    def _record_transition(
+        self, before: FinishableSparkJobStatus, after: FinishableSparkJobStatus, now: datetime
+    ) -> None:
+        self.transitions.labels(before.phase.value, after.phase.value).inc()
+        if before.phase_since is not None:
+            self.time_in_phase.labels(before.phase.value).observe(
+                max(0.0, (now - before.phase_since).total_seconds())
+            )
+        stopped = {(Phase.SAVEPOINTING, Phase.SUSPENDED), (Phase.DRAINING, Phase.FINISHED)}
+        if (before.phase, after.phase) in stopped:
+            request = before.pending_request
+            started = request.requested_at if request and request.requested_at else None
+            started = started or before.phase_since
+            if started is not None:
+                drain = "true" if before.phase is Phase.DRAINING else "false"
+                self.stop_latency.labels(drain).observe(max(0.0, (now - started).total_seconds()))
+        lost_at = before.recovery.driver_lost_at
+        if before.phase is Phase.RECOVERING and after.phase is Phase.RUNNING and lost_at:
+            self.recovery_duration.observe(max(0.0, (now - lost_at).total_seconds()))
+
+    def _record_progress(
+        self, key: JobKey, before: FinishableSparkJobStatus, after: FinishableSparkJobStatus
+    ) -> None:
+        old_checkpoint = before.last_checkpoint.id if before.last_checkpoint else None
+        new_checkpoint = after.last_checkpoint.id if after.last_checkpoint else None
+        if new_checkpoint is not None and new_checkpoint != old_checkpoint:
+            gained = new_checkpoint - old_checkpoint if old_checkpoint is not None else 1
+            self.checkpoints.labels(*key).inc(gained if gained > 0 else 1)
+        old_savepoint = before.savepoint.location if before.savepoint else None
+        new_savepoint = after.savepoint.location if after.savepoint else None
+        if new_savepoint and new_savepoint != old_savepoint:
+            self.savepoints.labels(*key).inc()
+        if after.restarts > before.restarts:
+            self.driver_restarts.labels(*key).inc(after.restarts - before.restarts)
+        for counter, old, new in (
+            (self.tasks_skipped, before.recovery.tasks_skipped, after.recovery.tasks_skipped),
+            (self.tasks_rerun, before.recovery.tasks_rerun, after.recovery.tasks_rerun),
+        ):
+            if new > old:
+                counter.labels(*key).inc(new - old)
+
+    def _set_phase(self, key: JobKey, phase: Phase) -> None:
+        previous = self._phases.get(key)
+        if previous is phase:
+            return
+        if previous is not None:
+            self._count(previous, -1)
+        self._phases[key] = phase
+        self._count(phase, +1)
+
+    def _count(self, phase: Phase, change: int) -> None:
+        self._jobs_per_phase[phase] += change
+        self.jobs.labels(phase.value).set(self._jobs_per_phase[phase])

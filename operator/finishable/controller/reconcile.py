@@ -1,0 +1,393 @@
+"""One job's reconcile loop: observe, ask the phase machine, act, write the status.
+
+This is :class:`finishable.runtime.runner.LocalRunner`'s loop with a pod instead of a child
+process. Each job gets one loop (a kopf daemon), so one task at a time decides for a job and the
+status has one writer. The loop reads the custom resource from kopf's live body, the driver pods
+and the driver's report from kopf indexes (so a reconcile costs no reads), keeps the status it
+last wrote (a watch event of its own write may arrive later than the next wake-up), and sleeps
+until something about the job changes, the phase machine asks to be called again, or the resync
+interval passes.
+
+Actions run before the status is written: if one fails, the status stays as it was and the same
+decision is made again on the retry, which is safe because every action is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from finishable.api.control import DriverReport
+from finishable.api.models import (
+    JOB_NAME_MAX_LENGTH,
+    FinishableSparkJobSpec,
+    FinishableSparkJobStatus,
+    JobMode,
+    Phase,
+    is_valid_job_name,
+)
+from finishable.api.validation import InvalidManifest, parse_spec
+from finishable.controller import builders
+from finishable.controller.builders import LABEL_ATTEMPT, JobRef
+from finishable.controller.kube import Kube
+from finishable.controller.metrics import JobKey, Metrics
+from finishable.controller.status import EventPoster, StatusWriter
+from finishable.lifecycle.phases import (
+    TERMINAL_PHASES,
+    Action,
+    ActionKind,
+    Decision,
+    Observation,
+    PodPhase,
+    next_status,
+)
+from finishable.runtime.control import ConfigMapControlChannel
+from finishable.state.configmap import COMPONENT as STATE_COMPONENT
+from finishable.state.configmap import LABEL_COMPONENT, LABEL_JOB, job_label_value
+
+log = logging.getLogger(__name__)
+
+LIVE_POD_PHASES = frozenset({PodPhase.PENDING, PodPhase.RUNNING})
+
+
+class StatusUnreadable(ValueError):
+    """The stored status does not parse: the operator cannot know where the job is."""
+
+
+# -- observations (pure) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DriverPod:
+    """What the operator needs of one driver pod."""
+
+    name: str
+    attempt: int
+    phase: PodPhase
+    message: str = ""
+    deleting: bool = False
+
+    @property
+    def alive(self) -> bool:
+        return self.phase in LIVE_POD_PHASES and not self.deleting
+
+
+def driver_pod_of(body: Mapping[str, Any]) -> DriverPod:
+    """A pod as the phase machine sees it: its phase and, when it ended, why."""
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    try:
+        attempt = int((meta.get("labels") or {}).get(LABEL_ATTEMPT, "0"))
+    except ValueError:
+        attempt = 0
+    try:
+        phase = PodPhase(status.get("phase") or "Pending")
+    except ValueError:  # "Unknown": the node is unreachable; the pod may well be alive
+        phase = PodPhase.RUNNING
+    message = str(status.get("message") or status.get("reason") or "")
+    for container in status.get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated and terminated.get("exitCode"):
+            detail = terminated.get("message") or terminated.get("reason") or ""
+            message = f"exit code {terminated['exitCode']}" + (f" ({detail})" if detail else "")
+    return DriverPod(
+        name=str(meta.get("name")),
+        attempt=attempt,
+        phase=phase,
+        message=message,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def parse_report(text: str | None) -> DriverReport | None:
+    """The driver's report from ``<job>-state``; an unreadable one is logged and read as none."""
+    if not text:
+        return None
+    try:
+        return DriverReport.model_validate_json(text)
+    except ValidationError as error:
+        log.warning("ignoring an unreadable driver report: %s", error)
+        return None
+
+
+def read_spec(
+    name: str, spec: Mapping[str, Any] | None
+) -> tuple[FinishableSparkJobSpec | None, tuple[str, ...]]:
+    """The spec, or the problems (each naming its field) that keep it from ever running."""
+    problems: list[str] = []
+    if not is_valid_job_name(name):
+        problems.append(
+            f"metadata.name: {name!r} is not a valid job name: use at most "
+            f"{JOB_NAME_MAX_LENGTH} lowercase letters, digits and '-', starting with a letter"
+        )
+    try:
+        parsed = parse_spec(spec or {})
+    except InvalidManifest as error:
+        problems += [str(problem) for problem in error.problems]
+        return None, tuple(problems)
+    return (None, tuple(problems)) if problems else (parsed, ())
+
+
+def read_status(raw: Mapping[str, Any] | None) -> FinishableSparkJobStatus:
+    """The stored status; fields other writers left (none should) are ignored."""
+    known = {f.alias or n for n, f in FinishableSparkJobStatus.model_fields.items()}
+    try:
+        return FinishableSparkJobStatus.model_validate(
+            {key: value for key, value in (raw or {}).items() if key in known}
+        )
+    except ValidationError as error:
+        raise StatusUnreadable(f"the stored status cannot be read: {error}") from None
+
+
+# -- the loop -------------------------------------------------------------------------------------
+
+
+Observer = Callable[[], tuple[list[DriverPod], str | None]]
+"""The job's driver pods and the raw text of its report, as currently indexed."""
+
+
+@dataclass
+class Controller:
+    """What every job's loop shares: the API, the writer, metrics, and the wake-up calls."""
+
+    kube: Kube
+    metrics: Metrics
+    resync: float = 60.0
+    wakers: dict[JobKey, asyncio.Event] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.writer = StatusWriter(self.kube, self.metrics)
+
+    def wake(self, key: JobKey) -> None:
+        """Something about the job changed: run its loop now."""
+        waker = self.wakers.get(key)
+        if waker is not None:
+            waker.set()
+
+
+class JobLoop:
+    """The reconcile loop of one job (see the module docstring)."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        body: Mapping[str, Any],
+        observe: Observer,
+        post: EventPoster,
+    ) -> None:
+        meta = body["metadata"]
+        self.controller = controller
+        self.kube = controller.kube
+        self.body = body
+        self.job = JobRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+        self.key: JobKey = (self.job.namespace, self.job.name)
+        self.observe = observe
+        self.post = post
+        self.stored: dict[str, Any] = copy.deepcopy(dict(body.get("status") or {}))
+        self.status = read_status(self.stored)
+        self.channel = ConfigMapControlChannel(
+            self.kube.api,
+            self.job.name,
+            namespace=self.job.namespace,
+            owner_references=[builders.owner_reference(self.job)],
+        )
+        self._children_for_attempt: int | None = None
+        self._shuffle_deleted = False
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def run(self, stopped: Any) -> None:
+        """Reconcile until kopf stops the daemon (the job is deleted or the operator exits)."""
+        waker = self.controller.wakers.setdefault(self.key, asyncio.Event())
+        self.controller.metrics.track(self.key, self.status)
+        stop = asyncio.ensure_future(stopped.wait())
+        try:
+            while not stopped:
+                waker.clear()
+                requeue = await self.step()
+                delay = self.controller.resync if requeue is None else requeue
+                woken = asyncio.ensure_future(waker.wait())
+                await asyncio.wait(
+                    {woken, stop},
+                    timeout=min(delay, self.controller.resync),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                woken.cancel()
+        finally:
+            stop.cancel()
+            if self.controller.wakers.get(self.key) is waker:
+                del self.controller.wakers[self.key]
+
+    async def step(self) -> float | None:
+        """One reconcile; returns when the machine wants to be called again (seconds)."""
+        meta = self.body["metadata"]
+        spec, problems = read_spec(self.job.name, self.body.get("spec"))
+        pods, report_text = self.observe()
+        current = next((pod for pod in pods if pod.attempt == self.status.attempt), None)
+        now = datetime.now(UTC)
+        observation = Observation(
+            now=now,
+            generation=int(meta.get("generation") or 1),
+            driver_pod=current.phase if current else PodPhase.ABSENT,
+            driver_message=current.message if current else "",
+            report=parse_report(report_text),
+            spec_problems=problems,
+        )
+        decision = next_status(self.status, spec, observation)
+        requeue = await self.perform(decision, spec, pods)
+        replicas = spec.effective_shuffle.replicas if spec and spec.mode is JobMode.BATCH else 0
+        stored = await self.controller.writer.write(
+            self.job,
+            self.stored,
+            self.status,
+            decision,
+            now=now,
+            shuffle_replicas=replicas,
+            post=self.post,
+        )
+        if stored is not None:
+            self.stored, self.status = stored, decision.status
+        return requeue
+
+    # -- actions ----------------------------------------------------------------------------
+
+    async def perform(
+        self, decision: Decision, spec: FinishableSparkJobSpec | None, pods: list[DriverPod]
+    ) -> float | None:
+        requeue: timedelta | None = None
+        for action in decision.actions:
+            if action.kind is ActionKind.REQUEUE and action.after is not None:
+                requeue = action.after if requeue is None else min(requeue, action.after)
+            elif spec is not None:
+                await self.act(action, spec, pods, decision.status.phase)
+        return None if requeue is None else max(requeue.total_seconds(), 0.05)
+
+    async def act(
+        self,
+        action: Action,
+        spec: FinishableSparkJobSpec,
+        pods: list[DriverPod],
+        phase: Phase,
+    ) -> None:
+        if action.kind is ActionKind.START_DRIVER:
+            await self.start_driver(spec, action.attempt, action.restore_from, pods)
+        elif action.kind is ActionKind.SEND_REQUEST and action.request is not None:
+            await self.kube.run(self.channel.send, action.request)
+            log.info("%s: sent %s", self.key, action.request.id)
+        elif action.kind is ActionKind.CANCEL_REQUEST and action.request is not None:
+            await self.kube.run(self.channel.cancel, action.request.id)
+            log.info("%s: cancelled %s", self.key, action.request.id)
+        elif action.kind is ActionKind.DELETE_DRIVER:
+            await self.delete_drivers(
+                [pod for pod in pods if pod.attempt <= action.attempt and not pod.deleting]
+            )
+        elif action.kind is ActionKind.DELETE_SHUFFLE:
+            await self.delete_shuffle(spec, phase)
+
+    async def start_driver(
+        self, spec: FinishableSparkJobSpec, attempt: int, restore_from: str, pods: list[DriverPod]
+    ) -> None:
+        """Children first (RBAC, config, Services, shuffle), then the attempt's driver pod."""
+        await self.delete_drivers([pod for pod in pods if pod.attempt < attempt and pod.alive])
+        if self._children_for_attempt != attempt:
+            token = secrets.token_urlsafe(32)
+            for child in builders.static_children(self.job, spec, token):
+                if child["metadata"]["name"] == builders.config_name(self.job.name):
+                    await self.kube.upsert_configmap(child)  # follows spec edits between attempts
+                elif await self.kube.create(child):
+                    log.info("%s: created %s", self.key, builders.describe_child(child))
+            self._children_for_attempt = attempt
+            self._shuffle_deleted = False
+        if not any(pod.attempt == attempt for pod in pods):
+            body = builders.driver_pod(self.job, spec, attempt, restore_from)
+            if await self.kube.create(body):
+                log.info("%s: created %s", self.key, builders.describe_child(body))
+
+    async def delete_drivers(self, pods: list[DriverPod]) -> None:
+        """Delete driver pods and the executors of their attempts."""
+        for pod in pods:
+            await self.kube.delete("pods", pod.name, namespace=self.job.namespace)
+            selector = {
+                LABEL_JOB: job_label_value(self.job.name),
+                LABEL_COMPONENT: builders.EXECUTOR,
+                LABEL_ATTEMPT: str(pod.attempt),
+            }
+            executors = await self.kube.list(
+                "pods",
+                namespace=self.job.namespace,
+                selector=",".join(f"{k}={v}" for k, v in selector.items()),
+            )
+            for executor in executors:
+                name = executor["metadata"]["name"]
+                await self.kube.delete("pods", name, namespace=self.job.namespace)
+            log.info("%s: deleted %s and %d executors", self.key, pod.name, len(executors))
+
+    async def delete_shuffle(self, spec: FinishableSparkJobSpec, phase: Phase) -> None:
+        """Delete the shuffle pods (their StatefulSet); a job that goes on gets fresh ones."""
+        if self._shuffle_deleted:
+            return
+        name = builders.shuffle_name(self.job.name)
+        if await self.kube.delete(
+            "statefulsets", name, namespace=self.job.namespace, api_version="apps/v1"
+        ):
+            log.info("%s: deleted the shuffle pods (%s)", self.key, name)
+        if phase in TERMINAL_PHASES:
+            self._shuffle_deleted = True
+        else:
+            await self.kube.create(builders.shuffle_stateful_set(self.job, spec))
+
+
+# -- deletion -------------------------------------------------------------------------------------
+
+DELETE_STATE_ANNOTATION = "finishable.dev/delete-state"
+"""Set to "true" on a job to delete its checkpoints and savepoints (ConfigMap storage) with it."""
+
+_CHILDREN: tuple[tuple[str, str, Callable[[str], str]], ...] = (
+    ("apps/v1", "statefulsets", builders.shuffle_name),
+    ("v1", "services", builders.shuffle_service_name),
+    ("v1", "services", builders.driver_service_name),
+    ("v1", "configmaps", builders.config_name),
+    ("v1", "configmaps", builders.control_name),
+    ("v1", "configmaps", builders.state_name),
+    ("v1", "secrets", builders.token_name),
+    ("rbac.authorization.k8s.io/v1", "rolebindings", builders.rbac_name),
+    ("rbac.authorization.k8s.io/v1", "roles", builders.rbac_name),
+    ("v1", "serviceaccounts", builders.rbac_name),
+)
+
+
+async def remove_children(kube: Kube, job: JobRef, *, delete_state: bool) -> int:
+    """Stop the driver and delete every child; snapshots stay unless ``delete_state``.
+
+    The garbage collector would remove the owned children too, but only after the job is gone
+    and in no particular order; deleting them here stops the driver and its executors first.
+    Checkpoints and savepoints in ConfigMaps are written by the driver without an owner, so
+    they outlive the job (a new job can start from them) unless asked otherwise.
+    """
+    deleted = 0
+    job_label = f"{LABEL_JOB}={job_label_value(job.name)}"
+    for component in (builders.DRIVER, builders.EXECUTOR):
+        pods = await kube.list(
+            "pods", namespace=job.namespace, selector=f"{job_label},{LABEL_COMPONENT}={component}"
+        )
+        for pod in pods:
+            deleted += await kube.delete("pods", pod["metadata"]["name"], namespace=job.namespace)
+    for api_version, plural, name_of in _CHILDREN:
+        deleted += await kube.delete(
+            plural, name_of(job.name), namespace=job.namespace, api_version=api_version
+        )
+    if delete_state:
+        selector = f"{job_label},{LABEL_COMPONENT}={STATE_COMPONENT}"
+        snapshots = await kube.list("configmaps", namespace=job.namespace, selector=selector)
+        for snapshot in snapshots:
+            name = snapshot["metadata"]["name"]
+            deleted += await kube.delete("configmaps", name, namespace=job.namespace)
+    return deleted

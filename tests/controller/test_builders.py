@@ -1,0 +1,282 @@
+"""Child objects are pure dicts: golden comparisons, owner references, labels and resources."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from finishable.api.jobconfig import JobConfig
+from finishable.api.models import FinishableSparkJobSpec
+from finishable.controller import builders
+from finishable.controller.builders import JobRef
+
+JOB = JobRef(name="clicks", namespace="analytics", uid="uid-1")
+OWNER = {
+    "apiVersion": "finishable.dev/v1alpha1",
+    "kind": "FinishableSparkJob",
+    "name": "clicks",
+    "uid": "uid-1",
+    "controller": True,
+    "blockOwnerDeletion": True,
+}
+
+
+def spec(**fields: Any) -> FinishableSparkJobSpec:
+    return FinishableSparkJobSpec.model_validate(
+        {"image": "img:1", "application": {"file": "local:///app/clicks.py"}, **fields}
+    )
+
+
+def meta(name: str, component: str | None = None, attempt: int | None = None) -> dict[str, Any]:
+    labels = {
+        "finishable.dev/job": "clicks",
+        "app.kubernetes.io/managed-by": "finishable-spark-operator",
+    }
+    if component:
+        labels["finishable.dev/component"] = component
+    if attempt:
+        labels["finishable.dev/attempt"] = str(attempt)
+    return {"name": name, "namespace": "analytics", "labels": labels, "ownerReferences": [OWNER]}
+
+
+def test_driver_pod_golden() -> None:
+    pod = builders.driver_pod(
+        JOB,
+        spec(
+            driver={"cores": 2, "memory": "2g"},
+            checkpointing={
+                "storage": {"type": "ObjectStore", "url": "s3://b/p", "secretRef": "s3-creds"}
+            },
+        ),
+        attempt=3,
+        restore_from="s3://b/p/savepoints/7",
+    )
+    submit = (
+        "--driver-memory 2g --conf spark.kubernetes.driver.pod.name=clicks-driver-3 "
+        "--conf spark.kubernetes.executor.label.finishable.dev/attempt=3 pyspark-shell"
+    )
+    assert pod == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta("clicks-driver-3", "driver", 3),
+        "spec": {
+            "serviceAccountName": "clicks-driver",
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "driver",
+                    "image": "img:1",
+                    "command": ["finishable", "driver"],
+                    "env": [
+                        {"name": "FINISHABLE_JOB_CONFIG", "value": "/etc/finishable/job.json"},
+                        {"name": "FINISHABLE_ATTEMPT", "value": "3"},
+                        {"name": "FINISHABLE_RESTORE_FROM", "value": "s3://b/p/savepoints/7"},
+                        {
+                            "name": "FINISHABLE_TOKEN",
+                            "valueFrom": {"secretKeyRef": {"name": "clicks-token", "key": "token"}},
+                        },
+                        {
+                            "name": "POD_NAMESPACE",
+                            "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+                        },
+                        {"name": "FINISHABLE_ENDPOINT_BIND", "value": "0.0.0.0"},
+                        {
+                            "name": "FINISHABLE_ENDPOINT_HOST",
+                            "value": "clicks-driver.analytics.svc",
+                        },
+                        {"name": "SPARK_CONF_DIR", "value": "/etc/finishable"},
+                        {"name": "PYSPARK_SUBMIT_ARGS", "value": submit},
+                        {"name": "PYTHONUNBUFFERED", "value": "1"},
+                    ],
+                    "ports": [
+                        {"name": "driver-rpc", "containerPort": 7078},
+                        {"name": "blockmanager", "containerPort": 7079},
+                    ],
+                    # 2 GiB + max(384 MiB, 10 %) of overhead = 2048 + 384
+                    "resources": {
+                        "requests": {"cpu": "2", "memory": "2432Mi"},
+                        "limits": {"memory": "2432Mi"},
+                    },
+                    "volumeMounts": [
+                        {"name": "config", "mountPath": "/etc/finishable", "readOnly": True},
+                        {"name": "work", "mountPath": "/tmp/finishable"},
+                    ],
+                    "envFrom": [{"secretRef": {"name": "s3-creds"}}],
+                }
+            ],
+            "volumes": [
+                {"name": "config", "configMap": {"name": "clicks-config"}},
+                {"name": "work", "emptyDir": {}},
+            ],
+        },
+    }
+    assert shlex.split(submit)[-1] == "pyspark-shell"
+
+
+def test_small_driver_gets_the_minimum_overhead() -> None:
+    pod = builders.driver_pod(JOB, spec(driver={"memory": "512m"}), attempt=1, restore_from="")
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["limits"]["memory"] == "896Mi"  # 512 + 384
+    assert resources["requests"]["cpu"] == "1"
+
+
+def test_driver_service_and_rbac_golden() -> None:
+    assert builders.driver_service(JOB) == {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta("clicks-driver", "driver"),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"finishable.dev/job": "clicks", "finishable.dev/component": "driver"},
+            "ports": [
+                {"name": "driver-rpc", "port": 7078, "targetPort": 7078},
+                {"name": "blockmanager", "port": 7079, "targetPort": 7079},
+            ],
+        },
+    }
+    assert builders.service_account(JOB) == {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": meta("clicks-driver", "driver"),
+    }
+    assert builders.role_binding(JOB) == {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": meta("clicks-driver", "driver"),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "clicks-driver",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "clicks-driver", "namespace": "analytics"}],
+    }
+    rules = builders.role(JOB)["rules"]
+    assert rules == [
+        {
+            "apiGroups": [""],
+            "resources": ["pods", "configmaps", "services", "persistentvolumeclaims"],
+            "verbs": [
+                "get",
+                "list",
+                "watch",
+                "create",
+                "update",
+                "patch",
+                "delete",
+                "deletecollection",
+            ],
+        }
+    ], "the driver gets its namespace's executor pods and ConfigMaps, nothing cluster-wide"
+
+
+def test_token_and_channel_golden() -> None:
+    assert builders.token_secret(JOB, "s3cret") == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta("clicks-token"),
+        "type": "Opaque",
+        "stringData": {"token": "s3cret"},
+    }
+    assert builders.channel_config_map(JOB, builders.control_name("clicks")) == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta("clicks-control", "control"),
+        "data": {},
+    }
+
+
+def test_job_config_carries_the_derived_spark_conf() -> None:
+    body = builders.config_map(
+        JOB,
+        spec(
+            executor={"instances": 4, "cores": 2, "memory": "3g"},
+            application={
+                "file": "local:///app/clicks.py",
+                "sparkConf": {
+                    "spark.executor.instances": "99",
+                    "spark.sql.shuffle.partitions": "8",
+                },
+            },
+        ),
+    )
+    assert body["metadata"] == meta("clicks-config")
+    config = JobConfig.model_validate_json(body["data"]["job.json"])
+    assert (config.name, config.namespace, config.uid) == ("clicks", "analytics", "uid-1")
+    assert config.state_url == "configmap:"
+    assert config.control.value == "ConfigMap"
+    conf = config.spec.application.spark_conf
+    assert conf["spark.executor.instances"] == "4", "the spec wins over sparkConf"
+    assert conf["spark.sql.shuffle.partitions"] == "8", "other user settings stay"
+    assert conf["spark.master"] == "k8s://https://kubernetes.default.svc:443"
+    assert conf["spark.kubernetes.namespace"] == "analytics"
+    assert conf["spark.kubernetes.container.image"] == "img:1"
+    assert conf["spark.executor.memory"] == "3g"
+    assert conf["spark.executor.cores"] == "2"
+    assert conf["spark.driver.host"] == "clicks-driver.analytics.svc"
+    assert conf["spark.kubernetes.executor.label.finishable.dev/job"] == "clicks"
+    assert conf["spark.kubernetes.executor.label.finishable.dev/component"] == "executor"
+    defaults = dict(line.split(" ", 1) for line in body["data"]["spark-defaults.conf"].splitlines())
+    assert defaults == conf, "spark-defaults.conf says the same (driver memory needs it)"
+
+
+def test_object_store_state_url() -> None:
+    config = builders.job_config(
+        JOB, spec(checkpointing={"storage": {"type": "ObjectStore", "url": "gs://bucket/jobs"}})
+    )
+    assert config.state_url == "gs://bucket/jobs"
+
+
+def test_batch_jobs_get_shuffle_owned_by_the_job() -> None:
+    batch = spec(
+        mode="Batch",
+        shuffle={
+            "replicas": 3,
+            "storage": {"size": "20Gi", "storageClassName": "fast"},
+            "retainTimeout": "2m",
+        },
+    )
+    children = builders.static_children(JOB, batch, "t")
+    kinds = [(child["kind"], child["metadata"]["name"]) for child in children]
+    assert kinds == [
+        ("ConfigMap", "clicks-config"),
+        ("ConfigMap", "clicks-control"),
+        ("ConfigMap", "clicks-state"),
+        ("Secret", "clicks-token"),
+        ("ServiceAccount", "clicks-driver"),
+        ("Role", "clicks-driver"),
+        ("RoleBinding", "clicks-driver"),
+        ("Service", "clicks-driver"),
+        ("Service", "clicks-shuffle-headless"),
+        ("StatefulSet", "clicks-shuffle"),
+    ]
+    for child in children:
+        assert child["metadata"]["ownerReferences"] == [OWNER], child["metadata"]["name"]
+        assert child["metadata"]["labels"]["finishable.dev/job"] == "clicks"
+    shuffle = children[-1]["spec"]
+    assert shuffle["replicas"] == 3
+    assert shuffle["serviceName"] == "clicks-shuffle-headless"
+    assert shuffle["selector"] == {
+        "matchLabels": {"finishable.dev/job": "clicks", "finishable.dev/component": "shuffle"}
+    }
+    assert shuffle["template"]["metadata"]["labels"]["finishable.dev/component"] == "shuffle"
+    container = shuffle["template"]["spec"]["containers"][0]
+    assert container["command"] == ["finishable", "shuffle-server"]
+    assert container["args"][-2:] == ["--retain-timeout", "2m"]
+    claim = shuffle["volumeClaimTemplates"][0]["spec"]
+    assert claim["resources"] == {"requests": {"storage": "20Gi"}}
+    assert claim["storageClassName"] == "fast"
+
+
+def test_streaming_jobs_get_no_shuffle_and_names_fit() -> None:
+    kinds = {child["kind"] for child in builders.static_children(JOB, spec(), "t")}
+    assert "StatefulSet" not in kinds
+    longest = "j" * 40
+    names = [
+        builders.shuffle_service_name(longest),
+        builders.driver_pod_name(longest, 100),
+        builders.rbac_name(longest),
+    ]
+    assert all(len(name) <= 63 for name in names), "DNS labels for a 40-character job name"
+    assert json.dumps(builders.driver_pod(JOB, spec(), 1, ""))  # plain JSON, nothing else

@@ -1,0 +1,396 @@
+"""The real operator against the API emulator, with the test playing kubelet and driver."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from finishable.api.control import DriverState
+from finishable.api.models import CheckpointStatus, SavepointStatus
+from tests.controller.cluster import Cluster, OperatorProcess, install, wait_for
+from tests.support.k8s_emulator import EmulatorServer
+
+TOKEN = "operator-tests"
+NAMESPACE = "jobs"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmulatorServer]:
+    with EmulatorServer(required_token=TOKEN) as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="module")
+def cluster(server: EmulatorServer) -> Cluster:
+    cluster = Cluster(server.url, TOKEN, NAMESPACE)
+    install(cluster.api, [NAMESPACE])
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def operator(
+    server: EmulatorServer, cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(tmp_path_factory.mktemp("operator"), server.url, TOKEN, [NAMESPACE])
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def k8s(cluster: Cluster, operator: OperatorProcess) -> Cluster:
+    """The cluster, with the operator running (restarted if a test killed it)."""
+    if operator.process is None or operator.process.poll() is not None:
+        operator.start()
+    return cluster
+
+
+STREAMING = {"application": {"file": "local:///app/job.py", "args": ["--fast"]}}
+
+
+def batch(**fields: object) -> dict[str, object]:
+    return {"mode": "Batch", "application": {"file": "local:///app/batch.py"}, **fields}
+
+
+def test_create_submits_the_driver_with_its_children_then_runs(k8s: Cluster) -> None:
+    k8s.create_job("clicks", STREAMING)
+    status = k8s.wait_phase("clicks", "Submitted")
+    assert status["attempt"] == 1 and status["observedGeneration"] == 1
+    job = k8s.job("clicks")
+    assert job is not None
+    owner = job["metadata"]["uid"]
+    children = [
+        ("pods", "clicks-driver-1"),
+        ("services", "clicks-driver"),
+        ("configmaps", "clicks-config"),
+        ("configmaps", "clicks-control"),
+        ("configmaps", "clicks-state"),
+        ("secrets", "clicks-token"),
+        ("serviceaccounts", "clicks-driver"),
+    ]
+    for plural, name in children:
+        child = k8s.get(plural, name)
+        assert child is not None, f"{plural}/{name} was not created"
+        assert [ref["uid"] for ref in child["metadata"]["ownerReferences"]] == [owner]
+        assert child["metadata"]["labels"]["finishable.dev/job"] == "clicks"
+    for plural in ("roles", "rolebindings"):
+        assert k8s.get(plural, "clicks-driver", "rbac.authorization.k8s.io/v1") is not None
+    pod = k8s.get("pods", "clicks-driver-1")
+    assert pod is not None
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["FINISHABLE_ATTEMPT"] == "1" and env["FINISHABLE_RESTORE_FROM"] == ""
+    assert pod["metadata"]["labels"]["finishable.dev/component"] == "driver"
+    assert k8s.condition("clicks", "Ready")["status"] == "False"
+    # the kubelet starts it, the driver reports: Running
+    k8s.set_pod_phase("clicks-driver-1", "Running")
+    k8s.report("clicks", 1, DriverState.RUNNING, last_checkpoint=CheckpointStatus(id=4))
+    status = k8s.wait_phase("clicks", "Running")
+    assert status["lastCheckpoint"]["id"] == 4
+    assert k8s.condition("clicks", "Ready")["status"] == "True"
+
+    def phase_changes() -> list[str] | None:
+        messages = [e["message"] for e in k8s.events("clicks") if e["reason"] == "PhaseChanged"]
+        return messages if len(messages) >= 2 else None
+
+    changes = wait_for(phase_changes, "an Event per phase change")
+    assert any(message.startswith("Pending -> Submitted") for message in changes)
+    assert any(message.startswith("Submitted -> Running") for message in changes)
+
+
+def test_suspend_records_the_savepoint_removes_the_driver_and_resume_restores(
+    k8s: Cluster,
+) -> None:
+    k8s.start_running("sessions", STREAMING)
+    executor = {  # what Spark creates for the driver
+        "metadata": {
+            "name": "sessions-exec-1",
+            "labels": {
+                "finishable.dev/job": "sessions",
+                "finishable.dev/component": "executor",
+                "finishable.dev/attempt": "1",
+            },
+        },
+        "spec": {"containers": []},
+    }
+    k8s.create("pods", executor)
+    k8s.edit("sessions", state="Suspended")
+    k8s.wait_phase("sessions", "Savepointing")
+    request = k8s.request_for("sessions", 1)
+    assert (request.action.value, request.drain) == ("stop", False)
+    savepoint = SavepointStatus(location="configmap:sessions/savepoints/1", request_id=request.id)
+    k8s.answer("sessions", 1, request, DriverState.SUSPENDED, savepoint=savepoint)
+    k8s.set_pod_phase("sessions-driver-1", "Succeeded")
+    status = k8s.wait_phase("sessions", "Suspended")
+    assert status["savepoint"]["location"] == "configmap:sessions/savepoints/1"
+    assert "pendingRequest" not in status
+    wait_for(lambda: k8s.get("pods", "sessions-driver-1") is None, "the driver pod is deleted")
+    wait_for(lambda: k8s.get("pods", "sessions-exec-1") is None, "and its executors")
+    # resume: a new attempt from the savepoint
+    k8s.edit("sessions", state="Running")
+    status = k8s.wait_phase("sessions", "Submitted")
+    assert status["attempt"] == 2
+    pod = wait_for(lambda: k8s.get("pods", "sessions-driver-2"), "attempt 2's driver")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["FINISHABLE_RESTORE_FROM"] == "configmap:sessions/savepoints/1"
+    assert env["FINISHABLE_ATTEMPT"] == "2"
+
+
+def test_drain_finishes_the_job(k8s: Cluster) -> None:
+    k8s.start_running("windows", STREAMING)
+    k8s.edit("windows", state="Finished")
+    k8s.wait_phase("windows", "Draining")
+    request = k8s.request_for("windows", 1)
+    assert (request.action.value, request.drain) == ("stop", True)
+    drained = SavepointStatus(location="configmap:windows/final", drained=True)
+    k8s.answer("windows", 1, request, DriverState.FINISHED, savepoint=drained)
+    status = k8s.wait_phase("windows", "Finished")
+    assert status["savepoint"]["drained"] is True
+    # an illegal change afterwards is refused with a condition and an Event; nothing is done
+    k8s.edit("windows", state="Running")
+    degraded = wait_for(
+        lambda: (c := k8s.condition("windows", "Degraded")).get("status") == "True" and c,
+        "Degraded=True for the refused change",
+    )
+    assert degraded["reason"] == "IllegalStateChange"
+    assert "Finished and cannot become Running" in degraded["message"]
+    wait_for(lambda: "IllegalStateChange" in k8s.event_reasons("windows"), "an Event naming it")
+    status = k8s.status("windows")
+    assert (status["phase"], status["attempt"]) == ("Finished", 1)
+    assert k8s.get("pods", "windows-driver-2") is None
+
+
+def test_savepoint_nonce_takes_a_savepoint_without_stopping(k8s: Cluster) -> None:
+    k8s.start_running("nonce", STREAMING)
+    k8s.edit("nonce", savepointTriggerNonce=1)
+    request = k8s.request_for("nonce", 1)
+    assert request.action.value == "savepoint"
+    k8s.answer(
+        "nonce", 1, request, DriverState.RUNNING, savepoint=SavepointStatus(location="sp-nonce")
+    )
+    wait_for(
+        lambda: k8s.status("nonce").get("savepoint", {}).get("location") == "sp-nonce",
+        "the savepoint is recorded",
+    )
+    status = k8s.status("nonce")
+    assert status["phase"] == "Running" and status["savepointTriggerNonce"] == 1
+    wait_for(lambda: "SavepointCompleted" in k8s.event_reasons("nonce"), "SavepointCompleted")
+
+
+def test_a_stop_past_its_timeout_is_cancelled_and_the_job_keeps_running(k8s: Cluster) -> None:
+    k8s.start_running("slowstop", {**STREAMING, "stopTimeout": "1s"})
+    k8s.edit("slowstop", state="Suspended")
+    k8s.wait_phase("slowstop", "Savepointing")
+    request = k8s.request_for("slowstop", 1)
+    degraded = wait_for(
+        lambda: (c := k8s.condition("slowstop", "Degraded")).get("status") == "True" and c,
+        "Degraded after stopTimeout",
+    )
+    assert degraded["reason"] == "StopTimedOut"
+    assert k8s.status("slowstop")["phase"] == "Running"
+    control = k8s.get("configmaps", "slowstop-control")
+    assert control is not None and control["data"]["cancelled"] == request.id
+    assert k8s.channel("slowstop").read_request(1) is None, "the driver sees no request now"
+
+
+def test_invalid_manifests_fail_with_a_message_naming_the_field(k8s: Cluster) -> None:
+    k8s.create_job("badexec", {**STREAMING, "executor": {"instances": 0}})
+    status = k8s.wait_phase("badexec", "Failed")
+    assert "spec.executor.instances" in status["message"]
+    ready = k8s.condition("badexec", "Ready")
+    assert ready["status"] == "False" and "spec.executor.instances" in ready["message"]
+    wait_for(
+        lambda: any("spec.executor.instances" in e["message"] for e in k8s.events("badexec")),
+        "an Event naming the field",
+    )
+    long_name = "a" * 41
+    k8s.create_job(long_name, STREAMING)
+    assert "metadata.name" in k8s.wait_phase(long_name, "Failed")["message"]
+    assert k8s.list("pods", f"finishable.dev/job={long_name}") == []
+
+
+def make_shuffle_pods(k8s: Cluster, job: str) -> list[str]:
+    """Play the StatefulSet controller: shuffle pods owned by the StatefulSet."""
+    sts = wait_for(lambda: k8s.get("statefulsets", f"{job}-shuffle", "apps/v1"), f"{job}'s shuffle")
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "name": sts["metadata"]["name"],
+        "uid": sts["metadata"]["uid"],
+        "controller": True,
+    }
+    uids = []
+    for index in range(sts["spec"]["replicas"]):
+        labels = sts["spec"]["template"]["metadata"]["labels"]
+        body = {
+            "metadata": {
+                "name": f"{job}-shuffle-{index}",
+                "labels": labels,
+                "ownerReferences": [owner],
+            },
+            "spec": {"containers": []},
+        }
+        uids.append(k8s.create("pods", body)["metadata"]["uid"])
+    return uids
+
+
+def shuffle_pod_uids(k8s: Cluster, job: str) -> list[str]:
+    pods = k8s.list("pods", f"finishable.dev/job={job},finishable.dev/component=shuffle")
+    return sorted(pod["metadata"]["uid"] for pod in pods)
+
+
+def test_batch_driver_crash_recovers_keeping_shuffle_then_fails_when_attempts_run_out(
+    k8s: Cluster,
+) -> None:
+    spec = batch(shuffle={"replicas": 2, "retainTimeout": "10m"}, recovery={"maxAttempts": 1})
+    k8s.start_running("etl", spec)
+    uids = sorted(make_shuffle_pods(k8s, "etl"))
+    k8s.set_pod_phase("etl-driver-1", "Failed", exit_code=137)
+    status = k8s.wait_phase("etl", "Recovering")
+    recovery = status["recovery"]
+    assert "driver attempt 1 failed: exit code 137" in recovery["reason"]
+    assert recovery["driverLostAt"] and recovery["shuffleRetainedUntil"]
+    assert shuffle_pod_uids(k8s, "etl") == uids, "the shuffle pods outlive the driver"
+    assert "PhaseChanged" in k8s.event_reasons("etl")
+    # after the backoff: attempt 2, which reconnects
+    pod = wait_for(lambda: k8s.get("pods", "etl-driver-2"), "attempt 2 after the backoff")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["FINISHABLE_ATTEMPT"] == "2"
+    k8s.set_pod_phase("etl-driver-2", "Running")
+    k8s.report("etl", 2, DriverState.RUNNING, tasks_skipped=6, tasks_rerun=2)
+    status = k8s.wait_phase("etl", "Running")
+    assert "shuffleRetainedUntil" not in status["recovery"]
+    assert (status["recovery"]["tasksSkipped"], status["recovery"]["tasksRerun"]) == (6, 2)
+    assert shuffle_pod_uids(k8s, "etl") == uids, "still the same shuffle pods"
+    # a second crash: the one restart allowed is used
+    k8s.set_pod_phase("etl-driver-2", "Failed", exit_code=1)
+    status = k8s.wait_phase("etl", "Failed")
+    assert "spec.recovery.maxAttempts" in status["message"]
+    wait_for(lambda: shuffle_pod_uids(k8s, "etl") == [], "a failed batch job releases its shuffle")
+
+
+def test_shuffle_pods_go_when_no_driver_reconnects_in_time(k8s: Cluster) -> None:
+    k8s.start_running("late", batch(shuffle={"replicas": 2, "retainTimeout": "1s"}))
+    old = make_shuffle_pods(k8s, "late")
+    k8s.set_pod_phase("late-driver-1", "Failed", exit_code=1)
+    k8s.wait_phase("late", "Recovering")
+    wait_for(
+        lambda: not set(old) & set(shuffle_pod_uids(k8s, "late")), "the retained shuffle deleted"
+    )
+    wait_for(lambda: "ShuffleReleased" in k8s.event_reasons("late"), "a ShuffleReleased Event")
+    assert k8s.status("late")["phase"] == "Recovering"
+    assert "shuffleRetainedUntil" not in k8s.status("late")["recovery"]
+    sts = k8s.get("statefulsets", "late-shuffle", "apps/v1")
+    assert sts is not None, "fresh shuffle pods for the attempt to come"
+
+
+def test_an_operator_killed_mid_stop_and_mid_recovery_carries_on(
+    k8s: Cluster, operator: OperatorProcess
+) -> None:
+    k8s.start_running("stopping", STREAMING)
+    k8s.start_running("crashing", STREAMING)
+    k8s.edit("stopping", state="Suspended")
+    k8s.wait_phase("stopping", "Savepointing")
+    request = k8s.request_for("stopping", 1)
+    assert k8s.api.request("DELETE", k8s.api.path("pods", "crashing-driver-1")).status == 200
+    assert "disappeared" in k8s.wait_phase("crashing", "Recovering")["recovery"]["reason"]
+    operator.kill()
+    # while no operator runs, the driver completes the stop
+    k8s.answer(
+        "stopping", 1, request, DriverState.SUSPENDED, savepoint=SavepointStatus(location="sp-k")
+    )
+    k8s.set_pod_phase("stopping-driver-1", "Succeeded")
+    assert k8s.status("stopping")["phase"] == "Savepointing"
+    operator.start()
+    status = k8s.wait_phase("stopping", "Suspended")
+    assert status["savepoint"]["location"] == "sp-k"
+    wait_for(lambda: k8s.get("pods", "stopping-driver-1") is None, "the stopped driver removed")
+    pod = wait_for(lambda: k8s.get("pods", "crashing-driver-2"), "the recovery's next attempt")
+    assert pod["metadata"]["labels"]["finishable.dev/attempt"] == "2"
+    assert k8s.status("crashing")["restarts"] == 1, "the crash is counted once"
+
+
+def test_deletion_stops_the_driver_removes_children_and_keeps_snapshots(k8s: Cluster) -> None:
+    for name, wanted in (("keep", {}), ("purge", {"finishable.dev/delete-state": "true"})):
+        k8s.create_job(name, STREAMING, annotations=wanted)
+        k8s.wait_phase(name, "Submitted")
+        snapshot = {
+            "metadata": {
+                "name": f"{name}-savepoints.1",
+                "labels": {"finishable.dev/job": name, "finishable.dev/component": "state"},
+            },
+            "data": {"manifest": "{}"},
+        }
+        k8s.create("configmaps", snapshot)
+        k8s.delete_job(name)
+        wait_for(lambda name=name: k8s.job(name) is None, f"{name} is deleted")
+        for plural, child in (
+            ("pods", f"{name}-driver-1"),
+            ("services", f"{name}-driver"),
+            ("configmaps", f"{name}-config"),
+            ("configmaps", f"{name}-state"),
+            ("secrets", f"{name}-token"),
+        ):
+            assert k8s.get(plural, child) is None, f"{plural}/{child} remains"
+    assert k8s.get("configmaps", "keep-savepoints.1") is not None, "savepoints are kept"
+    assert k8s.get("configmaps", "purge-savepoints.1") is None, "unless asked"
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """One sample of the operator's /metrics, read with Prometheus' own parser."""
+    for family in text_string_to_metric_families(text):
+        for found in family.samples:
+            if found.name == name and labels.items() <= found.labels.items():
+                return float(found.value)
+    return None
+
+
+def test_metrics_and_liveness(k8s: Cluster, operator: OperatorProcess) -> None:
+    k8s.start_running("measured", STREAMING)
+    k8s.report("measured", 1, DriverState.RUNNING, last_checkpoint=CheckpointStatus(id=1))
+    k8s.report("measured", 1, DriverState.RUNNING, last_checkpoint=CheckpointStatus(id=3))
+    name = "finishable_checkpoints_completed_total"
+    wait_for(
+        lambda: (sample(operator.metrics(), name, job="measured") or 0) >= 2, "checkpoints counted"
+    )
+    text = operator.metrics()
+    assert (sample(text, "finishable_jobs", phase="Running") or 0) >= 1
+    moves = sample(
+        text, "finishable_phase_transitions_total", from_phase="Submitted", to_phase="Running"
+    )
+    assert moves is not None and moves >= 1
+    assert operator.alive()
+
+
+def test_a_second_replica_stands_by_until_the_first_goes(
+    k8s: Cluster, operator: OperatorProcess, server: EmulatorServer, tmp_path: Path
+) -> None:
+    standby = OperatorProcess(
+        tmp_path, server.url, TOKEN, [NAMESPACE], identity="operator-2", priority=50,
+        name="standby",
+    )  # fmt: skip
+    standby.start()
+    peering = k8s.api.path("kopfpeerings", "finishable-spark-operator", api_version="kopf.dev/v1")
+    try:
+        peers = wait_for(
+            lambda: (
+                {"operator-1", "operator-2"}
+                <= set(k8s.api.request("GET", peering).body.get("status") or {})
+            ),
+            "both replicas in the peering object",
+        )
+        assert peers
+        k8s.create_job("single", STREAMING)
+        k8s.wait_phase("single", "Submitted")
+        assert "single" not in standby.log(), "the lower priority replica does not act"
+        operator.stop()  # a clean exit leaves the peering object at once
+        wait_for(lambda: "Resuming operations" in standby.log(), "the standby takes over")
+        k8s.create_job("takeover", STREAMING)
+        k8s.wait_phase("takeover", "Submitted")
+        assert "takeover" in standby.log()
+    finally:
+        standby.stop()

@@ -1,0 +1,165 @@
+"""The status writer's merge patch, the metrics it moves, and the pure readers of the loop."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
+from finishable.api.models import (
+    CheckpointStatus,
+    DesiredState,
+    FinishableSparkJobSpec,
+    FinishableSparkJobStatus,
+    Phase,
+    SavepointStatus,
+    dump,
+)
+from finishable.controller.metrics import Metrics
+from finishable.controller.reconcile import (
+    StatusUnreadable,
+    driver_pod_of,
+    parse_report,
+    read_spec,
+    read_status,
+)
+from finishable.controller.status import merge_patch
+from finishable.lifecycle.phases import Observation, PodPhase, next_status
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+KEY = ("ns", "job")
+
+
+def test_merge_patch_nulls_what_went_away_and_keeps_what_stayed() -> None:
+    old = {"phase": "Running", "pendingRequest": {"id": "r1"}, "recovery": {"reason": "x", "n": 1}}
+    new = {"phase": "Suspended", "recovery": {"n": 1}, "savepoint": {"location": "s"}}
+    assert merge_patch(old, new) == {
+        "phase": "Suspended",
+        "pendingRequest": None,
+        "recovery": {"reason": None},
+        "savepoint": {"location": "s"},
+    }
+    assert merge_patch(new, new) == {}
+    assert merge_patch({"conditions": [1, 2]}, {"conditions": [2]}) == {"conditions": [2]}
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    found = registry.get_sample_value(name, labels)
+    return 0.0 if found is None else found
+
+
+class Job:
+    """The phase machine driven as the operator drives it, with metrics recorded per step."""
+
+    def __init__(self, registry: CollectorRegistry, **spec: Any) -> None:
+        self.metrics = Metrics(registry)
+        self.spec = FinishableSparkJobSpec.model_validate({"application": {"file": "a.py"}, **spec})
+        self.status = FinishableSparkJobStatus()
+        self.metrics.track(KEY, self.status)
+        self.now = T0
+        self.generation = 1
+
+    def step(self, pod: PodPhase, report: DriverReport | None = None, after: float = 1.0) -> None:
+        self.now += timedelta(seconds=after)
+        observation = Observation(self.now, self.generation, pod, "", report)
+        decision = next_status(self.status, self.spec, observation)
+        self.metrics.record(KEY, self.status, decision.status, self.now, shuffle_replicas=2)
+        self.status = decision.status
+
+    def report(self, state: DriverState, **fields: Any) -> DriverReport:
+        return DriverReport(attempt=self.status.attempt, state=state, **fields)
+
+
+def test_metrics_follow_the_phases() -> None:
+    registry = CollectorRegistry()
+    job = Job(registry)
+    assert value(registry, "finishable_jobs", phase="Pending") == 1
+    job.step(PodPhase.ABSENT)
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING), after=4)
+    assert value(registry, "finishable_jobs", phase="Running") == 1
+    assert value(registry, "finishable_jobs", phase="Pending") == 0
+    submitted = {"from_phase": "Submitted", "to_phase": "Running"}
+    assert value(registry, "finishable_phase_transitions_total", **submitted) == 1
+    assert value(registry, "finishable_phase_duration_seconds_sum", phase="Submitted") == 4
+    for checkpoint in (3, 7):
+        report = job.report(DriverState.RUNNING, last_checkpoint=CheckpointStatus(id=checkpoint))
+        job.step(PodPhase.RUNNING, report)
+    assert value(registry, "finishable_checkpoints_completed_total", namespace="ns", job="job") == 5
+    # stop with a savepoint: its latency runs from the request to Suspended
+    job.spec = job.spec.model_copy(update={"state": DesiredState.SUSPENDED})
+    job.generation += 1
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    request = job.status.pending_request
+    assert request is not None
+    done = job.report(
+        DriverState.SUSPENDED,
+        savepoint=SavepointStatus(location="sp-1"),
+        request=RequestReport(id=request.id, outcome=RequestOutcome.COMPLETED),
+    )
+    job.step(PodPhase.SUCCEEDED, done, after=9)
+    assert job.status.phase is Phase.SUSPENDED
+    assert value(registry, "finishable_stop_duration_seconds_sum", drain="false") == 9
+    assert value(registry, "finishable_savepoints_completed_total", namespace="ns", job="job") == 1
+    job.metrics.forget(KEY)
+    assert value(registry, "finishable_jobs", phase="Suspended") == 0
+
+
+def test_metrics_of_a_batch_recovery() -> None:
+    registry = CollectorRegistry()
+    job = Job(registry, mode="Batch")
+    job.step(PodPhase.ABSENT)
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    job.step(PodPhase.FAILED)
+    assert job.status.phase is Phase.RECOVERING
+    labels = {"namespace": "ns", "job": "job"}
+    assert value(registry, "finishable_driver_restarts_total", **labels) == 1
+    assert value(registry, "finishable_shuffle_pods_retained", **labels) == 2
+    job.step(PodPhase.ABSENT, after=10)  # the backoff passed: attempt 2
+    recovered = job.report(DriverState.RUNNING, tasks_skipped=8, tasks_rerun=2)
+    job.step(PodPhase.RUNNING, recovered, after=5)
+    assert job.status.phase is Phase.RUNNING
+    assert value(registry, "finishable_recovery_duration_seconds_sum") == 15
+    assert value(registry, "finishable_recovery_tasks_skipped_total", **labels) == 8
+    assert value(registry, "finishable_recovery_tasks_rerun_total", **labels) == 2
+    assert value(registry, "finishable_shuffle_pods_retained", **labels) == 0
+
+
+def test_driver_pod_observation() -> None:
+    failed = {
+        "metadata": {"name": "j-driver-2", "labels": {"finishable.dev/attempt": "2"}},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+            ],
+        },
+    }
+    pod = driver_pod_of(failed)
+    assert (pod.name, pod.attempt, pod.phase) == ("j-driver-2", 2, PodPhase.FAILED)
+    assert pod.message == "exit code 137 (OOMKilled)"
+    assert not pod.alive
+    unknown = driver_pod_of(
+        {"metadata": {"name": "p", "deletionTimestamp": "t"}, "status": {"phase": "Unknown"}}
+    )
+    assert unknown.phase is PodPhase.RUNNING and unknown.deleting and not unknown.alive
+
+
+def test_readers_name_the_field() -> None:
+    spec, problems = read_spec(
+        "ok", {"application": {"file": "a.py"}, "executor": {"instances": 0}}
+    )
+    assert spec is None
+    assert problems and problems[0].startswith("spec.executor.instances:")
+    spec, problems = read_spec("x" * 41, {"application": {"file": "a.py"}})
+    assert spec is None and problems[0].startswith("metadata.name:")
+    spec, problems = read_spec("ok", {"application": {"file": "a.py"}})
+    assert spec is not None and problems == ()
+    assert parse_report("not json") is None
+    assert parse_report(DriverReport(attempt=1, state=DriverState.RUNNING).model_dump_json())
+    stored = dump(FinishableSparkJobStatus(phase=Phase.RUNNING, attempt=2))
+    assert read_status({**stored, "kopf": {"progress": {}}}).attempt == 2
+    with pytest.raises(StatusUnreadable):
+        read_status({"phase": "Sideways"})

@@ -25,7 +25,9 @@ What kmock 0.8 lacks, and this adds (generic for every resource, not ConfigMap-o
   label values, and the 1 MiB cap on a ConfigMap's ``data`` + ``binaryData`` (422 Invalid);
 * request bodies up to 3 MiB (aiohttp's default cap is 1 MiB; the API server accepts 3 MiB);
 * optional bearer-token check (401), to prove that clients send their credentials;
-* request counts per User-Agent at ``GET /_emulator/stats``, for benchmarks;
+* request counts per User-Agent at ``GET /_emulator/stats``, for benchmarks, and the API calls
+  each client made as RBAC sees them (verb, API group, resource[/subresource], namespaced or
+  cluster-wide) at ``GET /_emulator/calls``, for checking RBAC rules against what a client does;
 * bounded memory for long runs: hard deletes, and only the newest requests are kept.
 
 Run standalone (for benchmarks): ``python tests/support/k8s_emulator.py`` prints the port, then
@@ -51,7 +53,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 import aiohttp.web
 import attrs
@@ -62,6 +64,7 @@ CONFIGMAP_DATA_LIMIT = 1024 * 1024
 MAX_REQUEST_BODY = 3 * 1024 * 1024
 EVENT_HISTORY = 20_000
 STATS_PATH = "/_emulator/stats"
+CALLS_PATH = "/_emulator/calls"
 _NAMESPACES_PATH = re.compile(r"/api/v1/namespaces(?:/(?P<name>[^/]+))?/?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
@@ -73,6 +76,40 @@ _SELECTOR_TERM = re.compile(
 _STANDARD_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 
 Key = tuple[Any, str | None, str]
+
+
+class ApiCall(NamedTuple):
+    """One request as RBAC authorizes it: a verb on a resource, or a non-resource URL."""
+
+    client: str  # the User-Agent up to its first "/"
+    verb: str  # get, list, watch, create, update, patch, delete, deletecollection
+    group: str  # "" for the core group
+    resource: str  # plural[/subresource]; "" for a non-resource URL (discovery)
+    namespaced: bool  # False for cluster-scoped objects and for lists across every namespace
+    path: str  # the non-resource URL; "" for a resource request
+
+
+def api_call(client: str, request: kmock.Request) -> ApiCall:
+    """What RBAC would check for ``request`` (the verbs of the API server's request info)."""
+    method = str(kmock.method(request.method).value).lower()
+    if request.resource is None or not request.resource.plural:  # discovery: /api, /apis/G/V
+        return ApiCall(client, method, "", "", False, request.url.path)
+    verbs = {
+        kmock.action.FETCH: "get",
+        kmock.action.LIST: "list",
+        kmock.action.WATCH: "watch",
+        kmock.action.CREATE: "create",
+        kmock.action.UPDATE: "patch",
+        kmock.action.DELETE: "delete" if request.name else "deletecollection",
+    }
+    # kmock reads no action into a PUT
+    put = request.method == kmock.method.PUT
+    verb = "update" if put else verbs.get(request.action) or method
+    resource = request.resource.plural or ""
+    if request.subresource:
+        resource = f"{resource}/{request.subresource}"
+    group = request.resource.group or ""
+    return ApiCall(client, verb, group, resource, bool(request.namespace), "")
 
 
 def _now() -> str:
@@ -232,6 +269,7 @@ class StateEmulator(KubernetesEmulator):
     )
     _history_floor: int = attrs.field(default=0, init=False)
     request_counts: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
+    api_calls: collections.Counter[ApiCall] = attrs.field(factory=collections.Counter, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -296,10 +334,15 @@ class StateEmulator(KubernetesEmulator):
         headers = {k.lower(): v for k, v in request.headers.items()}
         if request.url.path == STATS_PATH:
             return aiohttp.web.json_response(dict(self.request_counts))
-        self.request_counts[headers.get("user-agent", "").split("/")[0]] += 1
+        if request.url.path == CALLS_PATH:
+            calls = [{**call._asdict(), "count": n} for call, n in self.api_calls.items()]
+            return aiohttp.web.json_response(calls)
+        client = headers.get("user-agent", "").split("/")[0]
+        self.request_counts[client] += 1
         token = self.required_token
         if token is not None and headers.get("authorization") != f"Bearer {token}":
             raise KubernetesError(status=401, reason="Unauthorized", message="Unauthorized")
+        self.api_calls[api_call(client, request)] += 1
         if request.resource is None or request.subresource not in (None, "status"):
             return await super()._handle(request)
         if request.method == kmock.method.PUT and request.name is not None:

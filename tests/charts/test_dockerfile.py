@@ -1,0 +1,110 @@
+"""The Dockerfile, checked statically: there is no Docker engine here to build it (e2e on kind
+builds and runs it). What is checked is what the pods the operator creates rely on."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+ENTRYPOINT = ROOT / "docker" / "entrypoint.sh"
+
+
+def instructions(name: str) -> list[str]:
+    """The arguments of every instruction ``name`` (continuation lines joined)."""
+    joined = re.sub(r"\\\n", " ", DOCKERFILE)
+    return [m.group(1).strip() for m in re.finditer(rf"^{name}\s+(.+)$", joined, re.MULTILINE)]
+
+
+def test_python_311_with_java_17() -> None:
+    (base,) = instructions("FROM")
+    assert base.startswith("python:3.11")
+    assert any("openjdk-17-jre-headless" in run for run in instructions("RUN"))
+    env = " ".join(instructions("ENV"))
+    assert "JAVA_HOME=/usr/lib/jvm/java-17-openjdk" in env
+
+
+def test_the_package_is_installed_and_spark_home_is_pip_pyspark() -> None:
+    assert any(re.search(r"pip install \.(\s|$)", run) for run in instructions("RUN"))
+    env = " ".join(instructions("ENV"))
+    assert "SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark" in env
+    assert "PYSPARK_PYTHON=/usr/local/bin/python3" in env
+    # the build fails if pip's pyspark ends up anywhere else
+    assert any("os.environ['SPARK_HOME']" in run for run in instructions("RUN"))
+
+
+def test_examples_are_where_the_manifests_say() -> None:
+    assert "examples /opt/finishable/examples" in instructions("COPY")
+    for manifest in (ROOT / "examples").glob("*/job.yaml"):
+        assert "/opt/finishable/examples" in manifest.read_text(), manifest
+
+
+def test_runs_as_a_non_root_user() -> None:
+    users = instructions("USER")
+    assert users, "no USER: the image would run as root"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) >= 1000, "a numeric uid lets runAsNonRoot verify it"
+
+
+def test_the_entrypoint_runs_commands_and_spark_executors() -> None:
+    (entrypoint,) = instructions("ENTRYPOINT")
+    assert "/opt/finishable/entrypoint.sh" in entrypoint
+    assert "docker/entrypoint.sh /opt/finishable/entrypoint.sh" in instructions("COPY")
+    assert os.access(ENTRYPOINT, os.X_OK)
+    script = ENTRYPOINT.read_text()
+    assert "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend" in script
+    for variable in ("SPARK_DRIVER_URL", "SPARK_EXECUTOR_ID", "SPARK_EXECUTOR_CORES"):
+        assert variable in script
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_the_entrypoint_execs_any_other_command(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["bash", str(ENTRYPOINT), "echo", "finishable", "operator"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout == "finishable operator\n"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_the_entrypoint_builds_the_executor_command(tmp_path: Path) -> None:
+    """A fake java prints what it was started with: the command Spark's executor pod runs."""
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    java.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    java.chmod(0o755)
+    env = {
+        "PATH": os.environ["PATH"],
+        "JAVA_HOME": str(tmp_path),
+        "SPARK_HOME": "/spark",
+        "SPARK_JAVA_OPT_1": "-Dsecond=2",
+        "SPARK_JAVA_OPT_0": "-Dfirst=1",
+        "SPARK_EXECUTOR_MEMORY": "2g",
+        "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@job-driver.ns.svc:7078",
+        "SPARK_EXECUTOR_ID": "3",
+        "SPARK_EXECUTOR_CORES": "2",
+        "SPARK_APPLICATION_ID": "spark-app-1",
+        "SPARK_EXECUTOR_POD_IP": "10.0.0.7",
+        "SPARK_RESOURCE_PROFILE_ID": "0",
+        "SPARK_EXECUTOR_POD_NAME": "job-exec-3",
+    }
+    done = subprocess.run(
+        ["bash", str(ENTRYPOINT), "executor"], env=env, capture_output=True, text=True, check=True
+    )
+    args = done.stdout.splitlines()
+    assert args[:2] == ["-Dfirst=1", "-Dsecond=2"], "Java options in Spark's order"
+    assert args[args.index("-cp") + 1] == "/spark/jars/*"
+    assert "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend" in args
+    pairs = dict(itertools.pairwise(args))
+    assert pairs["--executor-id"] == "3" and pairs["--podName"] == "job-exec-3"
+    assert pairs["--driver-url"].endswith("job-driver.ns.svc:7078")
+    assert "-Xmx2g" in args

@@ -1,0 +1,219 @@
+"""The chart's RBAC against what the real operator does.
+
+The real `finishable operator` runs against the API emulator (as in tests/controller), once
+namespaced and once cluster-wide, and a Batch job goes through create → running → suspend →
+resume → drain → delete. The emulator records every call as RBAC would authorize it (verb, API
+group, resource[/subresource], namespaced or not). Every call must be granted by the chart's
+rules, bound where the call lands, and every rule the chart grants must be used, or be needed to
+create the driver's Role (Kubernetes lets a Role be created only by someone who holds what it
+grants): that is the only allowance for unused rules.
+
+How the chart's rules are read without helm: templates/rbac.yaml includes the rule files under
+files/rbac/ verbatim (``.Files.Get``, no templating inside them), so this test reads those files
+and knows from ``MODES`` which of them the template binds where. That mapping is the one piece
+that is not read from the chart: a test checks that the template includes exactly these files,
+and where helm is installed another renders the chart and compares the rendered roles and
+bindings with ``MODES``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from finishable.api.control import DriverState
+from finishable.api.models import SavepointStatus
+from finishable.controller import builders
+from tests.controller.cluster import Cluster, OperatorProcess, install, wait_for
+from tests.support.k8s_emulator import CALLS_PATH, EmulatorServer
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "finishable-spark-operator"
+RULES = CHART / "files" / "rbac"
+TOKEN = "rbac-tests"
+NAMESPACE = "jobs"
+OPERATOR_CLIENTS = {"finishable-operator", "kopf"}  # the operator's own client and kopf's
+
+Grant = tuple[str, str, str]
+"""(verb, API group, resource[/subresource])"""
+
+MODES: dict[str, dict[str, list[str]]] = {
+    # rule files bound in each watched namespace (a RoleBinding), and cluster-wide
+    "namespaced": {"namespace": ["jobs", "peering"], "cluster": ["crds", "namespaces"]},
+    "clusterwide": {"namespace": [], "cluster": ["jobs", "crds", "cluster-peering"]},
+}
+
+# Non-resource URLs every authenticated client may GET (the system:discovery ClusterRole).
+DISCOVERY = re.compile(r"/(api|apis)(/[^/]+(/[^/]+)?)?/?|/version/?")
+
+
+def grants_of(rule_files: list[str]) -> set[Grant]:
+    grants: set[Grant] = set()
+    for name in rule_files:
+        for rule in yaml.safe_load((RULES / f"{name}.yaml").read_text()):
+            grants |= rule_grants(rule)
+    return grants
+
+
+def rule_grants(rule: dict[str, Any]) -> set[Grant]:
+    fields = (rule["verbs"], rule["apiGroups"], rule["resources"])
+    assert not any("*" in values for values in fields), f"no wildcards: {rule}"
+    return {(v, g, r) for v in rule["verbs"] for g in rule["apiGroups"] for r in rule["resources"]}
+
+
+def driver_role_grants() -> set[Grant]:
+    """What the operator grants each driver: RBAC lets it do so only if it holds it too."""
+    job = builders.JobRef(name="any", namespace=NAMESPACE, uid="0")
+    return {grant for rule in builders.role(job)["rules"] for grant in rule_grants(rule)}
+
+
+# -- the scenario ---------------------------------------------------------------------------------
+
+BATCH = {
+    "mode": "Batch",
+    "application": {"file": "local:///app/batch.py"},
+    "shuffle": {"replicas": 1},
+}
+
+
+def drive_a_job_through_its_lifecycle(k8s: Cluster) -> None:
+    """create → running → suspend → resume → drain → delete, the test playing kubelet and driver."""
+    k8s.start_running("etl", BATCH)
+    k8s.edit("etl", state="Suspended")
+    k8s.wait_phase("etl", "Savepointing")
+    request = k8s.request_for("etl", 1)
+    savepoint = SavepointStatus(location="configmap:etl/savepoints/1", request_id=request.id)
+    k8s.answer("etl", 1, request, DriverState.SUSPENDED, savepoint=savepoint)
+    k8s.set_pod_phase("etl-driver-1", "Succeeded")
+    k8s.wait_phase("etl", "Suspended")
+    k8s.edit("etl", state="Running")
+    k8s.wait_phase("etl", "Submitted")
+    k8s.set_pod_phase("etl-driver-2", "Running")
+    k8s.report("etl", 2, DriverState.RUNNING)
+    k8s.wait_phase("etl", "Running")
+    k8s.edit("etl", state="Finished")
+    k8s.wait_phase("etl", "Draining")
+    request = k8s.request_for("etl", 2)
+    drained = SavepointStatus(location="configmap:etl/final", drained=True, request_id=request.id)
+    k8s.answer("etl", 2, request, DriverState.FINISHED, savepoint=drained)
+    k8s.wait_phase("etl", "Finished")
+    patch = {"metadata": {"annotations": {"finishable.dev/delete-state": "true"}}}
+    k8s.api.request("PATCH", k8s.job_path("etl"), body=patch, content_type=MERGE)
+    k8s.delete_job("etl")
+    wait_for(lambda: k8s.job("etl") is None, "the job is deleted")
+
+
+MERGE = "application/merge-patch+json"
+
+
+@pytest.fixture(scope="module", params=sorted(MODES))
+def calls(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """The operator's calls in one mode, over one job's whole life."""
+    mode = str(request.param)
+    with EmulatorServer(required_token=TOKEN) as server:
+        k8s = Cluster(server.url, TOKEN, NAMESPACE)
+        install(k8s.api, [NAMESPACE])
+        namespaces = [NAMESPACE] if mode == "namespaced" else []
+        operator = OperatorProcess(tmp_path_factory.mktemp(mode), server.url, TOKEN, namespaces)
+        operator.start()
+        try:
+            drive_a_job_through_its_lifecycle(k8s)
+        finally:
+            operator.stop()
+        with urllib.request.urlopen(server.url + CALLS_PATH, timeout=10) as response:
+            recorded = json.loads(response.read())
+        yield mode, [call for call in recorded if call["client"] in OPERATOR_CLIENTS]
+
+
+def used(recorded: list[dict[str, Any]]) -> set[Grant]:
+    return {(c["verb"], c["group"], c["resource"]) for c in recorded if c["resource"]}
+
+
+# -- the checks -----------------------------------------------------------------------------------
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_call_the_operator_makes_is_granted_where_it_lands(
+    calls: tuple[str, list[dict[str, Any]]],
+) -> None:
+    mode, recorded = calls
+    in_namespace = grants_of(MODES[mode]["namespace"])
+    cluster_wide = grants_of(MODES[mode]["cluster"])
+    assert used(recorded), "the operator made no calls at all"
+    denied = []
+    for call in recorded:
+        if not call["resource"]:
+            assert DISCOVERY.fullmatch(call["path"]), f"a non-discovery URL: {call}"
+            continue
+        grant = (call["verb"], call["group"], call["resource"])
+        allowed = cluster_wide | (in_namespace if call["namespaced"] else set())
+        if grant not in allowed:
+            denied.append({**call, "count": None})
+    assert not denied, f"{mode}: the chart's RBAC would deny {denied}"
+
+
+def test_the_chart_grants_nothing_the_operator_does_not_use(
+    calls: tuple[str, list[dict[str, Any]]],
+) -> None:
+    mode, recorded = calls
+    granted = grants_of(MODES[mode]["namespace"] + MODES[mode]["cluster"])
+    unused = granted - used(recorded) - driver_role_grants()
+    assert not unused, f"{mode}: granted but never used: {sorted(unused)}"
+
+
+def test_the_operator_holds_what_it_grants_its_drivers() -> None:
+    """Kubernetes refuses to create a Role granting more than its creator holds."""
+    for mode, files in MODES.items():
+        where_jobs_run = grants_of(files["namespace"] + files["cluster"])
+        assert driver_role_grants() <= where_jobs_run, mode
+
+
+def test_the_template_includes_exactly_the_rule_files() -> None:
+    template = (CHART / "templates" / "rbac.yaml").read_text()
+    included = set(re.findall(r'\.Files\.Get "files/rbac/([\w-]+)\.yaml"', template))
+    on_disk = {path.stem for path in RULES.glob("*.yaml")}
+    in_modes = {name for files in MODES.values() for names in files.values() for name in names}
+    assert included == on_disk == in_modes
+    for path in RULES.glob("*.yaml"):
+        assert "{{" not in path.read_text(), f"{path.name} must need no templating"
+
+
+def helm_template(*values: str) -> list[dict[str, Any]]:
+    command = ["helm", "template", "fso", str(CHART), "--namespace", "ops"]
+    for value in values:
+        command += ["--set", value]
+    rendered = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+@pytest.mark.skipif(shutil.which("helm") is None, reason="helm is not installed")
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_helm_renders_the_roles_and_bindings_of_each_mode(mode: str) -> None:
+    docs = helm_template(*([f"watchNamespaces={{{NAMESPACE}}}"] if mode == "namespaced" else []))
+    roles = {
+        doc["metadata"]["name"]: {g for rule in doc["rules"] for g in rule_grants(rule)}
+        for doc in docs
+        if doc["kind"] == "ClusterRole"
+    }
+    in_namespace: set[Grant] = set()
+    cluster_wide: set[Grant] = set()
+    for doc in docs:
+        if doc["kind"] == "RoleBinding":
+            assert doc["metadata"]["namespace"] == NAMESPACE
+            in_namespace |= roles[doc["roleRef"]["name"]]
+        elif doc["kind"] == "ClusterRoleBinding":
+            cluster_wide |= roles[doc["roleRef"]["name"]]
+    assert in_namespace == grants_of(MODES[mode]["namespace"])
+    assert cluster_wide == grants_of(MODES[mode]["cluster"])

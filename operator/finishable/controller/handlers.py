@@ -207,9 +207,7 @@ async def reconcile(
 
 
 @kopf.on.delete(*JOBS, registry=registry)
-async def delete(
-    *, body: kopf.Body, namespace: str | None, name: str, memo: Any, **_: Any
-) -> None:
+async def delete(*, body: kopf.Body, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
     """Stop the driver, remove the children; keep the snapshots unless annotated otherwise."""
     controller = _controller(memo)
     job = JobRef(name=name, namespace=namespace or "", uid=str(body["metadata"]["uid"]))

@@ -237,7 +237,6 @@ class CheckpointKeeper:
         self._fingerprints = fingerprints
         self._lock = threading.RLock()
         self._snapshots: dict[int, dict[str, bytes]] = {}
-        self._sentinel_batches: set[int] = set()
         self._latest: StoredCheckpoint | None = None
         if restored.savepoint is not None:
             self._snapshots[restored.batch_id] = dict(restored.savepoint.coordinators)
@@ -249,19 +248,12 @@ class CheckpointKeeper:
                     datetime.fromtimestamp(restored.stored.created_at, UTC),
                 )
         self._stored_through = restored.batch_id if restored.stored is not None else -1
-        self.published_batches = 0
 
     @property
     def latest(self) -> StoredCheckpoint | None:
         """The newest checkpoint stored by this attempt (or restored from)."""
         with self._lock:
             return self._latest
-
-    @property
-    def sentinel_batches(self) -> frozenset[int]:
-        """Published batches that carried a drain sentinel."""
-        with self._lock:
-            return frozenset(self._sentinel_batches)
 
     # -- the sink's batch hook --------------------------------------------------------------
 
@@ -276,11 +268,7 @@ class CheckpointKeeper:
         with self._lock:
             previous = batch_id - 1
             if previous > self._stored_through and self._log.read_entry("commits", previous):
-                if previous not in self._snapshots:
-                    # No sink commit reported it (a batch that wrote nothing): finish it from the
-                    # log; begin_run adopts the splits of batch_id from the stored offsets.
-                    self.published(previous)
-                self._store_checkpoint(previous)
+                self.checkpoint(previous)
             raw = self._log.read_entry("offsets", batch_id)
             if raw is None:
                 raise RuntimeError(f"batch {batch_id} has no offsets entry in {self._dir}")
@@ -306,11 +294,8 @@ class CheckpointKeeper:
                 if snapshot is not None:
                     snapshots[coordinator.name] = snapshot
             self._snapshots[batch_id] = snapshots
-            if sentinel:
-                self._sentinel_batches.add(batch_id)
             for old in [b for b in self._snapshots if b < batch_id - 8]:
                 del self._snapshots[old]
-            self.published_batches += 1
             return {"sentinel": sentinel}
 
     # -- checkpoints and savepoints ---------------------------------------------------------
@@ -334,8 +319,8 @@ class CheckpointKeeper:
             if latest is not None and latest.batch_id == batch_id:
                 return latest
             if batch_id not in self._snapshots:
-                # A batch whose sink commit was not reported (none ran): at a boundary nothing
-                # after it is planned, so finishing it from the offsets log is exact.
+                # No sink commit reported it (a batch that wrote nothing): finish it from the
+                # offsets log; a batch planned after it is adopted from its stored offsets.
                 self.published(batch_id)
             return self._store_checkpoint(batch_id)
 

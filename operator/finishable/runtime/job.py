@@ -24,16 +24,16 @@ import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from finishable.api.control import DriverReport, DriverState
 from finishable.api.jobconfig import TOKEN_ENV, ControlType, JobConfig, config_from_env
-from finishable.api.models import JobMode
+from finishable.api.models import OBJECT_STORE_SCHEMES, JobMode
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.runtime.batchhook import HOOK_OPTION, BatchHookClient
 from finishable.runtime.checkpoints import (
     CheckpointKeeper,
     Fingerprints,
-    Restored,
     find_restore,
     lineage_of,
 )
@@ -57,7 +57,6 @@ ENDPOINT_BIND_ENV = "FINISHABLE_ENDPOINT_BIND"
 """Address the coordinator endpoint binds (default 127.0.0.1; 0.0.0.0 in a pod)."""
 ENDPOINT_HOST_ENV = "FINISHABLE_ENDPOINT_HOST"
 """Host name executors reach the driver by (the driver's headless Service in a cluster)."""
-OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
 
 
 class FinishableJob:
@@ -99,7 +98,6 @@ class FinishableJob:
         )
         self._endpoint.start()
         self._spark = spark or _spark_session(config)
-        self._restored: Restored | None = None
         self._report(DriverState.STARTING, f"attempt {attempt} starting")
 
     @classmethod
@@ -213,7 +211,6 @@ class FinishableJob:
             allow_drained=self.config.spec.restore_from.allow_drained,
             fingerprints=fingerprints,
         )
-        self._restored = restored
         log.info("attempt %d starts from %s", self.attempt, restored.origin)
         self._clear_work_dir()
         restored.apply(self._checkpoint_dir)
@@ -250,7 +247,6 @@ class FinishableJob:
             checkpoint_dir=self._checkpoint_dir,
             control=self._control,
             stop_timeout=self.config.spec.stop_timeout.total_seconds(),
-            state_url=self.config.state_url,
         )
 
     def _clear_work_dir(self) -> None:
@@ -265,9 +261,10 @@ class FinishableJob:
     def _default_staging(self) -> str:
         """Where a callback sink stages: next to the state in object storage, else locally."""
         url = self.config.state_url.rstrip("/")
-        if url.split("://", 1)[0].lower() in OBJECT_STORE_SCHEMES and "://" in url:
+        scheme = urlsplit(url).scheme.lower()
+        if scheme in OBJECT_STORE_SCHEMES:
             return f"{url}/staging"
-        if url.startswith("configmap:"):
+        if scheme == "configmap":
             raise ValueError(
                 "TransactionalCallback needs staging_url when checkpoints are stored in "
                 "ConfigMaps: pass a location every executor and the driver can reach"

@@ -114,7 +114,6 @@ class StreamingExecutor:
         checkpoint_dir: Path,
         control: ControlChannel,
         stop_timeout: float,
-        state_url: str,
     ) -> None:
         self._job = job
         self._attempt = attempt
@@ -126,7 +125,6 @@ class StreamingExecutor:
         self._log = CheckpointLog(str(checkpoint_dir))
         self._control = control
         self._stop_timeout = stop_timeout
-        self._state_url = state_url
         self._query: StreamingQuery | None = None
         self._termination: _Termination | None = None
         self._savepoint: SavepointStatus | None = None

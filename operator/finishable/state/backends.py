@@ -13,6 +13,8 @@ from types import TracebackType
 from typing import Self
 from urllib.parse import urlsplit
 
+from finishable.api.models import OBJECT_STORE_SCHEMES
+
 # Names are portable across file systems, object stores and ConfigMap names (DNS subdomains):
 # lowercase segments of [a-z0-9.-] that start and end alphanumeric, joined by "/".
 _SEGMENT = r"[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?"
@@ -76,9 +78,6 @@ class ObjectBackend(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
 
 
 def open_backend(

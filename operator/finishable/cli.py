@@ -262,6 +262,13 @@ def _driver(args: argparse.Namespace, out: TextIO) -> int:
         return 1
 
 
+def _shuffle_server(args: argparse.Namespace, out: TextIO) -> int:
+    """Serve a Batch job's result partitions (the operator's shuffle pods run this)."""
+    from finishable.shuffle.server import run_from_args  # noqa: PLC0415 - aiohttp is heavy
+
+    return run_from_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand's function is stored in ``command``."""
     parser = argparse.ArgumentParser(
@@ -324,6 +331,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--resync", type=float, default=60.0, help="seconds between reconciles of a quiet job"
     )
     add("driver", _driver, "start a job's program in its driver pod (used by the operator)")
+    shuffle = add(
+        "shuffle-server",
+        _shuffle_server,
+        "serve a Batch job's result partitions (the operator's shuffle pods run this; "
+        "the token comes from $FINISHABLE_TOKEN)",
+    )
+    shuffle.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    shuffle.add_argument("--port", type=int, default=7337, help="port; 0 picks a free one")
+    shuffle.add_argument("--data-dir", required=True, help="where partitions are stored")
+    shuffle.add_argument("--job", required=True, help="the job whose partitions are served")
+    shuffle.add_argument(
+        "--retain-timeout",
+        default="5m",
+        help="release the partitions after no driver heartbeat for this long (default 5m)",
+    )
+    shuffle.add_argument("--port-file", help="write the bound port to this file once listening")
+    shuffle.add_argument(
+        "--exit-when-released", action="store_true", help="exit once the retain timeout released"
+    )
     for name, command, help_text in (
         ("stop", _stop, "stop a local job with a savepoint (--drain: and drain it)"),
         ("savepoint", _savepoint, "take a savepoint of a local job without stopping it"),

@@ -228,6 +228,15 @@ def test_object_store_state_url() -> None:
     assert config.state_url == "gs://bucket/jobs"
 
 
+def test_batch_drivers_find_the_shuffle_pods_by_their_stable_names() -> None:
+    batch = spec(mode="Batch", shuffle={"replicas": 2})
+    assert builders.job_config(JOB, batch).shuffle_urls == [
+        "http://clicks-shuffle-0.clicks-shuffle-headless.analytics.svc:7337",
+        "http://clicks-shuffle-1.clicks-shuffle-headless.analytics.svc:7337",
+    ]
+    assert builders.job_config(JOB, spec()).shuffle_urls == []
+
+
 def test_batch_jobs_get_shuffle_owned_by_the_job() -> None:
     batch = spec(
         mode="Batch",

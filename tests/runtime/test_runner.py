@@ -135,13 +135,10 @@ def test_second_run_of_a_suspended_job_needs_resume(
     assert "--resume" in capsys.readouterr().err
 
 
-def test_bad_application_and_batch_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_application(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = manifest(tmp_path)
     document = yaml.safe_load(missing.read_text())
     document["spec"]["application"]["file"] = "nowhere.py"
     missing.write_text(yaml.safe_dump(document))
     assert main(["run", str(missing), "--state-dir", str(tmp_path / "s")]) == 1
     assert "spec.application.file" in capsys.readouterr().err
-    batch = manifest(tmp_path, mode="Batch")
-    assert main(["run", str(batch), "--state-dir", str(tmp_path / "s")]) == 1
-    assert "Batch jobs cannot run locally yet" in capsys.readouterr().err

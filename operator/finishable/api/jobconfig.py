@@ -49,6 +49,10 @@ class JobConfig(ApiModel):
     control_dir: str | None = Field(
         default=None, description="For a Local control channel: its directory."
     )
+    shuffle_urls: list[str] = Field(
+        default_factory=list,
+        description="Batch: the shuffle servers' base URLs (one per shuffle pod or local server).",
+    )
     manifest_dir: str | None = Field(
         default=None,
         description="Directory of the manifest; relative application paths resolve against it.",

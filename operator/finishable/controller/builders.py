@@ -215,7 +215,19 @@ def job_config(job: JobRef, spec: FinishableSparkJobSpec) -> JobConfig:
         state_url=state_url(spec),
         work_dir=f"{WORK_DIR}/work",
         control=ControlType.CONFIG_MAP,
+        shuffle_urls=shuffle_urls(job, spec),
     )
+
+
+def shuffle_urls(job: JobRef, spec: FinishableSparkJobSpec) -> list[str]:
+    """The shuffle pods' stable addresses (StatefulSet pod names under the headless Service)."""
+    if spec.mode is not JobMode.BATCH:
+        return []
+    domain = f"{shuffle_service_name(job.name)}.{job.namespace}.svc"
+    return [
+        f"http://{shuffle_name(job.name)}-{index}.{domain}:{SHUFFLE_PORT}"
+        for index in range(spec.effective_shuffle.replicas)
+    ]
 
 
 def config_map(job: JobRef, spec: FinishableSparkJobSpec) -> dict[str, Any]:

@@ -57,6 +57,8 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BatchHook = Callable[[str, int, str], dict[str, Any]]
 """``hook(stage, batch_id, sink) -> reply``: a sink's commit reached ``stage`` for a batch."""
 BATCH_STAGES = ("prepare", "published")
+RuntimeHook = Callable[[str, dict[str, Any]], dict[str, Any]]
+"""``hook(action, body) -> reply``: a Batch job's tasks talk to its driver (``/v1/runtime/...``)."""
 
 
 class _HttpError(Exception):
@@ -106,6 +108,7 @@ class CoordinatorEndpoint:
         self._bind_host = host
         self._advertised_host = advertised_host
         self._batch_hook: BatchHook | None = None
+        self._runtime_hook: RuntimeHook | None = None
         self._bind_port = port
         self._coordinators: dict[str, CoordinatorHost] = {}
         self._lock = threading.Lock()
@@ -136,6 +139,14 @@ class CoordinatorEndpoint:
         """
         with self._lock:
             self._batch_hook = hook
+
+    def set_runtime_hook(self, hook: RuntimeHook | None) -> None:
+        """Route batch tasks' calls (``POST /v1/runtime/{action}``) to ``hook``, on a worker thread.
+
+        A ``ValueError`` from the hook is the caller's mistake (400); the reply is JSON-ready.
+        """
+        with self._lock:
+            self._runtime_hook = hook
 
     def names(self) -> list[str]:
         """The served coordinator names."""
@@ -232,6 +243,7 @@ class CoordinatorEndpoint:
         app.router.add_post(base + "/failed", self._failed)
         app.router.add_post(base + "/events", self._event)
         app.router.add_post("/v1/batches/{batch}/{stage}", self._batch)
+        app.router.add_post("/v1/runtime/{action}", self._runtime)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self._bind_host, self._bind_port, reuse_address=True)
@@ -454,4 +466,18 @@ class CoordinatorEndpoint:
             raise _HttpError(400, "bad-request", str(error)) from None
         loop = asyncio.get_running_loop()
         reply = await loop.run_in_executor(None, hook, stage, batch, sink)
+        return _json_response(200, reply)
+
+    async def _runtime(self, request: web.Request) -> web.Response:
+        with self._lock:
+            hook = self._runtime_hook
+        if hook is None:
+            raise _HttpError(404, "not-found", "no runtime hook: this endpoint serves no batch job")
+        action = request.match_info["action"]
+        body = await self._body(request)
+        loop = asyncio.get_running_loop()
+        try:
+            reply = await loop.run_in_executor(None, hook, action, body)
+        except ValueError as error:
+            raise _HttpError(400, "bad-request", str(error)) from None
         return _json_response(200, reply)

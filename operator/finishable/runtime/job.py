@@ -30,6 +30,7 @@ from finishable.api.control import DriverReport, DriverState
 from finishable.api.jobconfig import TOKEN_ENV, ControlType, JobConfig, config_from_env
 from finishable.api.models import OBJECT_STORE_SCHEMES, JobMode
 from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.runtime.batch import BatchRuntime
 from finishable.runtime.batchhook import HOOK_OPTION, BatchHookClient
 from finishable.runtime.checkpoints import (
     CheckpointKeeper,
@@ -72,11 +73,6 @@ class FinishableJob:
         spark: SparkSession | None = None,
         control: ControlChannel | None = None,
     ) -> None:
-        if config.spec.mode is not JobMode.STREAMING:
-            raise JobFailed(
-                f"spec.mode is {config.spec.mode.value}: FinishableJob runs Streaming jobs "
-                "(read_stream/write_stream); Batch jobs are not supported yet"
-            )
         self.config = config
         self.attempt = attempt
         self.restore_from = restore_from
@@ -99,6 +95,16 @@ class FinishableJob:
         self._endpoint.start()
         self._spark = spark or _spark_session(config)
         self._report(DriverState.STARTING, f"attempt {attempt} starting")
+        self._batch: BatchRuntime | None = None
+        if config.spec.mode is JobMode.BATCH:
+            self._batch = BatchRuntime(
+                config=config,
+                attempt=attempt,
+                spark=self._spark,
+                endpoint=self._endpoint,
+                token=self._token,
+                control=self._control,
+            )
 
     @classmethod
     def from_env(cls, spark: SparkSession | None = None) -> FinishableJob:
@@ -138,7 +144,43 @@ class FinishableJob:
     def name(self) -> str:
         return self.config.name
 
-    # -- building the pipeline --------------------------------------------------------------
+    # -- building a Batch job ---------------------------------------------------------------
+
+    def read(self, source: Source, *, name: str | None = None) -> DataFrame:
+        """Batch: a DataFrame of ``source`` whose reader tasks pull splits from its coordinator.
+
+        Stage it (``job.stage``) through narrow transformations only (filter, select, withColumn):
+        a reader task's rows become exactly one result partition, so a finished task's splits
+        are never read again after a driver crash.
+        """
+        runtime = self._batch_runtime("read")
+        return runtime.read(source, name or f"source-{runtime.read_count}")
+
+    def stage(self, name: str, dataframe: DataFrame, *, promote: bool = False) -> DataFrame:
+        """Batch: materialise ``dataframe`` as dataset ``name`` on the shuffle servers.
+
+        Returns a DataFrame reading the dataset back, for the next stages. ``promote`` keeps the
+        dataset on the shuffle servers as a cluster partition once the job succeeds.
+        """
+        return self._batch_runtime("stage").stage(name, dataframe, promote=promote)
+
+    def write(self, dataframe: DataFrame, sink: TransactionalSink) -> None:
+        """Batch: the job's output, committed once on the final checkpoint."""
+        if not isinstance(sink, TransactionalFiles):
+            raise TypeError(
+                f"a Batch job writes to sinks.TransactionalFiles, got {type(sink).__name__}"
+            )
+        self._batch_runtime("write").write(dataframe, sink)
+
+    def _batch_runtime(self, what: str) -> BatchRuntime:
+        if self._batch is None:
+            raise ValueError(
+                f"job.{what}() builds Batch jobs, but spec.mode is {self.config.spec.mode.value}: "
+                "use read_stream/write_stream, or set spec.mode: Batch"
+            )
+        return self._batch
+
+    # -- building a Streaming job -----------------------------------------------------------
 
     def read_stream(self, source: Source, *, name: str | None = None) -> DataFrame:
         """A streaming DataFrame of ``source``, read through its coordinator in this driver.
@@ -146,6 +188,11 @@ class FinishableJob:
         ``name`` identifies the source in checkpoints and savepoints (default: ``source-<n>`` in
         the order of the calls); keep it stable across versions of the program.
         """
+        if self._batch is not None:
+            raise ValueError(
+                "read_stream builds Streaming jobs, but spec.mode is Batch: use job.read, "
+                "job.stage and job.write"
+            )
         if not isinstance(source, Source):
             raise TypeError(
                 f"read_stream takes a finishable source (sources.Files or sources.Range), "
@@ -162,6 +209,10 @@ class FinishableJob:
         self, dataframe: DataFrame, sink: TransactionalSink, *, output_mode: str = "append"
     ) -> None:
         """Write ``dataframe`` exactly once into ``sink`` (one output per job)."""
+        if self._batch is not None:
+            raise ValueError(
+                "write_stream builds Streaming jobs, but spec.mode is Batch: use job.write"
+            )
         if self._output is not None:
             raise ValueError(
                 "this job already writes to a sink: a FinishableJob has one output (union the "
@@ -177,6 +228,8 @@ class FinishableJob:
 
     def run(self) -> Outcome:
         """Run until stopped, drained or finished; raise ``JobFailed`` if the job fails."""
+        if self._batch is not None:
+            return self._run_batch(self._batch)
         executor: StreamingExecutor | None = None
         try:
             executor = self._prepare()
@@ -188,6 +241,19 @@ class FinishableJob:
                 executor.report_failure(message)
             else:
                 self._report(DriverState.FAILED, message)
+            raise JobFailed(message) from error
+        finally:
+            self._close()
+        log.info("job %s ended %s", self.name, outcome.state.value)
+        return outcome
+
+    def _run_batch(self, runtime: BatchRuntime) -> Outcome:
+        try:
+            outcome = runtime.run()
+        except (JobFailed, ValueError, OSError) as error:
+            message = str(error)
+            log.error("job %s attempt %d failed: %s", self.name, self.attempt, message)
+            runtime.report_failure(message)
             raise JobFailed(message) from error
         finally:
             self._close()
@@ -310,8 +376,12 @@ def _spark_session(config: JobConfig) -> SparkSession:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stopTimeout": "60s",
     }
+    if config.spec.mode is JobMode.BATCH:
+        # A stage's tasks must be the same in every driver attempt: no adaptive re-planning.
+        conf["spark.sql.adaptive.enabled"] = "false"
     conf.update(config.spec.application.spark_conf)
     builder = SparkSession.builder.appName(config.name)
     if "spark.master" not in conf and "SPARK_MASTER" not in os.environ:

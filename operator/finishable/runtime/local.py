@@ -182,6 +182,10 @@ def report_document(job: LocalJob) -> dict[str, Any]:
         document["phase"] = status.phase.value
         document["message"] = status.message
         document["attempt"] = status.attempt
+        document["restarts"] = status.restarts
+        document["recovery"] = status.recovery.model_dump(
+            mode="json", by_alias=True, exclude_none=True
+        )
     if report is not None:
         document["driver"] = report.model_dump(mode="json", by_alias=True, exclude_none=True)
     return document

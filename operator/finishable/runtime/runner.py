@@ -28,6 +28,7 @@ from finishable.api.jobconfig import (
     ATTEMPT_ENV,
     CONFIG_ENV,
     RESTORE_ENV,
+    TOKEN_ENV,
     ControlType,
     JobConfig,
     write_config,
@@ -49,6 +50,7 @@ from finishable.lifecycle.phases import (
     next_status,
 )
 from finishable.runtime.local import SETTLED_PHASES, LocalJob, LocalJobError, describe
+from finishable.runtime.localshuffle import LocalShuffle
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +122,19 @@ class LocalRunner:
     _interrupts: int = 0
 
     @property
+    def shuffle(self) -> LocalShuffle | None:
+        """A Batch job's local shuffle servers (the StatefulSet of a cluster)."""
+        if self.job.spec.mode is not JobMode.BATCH:
+            return None
+        shuffle = self.job.spec.effective_shuffle
+        return LocalShuffle(
+            self.local.directory / "shuffle",
+            self.job.metadata.name,
+            shuffle.replicas,
+            str(shuffle.retain_timeout),
+        )
+
+    @property
     def local(self) -> LocalJob:
         return LocalJob(self.job.metadata.name, self.state_dir / self.job.metadata.name)
 
@@ -127,13 +142,10 @@ class LocalRunner:
 
     def run(self, *, resume: bool = False, fresh: bool = False) -> int:
         """Run to a settled phase; the exit code is 0 for Finished or Suspended, 1 for Failed."""
-        if self.job.spec.mode is JobMode.BATCH:
-            raise LocalJobError(
-                "spec.mode: Batch jobs cannot run locally yet: the batch runtime (shuffle "
-                "servers, staged execution) is not built; run a Streaming job"
-            )
         program = application_path(self.job, self.manifest)
         status = self._prepare(resume=resume, fresh=fresh)
+        if self.shuffle is not None and status.phase not in SETTLED_PHASES:
+            self.shuffle.ensure()
         self._write_config()
         previous = signal.signal(signal.SIGINT, self._on_interrupt)
         try:
@@ -147,6 +159,8 @@ class LocalRunner:
         local = self.local
         self._kill_leftover_driver()
         if fresh and local.directory.exists():
+            if self.shuffle is not None:
+                self.shuffle.stop()
             shutil.rmtree(local.directory)
         status = local.read_status()
         if status is None:
@@ -197,6 +211,7 @@ class LocalRunner:
             control=ControlType.LOCAL,
             control_dir=str(local.directory.resolve()),
             manifest_dir=str(self.manifest.resolve().parent),
+            shuffle_urls=self.shuffle.urls() if self.shuffle is not None else [],
         )
         write_config(config, local.config_file)
 
@@ -217,6 +232,7 @@ class LocalRunner:
             )
             decision = next_status(status, spec, observation)
             self._perform(decision, program)
+            self._supervise_shuffle(decision.status)
             self._tell(status, decision)
             status = decision.status
             local.write_status(status)
@@ -254,9 +270,18 @@ class LocalRunner:
         elif action.kind is ActionKind.DELETE_DRIVER:
             if self.driver is not None and self.driver.attempt <= action.attempt:
                 self.driver.stop()
-        elif action.kind is ActionKind.DELETE_SHUFFLE:
-            log.debug("no local shuffle servers to delete for a streaming job")
+        elif action.kind is ActionKind.DELETE_SHUFFLE and self.shuffle is not None:
+            self.shuffle.stop()
+            self._say("shuffle servers stopped and their partitions deleted")
         # REQUEUE: the loop polls anyway.
+
+    def _supervise_shuffle(self, status: FinishableSparkJobStatus) -> None:
+        """Restart dead shuffle servers while a driver may need them (StatefulSet semantics)."""
+        shuffle = self.shuffle
+        if shuffle is None or status.phase in SETTLED_PHASES:
+            return
+        for index in shuffle.restart_dead():
+            self._say(f"shuffle server {index} was gone: started again on its port and data")
 
     def _start_driver(self, attempt: int, restore_from: str, program: Path) -> None:
         if self.driver is not None:
@@ -274,6 +299,8 @@ class LocalRunner:
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             "PYTHONUNBUFFERED": "1",
         }
+        if self.shuffle is not None:
+            env[TOKEN_ENV] = self.shuffle.token
         log_file = log_path.open("ab")
         process = subprocess.Popen(
             [sys.executable, str(program), *self.job.spec.application.args],
@@ -306,6 +333,9 @@ class LocalRunner:
             self._say(f"checkpoint {new_checkpoint}{splits}")
 
     def _farewell(self, status: FinishableSparkJobStatus) -> int:
+        shuffle = self.shuffle
+        if shuffle is not None and status.phase in (Phase.FINISHED, Phase.FAILED):
+            shuffle.stop()  # what the operator's DeleteShuffle does when the job ends
         for line in describe(status, self.local.channel.read_report()):
             self._say(line)
         if status.phase is Phase.SUSPENDED:

@@ -1,1 +1,46 @@
-"""Shuffle server storing result partitions, its client and the partition tracker."""
+"""Result partitions of Batch jobs, kept on shuffle pods that outlive a driver crash.
+
+A Batch job's driver materialises each stage's output as result partitions (Arrow IPC streams)
+on the job's shuffle servers, one per shuffle pod. When the driver dies, the pods keep the
+partitions for the retain timeout, so the next driver attempt reuses what survived and recomputes
+only the rest (Flink's FLIP-383); promoted datasets (cluster partitions, FLIP-67) stay until they
+are deleted explicitly.
+
+* ``store``: the on-disk partition store (atomic commits, checksums, crash recovery);
+* ``server``: ``finishable shuffle-server``, the authenticated HTTP server around a store;
+* ``client``: the standard-library client the driver and executors use, re-exported here.
+"""
+
+from finishable.shuffle.client import (
+    ClusterListing,
+    CorruptEntry,
+    CorruptPartition,
+    DatasetInfo,
+    Listing,
+    PartitionInfo,
+    PartitionNotFound,
+    Registration,
+    ShuffleClient,
+    ShuffleCluster,
+    ShuffleError,
+    ShuffleRequestError,
+    ShuffleUnauthorized,
+    ShuffleUnavailable,
+)
+
+__all__ = [
+    "ClusterListing",
+    "CorruptEntry",
+    "CorruptPartition",
+    "DatasetInfo",
+    "Listing",
+    "PartitionInfo",
+    "PartitionNotFound",
+    "Registration",
+    "ShuffleClient",
+    "ShuffleCluster",
+    "ShuffleError",
+    "ShuffleRequestError",
+    "ShuffleUnauthorized",
+    "ShuffleUnavailable",
+]

@@ -1,0 +1,286 @@
+"""Batch jobs' event log (FLIP-383) and the pure decisions a driver attempt takes from it.
+
+A Batch job runs as *stages*: each stage materialises one dataset as result partitions, one per
+task, on the shuffle servers (the sink stage stages files in the sink instead). The driver appends
+to the job event log:
+
+* ``StageInitialized`` when a stage first runs: its kind, decided parallelism and inputs, so a
+  later attempt plans the same tasks even if Spark would now decide otherwise;
+* ``TaskFinished`` when a task's output is committed: the partitions it wrote (server, checksum),
+  rows and bytes, or the file a sink task staged;
+* ``CoordinatorSnapshot`` of a source's split enumerator, taken with ``NO_CHECKPOINT`` after
+  read tasks finished, no more often than ``snapshotMinPause``;
+* ``OutputCommitted`` once the sink published the job's output (the final checkpoint).
+
+Recovery (:func:`recover`) replays the log against what survives: a task counts as finished when
+its last ``TaskFinished`` is in the log *and* every partition it names is still listed with the
+same checksum (or its staged file still exists). A read task that finished after the newest
+snapshot of its source is reset, since the restored enumerator does not know its splits are done.
+:func:`schedule` then walks up from the unfinished sink with the job graph: only tasks an
+unfinished sink still needs run again. No I/O here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from finishable.lifecycle.graph import (
+    EdgeKind,
+    JobEdge,
+    JobGraph,
+    JobVertex,
+    TaskId,
+    tasks_to_restart,
+)
+
+
+class StageKind(StrEnum):
+    """What a stage reads and where its output goes."""
+
+    READ = "read"
+    """Reads a source's splits (pulled from its coordinator) into a dataset."""
+    STAGE = "stage"
+    """Computes a dataset from other datasets."""
+    SINK = "sink"
+    """Stages the job's output in a two-phase sink; published on the final checkpoint."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRef:
+    """Where one result partition lives and which commit of it a task made."""
+
+    server: str
+    dataset: str
+    partition: int
+    sha256: str
+    rows: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StageInitialized:
+    """A stage's decided shape; the first one in the log is authoritative."""
+
+    stage: str
+    kind: str
+    parallelism: int
+    inputs: tuple[str, ...] = ()
+    narrow: bool = False
+    """Each task reads only the same-numbered partition of its single input (POINTWISE)."""
+    source: str | None = None
+    """The coordinator a READ stage pulls splits from."""
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFinished:
+    """A task's output is committed (partitions on shuffle servers, or a staged sink file)."""
+
+    stage: str
+    task: int
+    attempt: int
+    task_attempt: int = 0
+    rows: int = 0
+    bytes: int = 0
+    partitions: tuple[PartitionRef, ...] = ()
+    staged: dict[str, Any] | None = None
+    """A sink task's ``StagedPart`` as JSON."""
+    splits: tuple[str, ...] = ()
+    """The splits a read task consumed."""
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorSnapshot:
+    """A source enumerator's state (``NO_CHECKPOINT``), base64 of its snapshot bytes."""
+
+    coordinator: str
+    data: str
+    splits_finished: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OutputCommitted:
+    """The sink published the job's output: the job is done."""
+
+    sink: str
+    rows: int
+
+
+EVENT_TYPES: dict[str, type[Any]] = {
+    cls.__name__: cls
+    for cls in (StageInitialized, TaskFinished, CoordinatorSnapshot, OutputCommitted)
+}
+
+
+def decode_event(type_name: str, data: Mapping[str, Any]) -> object | None:
+    """The typed event back from the log; ``None`` for a type this version does not know."""
+    cls = EVENT_TYPES.get(type_name)
+    if cls is None:
+        return None
+    values = dict(data)
+    if cls is TaskFinished:
+        values["partitions"] = tuple(PartitionRef(**p) for p in values.get("partitions", ()))
+        values["splits"] = tuple(values.get("splits", ()))
+    if cls is StageInitialized:
+        values["inputs"] = tuple(values.get("inputs", ()))
+    known = {f.name for f in dataclasses.fields(cls)}
+    typed: object = cls(**{k: v for k, v in values.items() if k in known})
+    return typed
+
+
+# -- replay --------------------------------------------------------------------------------------
+
+
+@dataclass
+class StageRecord:
+    """One stage as the log describes it."""
+
+    init: StageInitialized
+    finished: dict[int, tuple[int, TaskFinished]] = field(default_factory=dict)
+    """task -> (sequence number, the last TaskFinished of it)."""
+
+    @property
+    def name(self) -> str:
+        return self.init.stage
+
+    @property
+    def task_count(self) -> int:
+        """Parallelism, or more when a read stage needed extra tasks to take all splits."""
+        return max([self.init.parallelism, *(task + 1 for task in self.finished)])
+
+
+@dataclass
+class JobLog:
+    """The replayed log: stages in order, newest snapshot per source, whether output is done."""
+
+    stages: dict[str, StageRecord] = field(default_factory=dict)
+    snapshots: dict[str, tuple[int, CoordinatorSnapshot]] = field(default_factory=dict)
+    committed: OutputCommitted | None = None
+    last_seq: int = 0
+
+
+def replay(events: Iterable[tuple[int, object]]) -> JobLog:
+    """Fold ``(seq, event)`` pairs, in sequence order, into a :class:`JobLog`."""
+    job = JobLog()
+    for seq, event in events:
+        job.last_seq = max(job.last_seq, seq)
+        if isinstance(event, StageInitialized):
+            job.stages.setdefault(event.stage, StageRecord(event))
+        elif isinstance(event, TaskFinished):
+            record = job.stages.get(event.stage)
+            if record is not None:
+                record.finished[event.task] = (seq, event)
+        elif isinstance(event, CoordinatorSnapshot):
+            job.snapshots[event.coordinator] = (seq, event)
+        elif isinstance(event, OutputCommitted):
+            job.committed = event
+    return job
+
+
+# -- recovery ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A partition a shuffle server lists: what recovery compares a TaskFinished with."""
+
+    server: str
+    sha256: str
+
+
+@dataclass
+class Recovery:
+    """What survived a driver crash and what it costs."""
+
+    finished: dict[str, dict[int, TaskFinished]]
+    """Per stage, the tasks whose output survived (and, for read tasks, the snapshot knows)."""
+    reset: dict[str, set[int]]
+    """Per stage, tasks that had finished but must run again (output lost, or after snapshot)."""
+    restore: dict[str, CoordinatorSnapshot | None]
+    """Per source, the snapshot to restore its enumerator from (``None``: from scratch)."""
+    committed: bool
+
+    def finished_tasks(self) -> set[TaskId]:
+        return {TaskId(stage, task) for stage, tasks in self.finished.items() for task in tasks}
+
+
+def recover(
+    job: JobLog,
+    listed: Mapping[tuple[str, int], Listed],
+    staged_exists: Callable[[Mapping[str, Any]], bool],
+) -> Recovery:
+    """Decide which finished tasks survive (FLIP-383 steps 3 and 4, before scheduling).
+
+    ``listed`` maps (dataset, partition) to what the live shuffle servers list;
+    ``staged_exists`` says whether a sink task's staged file is still there.
+    """
+    finished: dict[str, dict[int, TaskFinished]] = {}
+    reset: dict[str, set[int]] = {}
+    for name, record in job.stages.items():
+        kept: dict[int, TaskFinished] = {}
+        lost: set[int] = set()
+        snapshot = job.snapshots.get(record.init.source or "")
+        for task, (seq, event) in record.finished.items():
+            if record.init.kind == StageKind.SINK:
+                survives = event.staged is not None and staged_exists(event.staged)
+            else:
+                survives = all(
+                    (found := listed.get((p.dataset, p.partition))) is not None
+                    and found.sha256 == p.sha256
+                    for p in event.partitions
+                )
+            if survives and record.init.kind == StageKind.READ:
+                survives = snapshot is not None and snapshot[0] > seq
+            if survives:
+                kept[task] = event
+            else:
+                lost.add(task)
+        finished[name] = kept
+        reset[name] = lost
+    restore: dict[str, CoordinatorSnapshot | None] = {
+        source: snapshot for source, (_, snapshot) in job.snapshots.items()
+    }
+    return Recovery(finished, reset, restore, job.committed is not None)
+
+
+# -- scheduling ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StageShape:
+    """A stage as the program declares it (the graph's vertex and its inputs)."""
+
+    name: str
+    kind: StageKind
+    parallelism: int
+    inputs: tuple[str, ...] = ()
+    narrow: bool = False
+
+
+def job_graph(stages: Sequence[StageShape]) -> JobGraph:
+    """The job graph: a narrow stage reads its input POINTWISE, any other ALL_TO_ALL."""
+    vertices = [JobVertex(s.name, s.parallelism) for s in stages]
+    edges = [
+        JobEdge(source, s.name, EdgeKind.POINTWISE if s.narrow else EdgeKind.ALL_TO_ALL)
+        for s in stages
+        for source in s.inputs
+    ]
+    return JobGraph(vertices, edges)
+
+
+def schedule(stages: Sequence[StageShape], finished: set[TaskId]) -> dict[str, list[int]]:
+    """Per stage, the tasks to run, walking up from the unfinished sink tasks (FLIP-383 step 4).
+
+    A stage left out runs nothing: its output survived or nobody unfinished needs it.
+    """
+    graph = job_graph(stages)
+    sizes = {s.name: s.parallelism for s in stages}
+    known = {t for t in finished if 0 <= t.subtask < sizes.get(t.vertex, 0)}
+    plan: dict[str, list[int]] = {}
+    for task in tasks_to_restart(graph, known):
+        plan.setdefault(task.vertex, []).append(task.subtask)
+    return {name: sorted(tasks) for name, tasks in plan.items()}

@@ -1,0 +1,645 @@
+"""The shuffle server (``finishable shuffle-server``): one job's result partitions over HTTP.
+
+A Batch job's driver materialises datasets as result partitions on shuffle pods, one server per
+pod. The pods outlive the driver, so a new driver attempt lists what survived and recomputes only
+what is missing (the ideas of Flink's FLIP-383 and FLIP-67). When no driver heartbeats for the
+retain timeout, the server releases the job's partitions itself, except promoted datasets
+(cluster partitions), which only an explicit delete removes.
+
+API (JSON; every route under ``/v1/`` needs ``Authorization: Bearer <token>``)::
+
+    GET    /healthz                                       liveness, no token
+    GET    /metrics                                       Prometheus text, no token
+    POST   /v1/drivers                                    {"attempt": n} register or heartbeat
+    PUT    /v1/partitions/{dataset}/{partition}?attempt=A[&commit=true]   Arrow IPC stream body
+    POST   /v1/partitions/{dataset}/{partition}/commit    {"upload": id}
+    GET    /v1/partitions/{dataset}/{partition}           the partition's bytes
+    GET    /v1/partitions[?dataset=D][&verify=true]       committed (and corrupt) partitions
+    DELETE /v1/partitions[?includePromoted=true]          release the job
+    DELETE /v1/partitions/{dataset}                       release one dataset, even promoted
+    POST   /v1/datasets/{dataset}/promote                 keep it when the job is released
+    GET    /v1/datasets                                   per-dataset totals
+
+Disk I/O runs in worker threads; uploads are read in chunks and never held whole in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import errno
+import hmac
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge
+from prometheus_client.exposition import generate_latest
+
+from finishable.api.jobconfig import TOKEN_ENV
+from finishable.api.units import Duration
+from finishable.shuffle.store import (
+    DatasetMissing,
+    InvalidName,
+    NotArrowStream,
+    PartitionMissing,
+    PartitionStore,
+    UnknownUpload,
+    check_attempt,
+    check_dataset,
+    check_job,
+    check_partition,
+)
+
+logger = logging.getLogger(__name__)
+
+CHUNK_SIZE = 1 << 20
+"""Bytes per disk write and per read of a download: big enough to amortise a thread hop."""
+UPLOAD_IDLE_SECONDS = 600.0
+"""A finished upload nobody committed for this long is deleted (its client is gone)."""
+SHUTDOWN_SECONDS = 10.0
+ARROW_STREAM_TYPE = "application/vnd.apache.arrow.stream"
+METRIC_PREFIX = "finishable_shuffle_"
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class StartupError(Exception):
+    """The server cannot start as configured; the message says what to fix (exit code 2)."""
+
+    exit_code = 2
+
+
+class BindError(StartupError):
+    """The address is taken or not ours: the configuration may be fine (exit code 1)."""
+
+    exit_code = 1
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _json_response(status: int, payload: object) -> web.Response:
+    return web.Response(
+        status=status,
+        body=json.dumps(payload, separators=(",", ":")).encode("utf-8"),
+        content_type="application/json",
+    )
+
+
+def _error(status: int, message: str) -> web.Response:
+    response = _json_response(status, {"error": message})
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="finishable-shuffle"'
+    return response
+
+
+class ShuffleMetrics:
+    """The server's metrics in a registry of its own, so several servers fit in one process."""
+
+    def __init__(self, server: ShuffleServer) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        store = server.store
+        Gauge(
+            METRIC_PREFIX + "partitions",
+            "Committed partitions stored.",
+            registry=registry,
+        ).set_function(lambda: float(store.totals()[0]))
+        Gauge(
+            METRIC_PREFIX + "stored_bytes",
+            "Bytes of committed partitions stored.",
+            registry=registry,
+        ).set_function(lambda: float(store.totals()[1]))
+        Gauge(
+            METRIC_PREFIX + "promoted_datasets",
+            "Datasets promoted to cluster partitions.",
+            registry=registry,
+        ).set_function(lambda: float(len(store.promoted())))
+        Gauge(
+            METRIC_PREFIX + "seconds_since_driver_heartbeat",
+            "Seconds since a driver last registered or heartbeated (since start when none did).",
+            registry=registry,
+        ).set_function(server.seconds_since_heartbeat)
+        self.puts = Counter(METRIC_PREFIX + "puts", "Partitions committed.", registry=registry)
+        self.gets = Counter(
+            METRIC_PREFIX + "gets", "Partitions served completely.", registry=registry
+        )
+        self.received_bytes = Counter(
+            METRIC_PREFIX + "received_bytes", "Bytes of partitions uploaded.", registry=registry
+        )
+        self.sent_bytes = Counter(
+            METRIC_PREFIX + "sent_bytes", "Bytes of partitions served.", registry=registry
+        )
+        self.releases = Counter(
+            METRIC_PREFIX + "releases",
+            "Releases of the job's partitions (or of a dataset), by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.released_partitions = Counter(
+            METRIC_PREFIX + "released_partitions",
+            "Partitions deleted by releases, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.corrupt = Counter(
+            METRIC_PREFIX + "corrupt_partitions",
+            "Partitions found corrupt (and deleted) by verification.",
+            registry=registry,
+        )
+        for reason in ("request", "retain_timeout"):
+            self.releases.labels(reason)
+            self.released_partitions.labels(reason)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class ShuffleServer:
+    """The HTTP face of a ``PartitionStore``, with the driver heartbeat and retain timeout."""
+
+    def __init__(
+        self,
+        store: PartitionStore,
+        token: str,
+        retain_timeout: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_retain_release: Callable[[], None] | None = None,
+    ) -> None:
+        if not token:
+            raise StartupError(f"the shuffle server needs a bearer token in ${TOKEN_ENV}")
+        if retain_timeout <= 0:
+            raise StartupError(f"the retain timeout must be positive, got {retain_timeout!r} s")
+        self.store = store
+        self.job = store.job
+        self.retain_timeout = retain_timeout
+        self._token = token.encode("utf-8")
+        self._clock = clock
+        self.last_heartbeat = clock()
+        self.driver_attempt: int | None = None
+        self._released_for_idle = False
+        self._on_retain_release = on_retain_release
+        self.metrics = ShuffleMetrics(self)
+
+    def seconds_since_heartbeat(self) -> float:
+        return max(0.0, self._clock() - self.last_heartbeat)
+
+    def app(self) -> web.Application:
+        """The aiohttp application; its startup starts the retain-timeout watch."""
+        app = web.Application(middlewares=[self._errors_middleware, self._auth_middleware])
+        app.router.add_get("/healthz", self._health)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/v1/drivers", self._register)
+        app.router.add_get("/v1/partitions", self._list)
+        app.router.add_delete("/v1/partitions", self._release_job)
+        app.router.add_put("/v1/partitions/{dataset}/{partition}", self._put)
+        app.router.add_post("/v1/partitions/{dataset}/{partition}/commit", self._commit)
+        app.router.add_get("/v1/partitions/{dataset}/{partition}", self._get)
+        app.router.add_delete("/v1/partitions/{dataset}", self._release_dataset)
+        app.router.add_get("/v1/datasets", self._datasets)
+        app.router.add_post("/v1/datasets/{dataset}/promote", self._promote)
+        app.cleanup_ctx.append(self._background)
+        return app
+
+    # ------------------------------------------------------------------ retain timeout
+
+    async def _background(self, app: web.Application) -> Any:
+        task = asyncio.create_task(self._watch(), name="shuffle-retain-timeout")
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _watch(self) -> None:
+        interval = min(1.0, self.retain_timeout / 4)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.check_retain_timeout()
+                await asyncio.to_thread(self.store.abort_stale, UPLOAD_IDLE_SECONDS)
+            except Exception:
+                logger.exception("shuffle server: the retain-timeout check failed")
+
+    async def check_retain_timeout(self) -> int | None:
+        """Release the job once when no driver heartbeated for the retain timeout."""
+        idle = self.seconds_since_heartbeat()
+        if self._released_for_idle or idle < self.retain_timeout:
+            return None
+        self._released_for_idle = True
+        released = await asyncio.to_thread(self.store.release)
+        promoted = self.store.promoted()
+        kept = self.store.totals()[0]
+        logger.warning(
+            "shuffle server: no driver of job %r registered or heartbeated for %.1f s "
+            "(retain timeout %.1f s): released %d partition(s); kept %d partition(s) of "
+            "%d promoted dataset(s)",
+            self.job,
+            idle,
+            self.retain_timeout,
+            released,
+            kept,
+            len(promoted),
+        )
+        self.metrics.releases.labels("retain_timeout").inc()
+        self.metrics.released_partitions.labels("retain_timeout").inc(released)
+        if self._on_retain_release is not None:
+            self._on_retain_release()
+        return released
+
+    # ------------------------------------------------------------------ middlewares
+
+    @web.middleware
+    async def _errors_middleware(
+        self, request: web.Request, handler: _Handler
+    ) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except _HttpError as error:
+            return _error(error.status, str(error))
+        except (InvalidName, NotArrowStream) as error:
+            return _error(400, str(error))
+        except (UnknownUpload, PartitionMissing, DatasetMissing) as error:
+            return _error(404, str(error))
+        except web.HTTPException as error:
+            if error.status == 404:
+                return _error(404, f"no route {request.method} {request.path}")
+            if error.status == 405:
+                return _error(405, f"{request.method} is not allowed on {request.path}")
+            raise
+        except asyncio.CancelledError:
+            raise
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                return _error(507, f"the shuffle server's disk is full: {error}")
+            logger.exception("shuffle server: %s %s failed", request.method, request.path)
+            return _error(500, f"{type(error).__name__}: {error}")
+        except Exception as error:
+            logger.exception("shuffle server: %s %s failed", request.method, request.path)
+            return _error(500, f"{type(error).__name__}: {error}")
+
+    @web.middleware
+    async def _auth_middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        if not request.path.startswith("/v1/"):
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        scheme, _, credentials = header.partition(" ")
+        # compare_digest takes the same time wherever the tokens differ.
+        valid = scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode("utf-8"), self._token
+        )
+        if not valid:
+            why = (
+                "missing bearer token: send the header Authorization: Bearer <token>"
+                if not header
+                else "wrong bearer token"
+            )
+            return _error(401, why)
+        return await handler(request)
+
+    # ------------------------------------------------------------------ request parts
+
+    @staticmethod
+    def _names(request: web.Request) -> tuple[str, int]:
+        dataset = check_dataset(request.match_info["dataset"])
+        return dataset, check_partition(request.match_info["partition"])
+
+    @staticmethod
+    def _flag(request: web.Request, name: str) -> bool:
+        value = request.query.get(name)
+        if value is None:
+            return False
+        lowered = value.lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no", ""):
+            return False
+        raise _HttpError(
+            400, f"query parameter {name}={value!r} is not valid: expected true or false"
+        )
+
+    @staticmethod
+    async def _body(request: web.Request) -> dict[str, Any]:
+        raw = await request.read()
+        try:
+            document = json.loads(raw) if raw else {}
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise _HttpError(400, f"the body is not JSON: {error}") from None
+        if not isinstance(document, dict):
+            raise _HttpError(400, "the body must be a JSON object")
+        return document
+
+    # ------------------------------------------------------------------ handlers
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return _json_response(
+            200, {"status": "ok", "job": self.job, "driverAttempt": self.driver_attempt}
+        )
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        response = web.Response(body=self.metrics.render())
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    async def _register(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        attempt = body.get("attempt")
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+            raise _HttpError(
+                400, f"body.attempt {attempt!r} is not valid: expected an integer >= 1"
+            )
+        if self.driver_attempt != attempt:
+            logger.info("shuffle server: driver attempt %d of job %r registered", attempt, self.job)
+        self.driver_attempt = attempt
+        self.last_heartbeat = self._clock()
+        self._released_for_idle = False
+        return _json_response(
+            200,
+            {
+                "job": self.job,
+                "attempt": attempt,
+                "partitions": self.store.totals()[0],
+                "retainTimeoutSeconds": self.retain_timeout,
+            },
+        )
+
+    async def _put(self, request: web.Request) -> web.Response:
+        dataset, partition = self._names(request)
+        attempt = request.query.get("attempt")
+        if attempt is None:
+            raise _HttpError(
+                400,
+                "query parameter attempt is missing: expected the writing attempt, 1 to 64 "
+                "letters, digits, '_', '.' or '-'",
+            )
+        check_attempt(attempt)
+        commit = self._flag(request, "commit")
+        upload = await asyncio.to_thread(self.store.begin, dataset, partition, attempt)
+        try:
+            buffer = bytearray()
+            async for chunk in request.content.iter_chunked(CHUNK_SIZE):
+                buffer += chunk
+                self.metrics.received_bytes.inc(len(chunk))
+                if len(buffer) >= CHUNK_SIZE:
+                    await asyncio.to_thread(upload.write, buffer)
+                    buffer = bytearray()
+            if buffer:
+                await asyncio.to_thread(upload.write, buffer)
+            await asyncio.to_thread(upload.finish)
+        except BaseException:
+            self.store.abort(upload)
+            raise
+        if not commit:
+            return _json_response(
+                200, {"upload": upload.id, "bytes": upload.size, "sha256": upload.sha256}
+            )
+        meta = await asyncio.to_thread(self.store.commit, upload.id)
+        self.metrics.puts.inc()
+        return _json_response(200, meta.to_json())
+
+    async def _commit(self, request: web.Request) -> web.Response:
+        dataset, partition = self._names(request)
+        body = await self._body(request)
+        upload_id = body.get("upload")
+        if not isinstance(upload_id, str) or not upload_id:
+            raise _HttpError(
+                400,
+                f"body.upload {upload_id!r} is not valid: expected the id a PUT without "
+                "commit=true answered",
+            )
+        meta = await asyncio.to_thread(self.store.commit, upload_id, dataset, partition)
+        self.metrics.puts.inc()
+        return _json_response(200, meta.to_json())
+
+    async def _get(self, request: web.Request) -> web.StreamResponse:
+        dataset, partition = self._names(request)
+        meta, handle = await asyncio.to_thread(self.store.open, dataset, partition)
+        try:
+            # The file's own size, not the sidecar's: a damaged file is sent as it is, and the
+            # client's checksum reports it instead of a hang on a short body.
+            size = os.fstat(handle.fileno()).st_size
+            response = web.StreamResponse(
+                headers={
+                    "X-Finishable-Sha256": meta.sha256,
+                    "X-Finishable-Rows": str(meta.rows),
+                    "X-Finishable-Attempt": meta.attempt,
+                    "X-Finishable-Committed-At": meta.to_json()["committedAt"],
+                }
+            )
+            response.content_type = ARROW_STREAM_TYPE
+            response.content_length = size
+            await response.prepare(request)
+            sent = 0
+            while sent < size:
+                chunk = await asyncio.to_thread(handle.read, min(CHUNK_SIZE, size - sent))
+                if not chunk:
+                    break
+                await response.write(chunk)
+                sent += len(chunk)
+                self.metrics.sent_bytes.inc(len(chunk))
+            await response.write_eof()
+        finally:
+            handle.close()
+        self.metrics.gets.inc()
+        return response
+
+    async def _list(self, request: web.Request) -> web.Response:
+        dataset = request.query.get("dataset")
+        if dataset is not None:
+            check_dataset(dataset)
+        corrupt = []
+        if self._flag(request, "verify"):
+            corrupt = await asyncio.to_thread(self.store.verify, dataset)
+            self.metrics.corrupt.inc(len(corrupt))
+        partitions = await asyncio.to_thread(self.store.partitions, dataset)
+        return _json_response(
+            200,
+            {
+                "job": self.job,
+                "partitions": [meta.to_json() for meta in partitions],
+                "corrupt": [report.to_json() for report in corrupt],
+            },
+        )
+
+    async def _release_job(self, request: web.Request) -> web.Response:
+        include_promoted = self._flag(request, "includePromoted")
+        released = await asyncio.to_thread(self.store.release, include_promoted=include_promoted)
+        self._count_release(released)
+        logger.info(
+            "shuffle server: released %d partition(s) of job %r on request%s",
+            released,
+            self.job,
+            " (promoted datasets included)" if include_promoted else "",
+        )
+        return _json_response(200, {"released": released})
+
+    async def _release_dataset(self, request: web.Request) -> web.Response:
+        dataset = check_dataset(request.match_info["dataset"])
+        released = await asyncio.to_thread(self.store.release_dataset, dataset)
+        self._count_release(released)
+        logger.info("shuffle server: released %d partition(s) of %r", released, dataset)
+        return _json_response(200, {"released": released})
+
+    def _count_release(self, released: int) -> None:
+        self.metrics.releases.labels("request").inc()
+        self.metrics.released_partitions.labels("request").inc(released)
+
+    async def _promote(self, request: web.Request) -> web.Response:
+        dataset = check_dataset(request.match_info["dataset"])
+        summary = await asyncio.to_thread(self.store.promote, dataset)
+        logger.info("shuffle server: dataset %r promoted", dataset)
+        return _json_response(200, summary.to_json())
+
+    async def _datasets(self, request: web.Request) -> web.Response:
+        summaries = await asyncio.to_thread(self.store.datasets)
+        return _json_response(200, [summary.to_json() for summary in summaries])
+
+
+def create_app(store: PartitionStore, token: str, retain_timeout: float) -> web.Application:
+    """An application serving ``store``; for embedding (tests, a local runner)."""
+    return ShuffleServer(store, token, retain_timeout).app()
+
+
+# ---------------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How to run a shuffle server; ``port=0`` picks a free port (see ``port_file``)."""
+
+    data_dir: Path
+    job: str
+    token: str
+    retain_timeout: float
+    host: str = "0.0.0.0"
+    port: int = 7337
+    port_file: Path | None = None
+    exit_when_released: bool = False
+    """Stop after the retain timeout released the job (local runs: no process left behind)."""
+
+
+def open_store(options: ServerOptions) -> PartitionStore:
+    """Check the options and open the store; ``StartupError`` says what to fix."""
+    if not options.token:
+        raise StartupError(
+            f"the bearer token is missing: set ${TOKEN_ENV} to the job's token "
+            "(the operator takes it from the Secret <job>-token)"
+        )
+    if not 0 <= options.port <= 65535:
+        raise StartupError(f"--port {options.port} is not valid: expected 0 to 65535")
+    if options.retain_timeout <= 0:
+        raise StartupError(
+            f"--retain-timeout {options.retain_timeout:g}s is not valid: it must be positive"
+        )
+    try:
+        check_job(options.job)
+    except InvalidName as error:
+        raise StartupError(f"--job: {error}") from None
+    try:
+        options.data_dir.mkdir(parents=True, exist_ok=True)
+        return PartitionStore(options.data_dir, options.job)
+    except OSError as error:
+        raise StartupError(
+            f"cannot create or open the data directory {str(options.data_dir)!r}: "
+            f"{error.strerror or error}"
+        ) from None
+
+
+async def serve(
+    store: PartitionStore, options: ServerOptions, stop: asyncio.Event | None = None
+) -> None:
+    """Serve until ``stop`` is set, or SIGTERM / SIGINT; then finish in-flight requests."""
+    stop = stop or asyncio.Event()
+    server = ShuffleServer(
+        store,
+        options.token,
+        options.retain_timeout,
+        on_retain_release=stop.set if options.exit_when_released else None,
+    )
+    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, options.host, options.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as error:
+            raise BindError(
+                f"cannot listen on {options.host}:{options.port}: {error.strerror or error}"
+            ) from None
+        port = int(runner.addresses[0][1])
+        if options.port_file is not None:
+            _write_port_file(options.port_file, port)
+        logger.info(
+            "shuffle server of job %r listening on %s:%d, data in %s, retain timeout %.1f s",
+            store.job,
+            options.host,
+            port,
+            store.directory,
+            options.retain_timeout,
+        )
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            # Outside the main thread there are no signal handlers: the caller sets ``stop``.
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        logger.info("shuffle server of job %r stopping", store.job)
+    finally:
+        await runner.cleanup()
+        store.close()
+
+
+def _write_port_file(path: Path, port: int) -> None:
+    """Write the bound port atomically: a reader never sees a half-written number."""
+    temp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    try:
+        temp.write_text(f"{port}\n", encoding="ascii")
+        os.replace(temp, path)
+    except OSError as error:
+        temp.unlink(missing_ok=True)
+        raise StartupError(f"cannot write the port file {str(path)!r}: {error}") from None
+
+
+def run_server(options: ServerOptions) -> int:
+    """Run a shuffle server in this thread until SIGTERM; the process's exit code."""
+    try:
+        store = open_store(options)
+        asyncio.run(serve(store, options))
+    except StartupError as error:
+        sys.stderr.write(f"finishable shuffle-server: {error}\n")
+        return error.exit_code
+    return 0
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """``finishable shuffle-server``: options from the command line, the token from the env."""
+    try:
+        retain = Duration.parse(args.retain_timeout)
+    except ValueError as error:
+        sys.stderr.write(f"finishable shuffle-server: --retain-timeout: {error}\n")
+        return 2
+    options = ServerOptions(
+        data_dir=Path(args.data_dir),
+        job=args.job,
+        token=os.environ.get(TOKEN_ENV, "").strip(),
+        retain_timeout=retain.total_seconds(),
+        host=args.host,
+        port=args.port,
+        port_file=Path(args.port_file) if args.port_file else None,
+        exit_when_released=bool(getattr(args, "exit_when_released", False)),
+    )
+    return run_server(options)

@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from orders import write_files  # next to this file: on sys.path as the script's dir
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 
 from finishable import FinishableJob, sinks, sources
@@ -28,26 +29,33 @@ def arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def paid_orders(orders: DataFrame) -> DataFrame:
+    """Stage one: the paid orders that have an amount (narrow: one reader task, one partition)."""
+    paid = orders.where((F.col("status") == "paid") & F.col("amount_cents").isNotNull())
+    return paid.select("customer", "amount_cents")
+
+
+def totals_by_customer(paid: DataFrame) -> DataFrame:
+    """Stage two: orders and cents per customer."""
+    return paid.groupBy("customer").agg(
+        F.count("*").alias("orders"), F.sum("amount_cents").alias("amount_cents")
+    )
+
+
+def build(job: FinishableJob, input_url: str, output_url: str) -> None:
+    """The job graph: read, two stages, the sink."""
+    orders = job.read(sources.Files(input_url, format="json", schema=SCHEMA), name="orders")
+    paid = job.stage("paid", paid_orders(orders))
+    totals = job.stage("totals", totals_by_customer(paid))
+    job.write(totals, sinks.TransactionalFiles(output_url, format="parquet", name="totals"))
+
+
 def main() -> None:
     args = arguments()
     if args.files:
         write_files(Path(args.input), args.files, args.rows)
-
     job = FinishableJob.from_env()
-    orders = job.read(sources.Files(args.input, format="json", schema=SCHEMA), name="orders")
-    paid = job.stage(
-        "paid",
-        orders.where((F.col("status") == "paid") & F.col("amount_cents").isNotNull()).select(
-            "customer", "amount_cents"
-        ),
-    )
-    totals = job.stage(
-        "totals",
-        paid.groupBy("customer").agg(
-            F.count("*").alias("orders"), F.sum("amount_cents").alias("amount_cents")
-        ),
-    )
-    job.write(totals, sinks.TransactionalFiles(args.output, format="parquet", name="totals"))
+    build(job, args.input, args.output)
     job.run()
 
 

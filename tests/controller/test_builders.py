@@ -272,6 +272,7 @@ def test_batch_jobs_get_shuffle_owned_by_the_job() -> None:
     assert shuffle["template"]["metadata"]["labels"]["finishable.dev/component"] == "shuffle"
     container = shuffle["template"]["spec"]["containers"][0]
     assert container["command"] == ["finishable", "shuffle-server"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": 7337}
     assert container["args"][-2:] == ["--retain-timeout", "2m"]
     claim = shuffle["volumeClaimTemplates"][0]["spec"]
     assert claim["resources"] == {"requests": {"storage": "20Gi"}}

@@ -513,3 +513,13 @@ def test_random_observations_stay_in_the_table(mode: str, steps: list[Any]) -> N
         if job.phase in (Phase.FINISHED, Phase.FAILED):
             assert ActionKind.START_DRIVER not in kinds(decision)
             assert job.status.pending_request is None or job.phase is Phase.FAILED
+
+
+def test_a_batch_job_finishing_while_desired_running_is_not_degraded() -> None:
+    job = Job(mode="Batch")
+    job.run()
+    done = job.step(PodPhase.SUCCEEDED, job.report(DriverState.FINISHED))
+    assert job.phase is Phase.FINISHED
+    assert ActionKind.DELETE_SHUFFLE in kinds(done)
+    job.step()
+    assert all(c.reason != "IllegalStateChange" for c in job.status.conditions)

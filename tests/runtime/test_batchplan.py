@@ -16,6 +16,7 @@ from finishable.runtime.batchplan import (
     StageKind,
     StageShape,
     TaskFinished,
+    TaskReset,
     decode_event,
     recover,
     replay,
@@ -117,6 +118,22 @@ def test_sink_tasks_survive_when_their_staged_file_does() -> None:
     assert kept.committed
     lost = recover(log, {}, no_staged)
     assert lost.finished["sink-out"] == {}
+
+
+def test_a_reset_task_is_not_revived_by_a_later_snapshot() -> None:
+    # attempt 2 reset task 1 (finished after the snapshot it restored) and its new run failed;
+    # attempt 2 then snapshotted after task 0: task 1's old partition is still listed.
+    log = replay(
+        [
+            (1, READ),
+            (2, finished("paid", 1)),
+            (3, TaskReset("paid", 1)),
+            (4, finished("paid", 0)),
+            (5, CoordinatorSnapshot("orders", "c25hcA==")),
+        ]
+    )
+    recovery = recover(log, listed(("paid", 0), ("paid", 1)), no_staged)
+    assert set(recovery.finished["paid"]) == {0}
 
 
 def test_task_finished_of_an_unknown_stage_is_ignored() -> None:

@@ -429,6 +429,15 @@ def shuffle_service(job: JobRef) -> dict[str, Any]:
     }
 
 
+def _health_probe(*, period: int) -> dict[str, Any]:
+    """The shuffle server's unauthenticated ``/healthz``."""
+    return {
+        "httpGet": {"path": "/healthz", "port": SHUFFLE_PORT},
+        "periodSeconds": period,
+        "failureThreshold": 3,
+    }
+
+
 def shuffle_stateful_set(job: JobRef, spec: FinishableSparkJobSpec) -> dict[str, Any]:
     """Shuffle pods owned by the custom resource (never by a driver): they outlive a crash."""
     shuffle = spec.effective_shuffle
@@ -482,6 +491,8 @@ def shuffle_stateful_set(job: JobRef, spec: FinishableSparkJobSpec) -> dict[str,
                                 }
                             ],
                             "ports": [{"name": "shuffle", "containerPort": SHUFFLE_PORT}],
+                            "readinessProbe": _health_probe(period=5),
+                            "livenessProbe": _health_probe(period=20),
                             "volumeMounts": [{"name": "data", "mountPath": SHUFFLE_DATA_DIR}],
                         }
                     ],

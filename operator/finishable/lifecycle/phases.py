@@ -55,7 +55,9 @@ DRIVER_PHASES = frozenset(
     {P.SUBMITTED, P.RUNNING, P.SAVEPOINTING, P.DRAINING, P.FINISHING, P.RECOVERING}
 )
 
-RESTART_BACKOFF_BASE = timedelta(seconds=5)
+RESTART_BACKOFF_BASE = timedelta(seconds=1)
+"""Short: a new attempt reuses what survived (shuffle partitions, checkpoints); maxAttempts bounds
+the loop of a driver that keeps crashing."""
 RESTART_BACKOFF_MAX = timedelta(minutes=2)
 
 
@@ -231,6 +233,7 @@ def next_status(
     else:
         _absorb_report(step)
         _advance(step, spec)
+        _release_shuffle_on_end(step, spec)
         step.status.observed_generation = observation.generation
     _set_conditions(step)
     return Decision(step.status, tuple(step.actions), tuple(step.events))
@@ -271,10 +274,21 @@ def _absorb_report(step: _Step) -> None:
         status.recovery.splits_reread = report.splits_reread
 
 
+def _release_shuffle_on_end(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    """A Batch job that just ended deletes its shuffle pods now, not on some later reconcile."""
+    ended = step.status.phase in TERMINAL_PHASES and step.before.phase is not step.status.phase
+    delete = Action(ActionKind.DELETE_SHUFFLE)
+    if spec.mode is JobMode.BATCH and ended and delete not in step.actions:
+        step.act(delete)
+
+
 def _advance(step: _Step, spec: FinishableSparkJobSpec) -> None:
     phase = step.status.phase
     lifecycle = step.status.lifecycle
-    input_ended = lifecycle is not None and lifecycle.mode is LifecycleMode.FINAL_CHECKPOINT
+    # A Batch job, and a Streaming job whose bounded input ended, finish by themselves.
+    input_ended = spec.mode is JobMode.BATCH or (
+        lifecycle is not None and lifecycle.mode is LifecycleMode.FINAL_CHECKPOINT
+    )
     illegal = illegal_state_change(phase, spec.state, input_ended=input_ended)
     if illegal:
         step.degraded = ("IllegalStateChange", illegal)
@@ -352,7 +366,12 @@ def _driver_lost(step: _Step) -> str | None:
         return None
     if report is not None and report.state in (DriverState.FINISHED, DriverState.SUSPENDED):
         return None
-    detail = step.obs.driver_message or (report.message if report else "")
+    if report is not None and report.state is DriverState.FAILED and report.message:
+        # The driver's own reason (a named input file, say) before the exit code that followed.
+        exit_detail = f" ({step.obs.driver_message})" if step.obs.driver_message else ""
+        detail = report.message + exit_detail
+    else:
+        detail = step.obs.driver_message or (report.message if report else "")
     what = {
         PodPhase.ABSENT: "disappeared",
         PodPhase.FAILED: "failed",

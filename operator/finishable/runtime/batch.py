@@ -67,6 +67,7 @@ from finishable.runtime.batchplan import (
     StageKind,
     StageShape,
     TaskFinished,
+    TaskReset,
     decode_event,
     recover,
     replay,
@@ -74,7 +75,7 @@ from finishable.runtime.batchplan import (
 )
 from finishable.runtime.control import ControlChannel
 from finishable.runtime.sinks import StagedMessage, TransactionalFiles, _output_schema
-from finishable.runtime.sources import Source, SourceCoordinator
+from finishable.runtime.sources import RestorePoint, Source, SourceCoordinator
 from finishable.runtime.staging import SinkError, publish_files
 from finishable.runtime.streaming import JobFailed, Outcome
 from finishable.shuffle.client import ShuffleCluster
@@ -125,8 +126,7 @@ class _Stage:
 
     @property
     def shape(self) -> StageShape:
-        count = max([self.parallelism, *(t + 1 for t in self.finished)])
-        return StageShape(self.name, self.kind, count, self.inputs, self.narrow)
+        return StageShape(self.name, self.kind, self.parallelism, self.inputs, self.narrow)
 
 
 @dataclass
@@ -180,6 +180,7 @@ class BatchRuntime:
         self._last_snapshot: dict[str, float] = {}
         self._snapshot_due: dict[str, threading.Timer] = {}
         self._stop_request: ControlRequest | None = None
+        self._drain_request: ControlRequest | None = None
         self._heartbeat_stop = threading.Event()
         self._last_progress = 0.0
         self._log = self._replay()
@@ -208,7 +209,7 @@ class BatchRuntime:
         return job
 
     def _reconnect(self) -> Recovery:
-        """Wait for the shuffle servers (ends early once every logged partition is listed)."""
+        """Wait for the shuffle servers: all of them, or (recovering) every logged partition."""
         needed = {
             (p.dataset, p.partition)
             for record in self._log.stages.values()
@@ -217,15 +218,16 @@ class BatchRuntime:
         }
         timeout = self.config.spec.recovery.previous_worker_recovery_timeout.total_seconds()
         started = time.monotonic()
-        if self._log.stages:
-            self.shuffle.wait_for(None, timeout, needed)
+        self.shuffle.wait_for(None, timeout, needed or None)
         answered = self.shuffle.register_all(self.attempt)
         self._servers = sorted(answered)
         if not self._servers:
             raise JobFailed(
                 f"no shuffle server answered within {timeout:.0f} s: {self.shuffle.urls}"
             )
-        listed = self._listing()
+        # Metadata only: a corrupt partition is caught by the checksum of the read that uses it,
+        # and the failed round's listing verifies (a start stays O(partitions), not O(bytes)).
+        listed = self._listing(verify=False)
         recovery = recover(self._log, listed, self._staged_exists)
         if self._log.stages:
             log.info(
@@ -239,8 +241,8 @@ class BatchRuntime:
             )
         return recovery
 
-    def _listing(self) -> dict[tuple[str, int], Listed]:
-        listing = self.shuffle.list_all(verify=True)
+    def _listing(self, *, verify: bool = True) -> dict[tuple[str, int], Listed]:
+        listing = self.shuffle.list_all(verify=verify)
         for corrupt in listing.corrupt:
             log.warning(
                 "partition %s/%s on %s failed its checksum and was dropped: %s",
@@ -295,8 +297,6 @@ class BatchRuntime:
             )
         coordinator = SourceCoordinator(name, source)
         snapshot = self._recovery.restore.get(name)
-        from finishable.runtime.sources import RestorePoint  # noqa: PLC0415
-
         restore = RestorePoint(NO_CHECKPOINT, base64.b64decode(snapshot.data)) if snapshot else None
         coordinator.start(restore)
         self.endpoint.add(coordinator.host)
@@ -359,6 +359,12 @@ class BatchRuntime:
             raise ValueError("this job already writes to a sink: a Batch job has one output")
         sink = sink.with_defaults(name=self.config.name)
         sink.store.probe()
+        if not self._log.stages and sink.store.read_manifest(SINK_BATCH_ID) is not None:
+            raise ValueError(
+                f"sink {sink.sink_name!r} at {sink.store.display} already holds the output of an "
+                "earlier Batch run, which this new run would not replace: delete it, or write "
+                "to another sink name"
+            )
         stage = self._declare(f"sink-{sink.sink_name}", dataframe, StageKind.SINK)
         stage.sink = sink
         # The staged files of finished sink tasks are checked now that the sink is known.
@@ -375,10 +381,11 @@ class BatchRuntime:
         exchange = "Exchange" in physical
         read: _Read | None = None
         if reads:
-            if len(reads) > 1 or staged or exchange:
+            if len(reads) > 1 or staged or exchange or kind is StageKind.SINK:
                 raise ValueError(
                     f"stage {name!r} reads source(s) {[r.name for r in reads]} with a shuffle, a "
-                    "join or other inputs: stage each source's rows first with "
+                    "join, other inputs or straight into the sink: stage each source's rows "
+                    "first with "
                     "job.stage(name, job.read(...).<narrow transformations>) and combine the "
                     "staged DataFrames in a later stage"
                 )
@@ -416,7 +423,7 @@ class BatchRuntime:
         if sink is None or sink.sink is None:
             raise JobFailed("the program called run() without job.write(): nothing to run")
         self._reset_unfinished_readers()
-        self._count_recovery()
+        self._count_recovery(resets=self._log_resets())
         self._report(DriverState.RUNNING, self._recovery_message())
         watcher = threading.Thread(target=self._watch_control, daemon=True, name="control")
         watcher.start()
@@ -443,7 +450,12 @@ class BatchRuntime:
         finally:
             self._heartbeat_stop.set()
             self._close()
-        self._report(DriverState.FINISHED, "output committed")
+        self._report(
+            DriverState.FINISHED,
+            "output committed",
+            request=self._drain_request,
+            outcome=RequestOutcome.COMPLETED,
+        )
         return Outcome(DriverState.FINISHED, None, None)
 
     def _finished_tasks(self) -> set[TaskId]:
@@ -491,6 +503,7 @@ class BatchRuntime:
                 len(stage.finished),
                 stage.shape.parallelism,
             )
+        self._report_progress(stage, force=True)
         if stage.read is not None:
             self._snapshot(stage.read, force=True)
             progress = stage.read.coordinator.host.progress().result(30)
@@ -551,6 +564,7 @@ class BatchRuntime:
                     for p in event.partitions
                 ):
                     del stage.finished[task]
+                    self.events.append(TaskReset(stage.name, task), type="TaskReset")
                     lost = True
                     if stage.read is not None:
                         self._reset_reader(stage.read, task)
@@ -560,6 +574,13 @@ class BatchRuntime:
         """The final checkpoint: publish every sink task's staged file, once."""
         sink = sink_stage.sink
         assert sink is not None
+        for read in self._reads.values():
+            progress = read.coordinator.host.progress().result(30)
+            if progress is None or not progress.fully_finished:
+                raise JobFailed(
+                    f"read {read.name!r} is not fully finished at the final checkpoint "
+                    f"({progress}): refusing to publish output that misses input"
+                )
         parts = [
             StagedMessage(staged_from_json(event.staged))
             for _, event in sorted(sink_stage.finished.items())
@@ -639,15 +660,19 @@ class BatchRuntime:
             stage.finished[task] = event
             if stage.read is not None:
                 self._snapshot(stage.read)
-        self._report_progress()
+        self._report_progress(stage)
         return {"ok": True}
 
-    def _report_progress(self) -> None:
-        """Split progress in the report as tasks finish, at most every PROGRESS_SECONDS."""
+    def _report_progress(self, stage: _Stage, *, force: bool = False) -> None:
+        """Stage and split progress in the report, at most every PROGRESS_SECONDS."""
         now = time.monotonic()
-        if now - self._last_progress >= PROGRESS_SECONDS and self._stop_request is None:
+        due = force or now - self._last_progress >= PROGRESS_SECONDS
+        if due and self._stop_request is None and self._drain_request is None:
             self._last_progress = now
-            self._report(DriverState.RUNNING, f"attempt {self.attempt} running")
+            done = len(stage.finished)
+            self._report(
+                DriverState.RUNNING, f"stage {stage.name}: {done}/{stage.parallelism} tasks done"
+            )
 
     def _locations(self, body: dict[str, Any]) -> dict[str, Any]:
         stage = self._stage_named(body.get("dataset"))
@@ -712,18 +737,27 @@ class BatchRuntime:
             if before is not None and after is not None:
                 self.figures.splits_reread += max(0, before.splits_finished - after.splits_finished)
 
+    def _log_resets(self) -> int:
+        """``TaskReset`` for each logged finished task this attempt does not keep; how many."""
+        count = 0
+        for stage in self._stages:
+            record = self._log.stages.get(stage.name)
+            for task in sorted(set(record.finished) - set(stage.finished)) if record else ():
+                self.events.append(TaskReset(stage.name, task), type="TaskReset")
+                count += 1
+        return count
+
     def _reset_reader(self, read: _Read, subtask: int) -> None:
         host = read.coordinator.host
         for old in host.live_attempts().result(30).get(subtask, []):
             host.execution_attempt_failed(subtask, old, None).result(30)
         host.subtask_reset(subtask, NO_CHECKPOINT).result(30)
 
-    def _count_recovery(self) -> None:
+    def _count_recovery(self, *, resets: int) -> None:
         if not self._log.stages:
             return
-        kept = self._finished_tasks()
-        self.figures.tasks_skipped = len(kept)
-        self.figures.tasks_rerun = sum(len(tasks) for tasks in self._recovery.reset.values())
+        self.figures.tasks_skipped = len(self._finished_tasks())
+        self.figures.tasks_rerun = resets
         log.info(
             "recovery: %d task(s) skipped, %d re-run, %d finished split(s) to read again",
             self.figures.tasks_skipped,
@@ -734,23 +768,39 @@ class BatchRuntime:
     # -- control ----------------------------------------------------------------------------
 
     def _watch_control(self) -> None:
+        """Requests, Batch style: stop suspends, a drain runs to the end, savepoints are refused."""
+        seen: set[str] = set()
         while not self._heartbeat_stop.is_set():
             try:
                 request = self.control.read_request(self.attempt)
             except Exception:
                 log.debug("cannot read the control channel", exc_info=True)
                 request = None
-            if (
-                request is not None
-                and request.action is RequestAction.STOP
-                and self._stop_request is None
-            ):
-                log.info("stop request %s: suspending after the running tasks", request.id)
-                self._stop_request = request
-                for read in self._reads.values():
-                    read.coordinator.suspend()
-                self._report(DriverState.STOPPING, "suspending", request=request)
+            if request is not None and request.id not in seen:
+                seen.add(request.id)
+                self._on_request(request)
             self._heartbeat_stop.wait(SUSPEND_POLL_SECONDS)
+
+    def _on_request(self, request: ControlRequest) -> None:
+        if request.action is RequestAction.SAVEPOINT:
+            self._report(
+                DriverState.RUNNING,
+                "a Batch job takes no savepoint while it runs: stop it to suspend it (its job "
+                "event log and shuffle partitions are its state)",
+                request=request,
+                outcome=RequestOutcome.FAILED,
+            )
+        elif request.drain:
+            # Bounded input: running to the end *is* the drain; answered when the output commits.
+            log.info("drain request %s: the job runs to its end", request.id)
+            self._drain_request = request
+            self._report(DriverState.FINISHING, "draining: running to the end", request=request)
+        elif self._stop_request is None:
+            log.info("stop request %s: suspending after the running tasks", request.id)
+            self._stop_request = request
+            for read in self._reads.values():
+                read.coordinator.suspend()
+            self._report(DriverState.STOPPING, "suspending", request=request)
 
     def _suspend(self) -> Outcome:
         request: ControlRequest | None = self._stop_request

@@ -8,6 +8,9 @@ to the job event log:
   later attempt plans the same tasks even if Spark would now decide otherwise;
 * ``TaskFinished`` when a task's output is committed: the partitions it wrote (server, checksum),
   rows and bytes, or the file a sink task staged;
+* ``TaskReset`` when a new attempt finds a finished task's output lost, or a read task unknown to
+  the snapshot it restores: the task is not finished any more (a later snapshot must not revive
+  its old ``TaskFinished``);
 * ``CoordinatorSnapshot`` of a source's split enumerator, taken with ``NO_CHECKPOINT`` after
   read tasks finished, no more often than ``snapshotMinPause``;
 * ``OutputCommitted`` once the sink published the job's output (the final checkpoint).
@@ -94,6 +97,15 @@ class TaskFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskReset:
+    """A driver attempt found a finished task's output lost (or unknown to the snapshot): it is
+    not finished any more, whatever a later snapshot says."""
+
+    stage: str
+    task: int
+
+
+@dataclass(frozen=True, slots=True)
 class CoordinatorSnapshot:
     """A source enumerator's state (``NO_CHECKPOINT``), base64 of its snapshot bytes."""
 
@@ -112,7 +124,7 @@ class OutputCommitted:
 
 EVENT_TYPES: dict[str, type[Any]] = {
     cls.__name__: cls
-    for cls in (StageInitialized, TaskFinished, CoordinatorSnapshot, OutputCommitted)
+    for cls in (StageInitialized, TaskFinished, TaskReset, CoordinatorSnapshot, OutputCommitted)
 }
 
 
@@ -147,11 +159,6 @@ class StageRecord:
     def name(self) -> str:
         return self.init.stage
 
-    @property
-    def task_count(self) -> int:
-        """Parallelism, or more when a read stage needed extra tasks to take all splits."""
-        return max([self.init.parallelism, *(task + 1 for task in self.finished)])
-
 
 @dataclass
 class JobLog:
@@ -174,6 +181,10 @@ def replay(events: Iterable[tuple[int, object]]) -> JobLog:
             record = job.stages.get(event.stage)
             if record is not None:
                 record.finished[event.task] = (seq, event)
+        elif isinstance(event, TaskReset):
+            record = job.stages.get(event.stage)
+            if record is not None:
+                record.finished.pop(event.task, None)
         elif isinstance(event, CoordinatorSnapshot):
             job.snapshots[event.coordinator] = (seq, event)
         elif isinstance(event, OutputCommitted):

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, TextIO
 from urllib.parse import urlsplit
 
+from finishable.api.control import DriverReport
 from finishable.api.jobconfig import (
     ATTEMPT_ENV,
     CONFIG_ENV,
@@ -120,6 +121,7 @@ class LocalRunner:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     driver: DriverProcess | None = None
     _interrupts: int = 0
+    _last_progress: str = ""
 
     @property
     def shuffle(self) -> LocalShuffle | None:
@@ -231,6 +233,7 @@ class LocalRunner:
                 report=local.channel.read_report(),
             )
             decision = next_status(status, spec, observation)
+            self._tell_stage_progress(observation.report)
             self._perform(decision, program)
             self._supervise_shuffle(decision.status)
             self._tell(status, decision)
@@ -331,6 +334,15 @@ class LocalRunner:
                 else ""
             )
             self._say(f"checkpoint {new_checkpoint}{splits}")
+
+    def _tell_stage_progress(self, report: DriverReport | None) -> None:
+        """A Batch driver's stage progress ("stage paid: 3/8 tasks done"), once per change."""
+        if report is None or not report.message.startswith("stage "):
+            return
+        line = f"attempt {report.attempt}: {report.message}"
+        if line != self._last_progress:
+            self._last_progress = line
+            self._say(line)
 
     def _farewell(self, status: FinishableSparkJobStatus) -> int:
         shuffle = self.shuffle

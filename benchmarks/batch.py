@@ -1,0 +1,285 @@
+"""The batch runtime: shuffle I/O, the cost of a driver crash, staged vs plain PySpark.
+
+1. Shuffle I/O: a real ``finishable shuffle-server`` process on loopback; one Arrow partition of
+   ``--mb`` MB is put (streamed, checksummed, committed) and got back (checksum verified), next to
+   writing the same IPC bytes to a local file (with fsync, as a commit does) and reading them.
+2. A driver crash at 50%: the batch example (``examples/batch/aggregate.py``) run by
+   ``finishable run`` from the command line, uninterrupted, and again with the driver SIGKILLed
+   when half the splits are finished. Both totals are divided by the uninterrupted run; "rerun from
+   scratch" is what the crash would cost without recovery (the time until the crash plus a whole
+   run).
+3. Staged vs plain: the same computation (parse and filter JSON orders, total by customer, parquet
+   out) in one warm Spark session, as plain PySpark and as a ``FinishableJob`` with two stages on
+   two shuffle servers; medians of alternating rounds after a warm-up of each.
+
+Prints one JSON line.
+
+    .venv/bin/python benchmarks/batch.py [--files 96] [--rows 40000] [--mb 128] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "batch"
+sys.path.insert(0, str(EXAMPLE))
+
+from aggregate import SCHEMA, build, paid_orders, totals_by_customer  # noqa: E402 - the example
+from orders import write_files  # noqa: E402
+
+from finishable.api.jobconfig import JobConfig  # noqa: E402
+from finishable.runtime.localshuffle import LocalShuffle  # noqa: E402
+from finishable.shuffle.client import ShuffleClient  # noqa: E402
+
+# -- 1. shuffle server I/O -------------------------------------------------------------------------
+
+
+def arrow_partition(megabytes: int) -> pa.Table:
+    rows = megabytes * 1024 * 1024 // 48
+    return pa.table(
+        {
+            "key": pa.array(range(rows), pa.int64()),
+            "value": pa.array(range(rows), pa.float64()),
+            "text": pa.compute.binary_join_element_wise(
+                "row-", pa.array(range(rows), pa.int64()).cast(pa.string()), ""
+            ),
+        }
+    )
+
+
+def ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=65_536)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _chunks(data: bytes, size: int = 1 << 20) -> Iterator[bytes]:
+    view = memoryview(data)
+    for start in range(0, len(data), size):
+        yield bytes(view[start : start + size])
+
+
+def shuffle_io(work: Path, megabytes: int, rounds: int) -> dict[str, float]:
+    table = arrow_partition(megabytes)
+    data = ipc_bytes(table)
+    size_mb = len(data) / 1e6
+    shuffle = LocalShuffle(work / "io", "bench", 1, "10m")
+    urls = shuffle.ensure()
+    client = ShuffleClient(urls[0], shuffle.token)
+    put, get, disk_write, disk_read = [], [], [], []
+    try:
+        for attempt in range(rounds):
+            started = time.perf_counter()
+            client.put("io", attempt, "a1", _chunks(data))
+            put.append(size_mb / (time.perf_counter() - started))
+            started = time.perf_counter()
+            rows = sum(batch.num_rows for batch in client.get("io", attempt))
+            get.append(size_mb / (time.perf_counter() - started))
+            assert rows == table.num_rows
+            path = work / f"disk-{attempt}.arrow"
+            started = time.perf_counter()
+            with path.open("wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            disk_write.append(size_mb / (time.perf_counter() - started))
+            started = time.perf_counter()
+            with path.open("rb") as source:  # the bytes, read and decoded, as a get does
+                rows = sum(b.num_rows for b in pa.ipc.open_stream(source.read()))
+            disk_read.append(size_mb / (time.perf_counter() - started))
+    finally:
+        client.close()
+        shuffle.stop()
+    return {
+        "partition_mb": round(size_mb, 1),
+        "shuffle_put_mb_s": round(statistics.median(put), 1),
+        "shuffle_get_mb_s": round(statistics.median(get), 1),
+        "disk_write_mb_s": round(statistics.median(disk_write), 1),
+        "disk_read_mb_s": round(statistics.median(disk_read), 1),
+    }
+
+
+# -- 2. a driver crash at 50% --------------------------------------------------------------------
+
+
+def manifest(work: Path, name: str, inputs: Path, files: int, rows: int) -> Path:
+    """The example's own manifest (examples/batch/local.yaml), pointed at this run's files."""
+    import yaml  # noqa: PLC0415
+
+    document = yaml.safe_load((EXAMPLE / "local.yaml").read_text())
+    document["metadata"]["name"] = name
+    application = document["spec"]["application"]
+    application["file"] = str(EXAMPLE / "aggregate.py")
+    application["args"] = [
+        f"--input={inputs}",
+        f"--output={work / name / 'output'}",
+        f"--files={files}",
+        f"--rows={rows}",
+    ]
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def run_job(
+    work: Path, name: str, inputs: Path, files: int, rows: int, *, crash: bool
+) -> tuple[float, float]:
+    """Seconds from `finishable run` to its exit, and when the driver was killed (0: never)."""
+    path = manifest(work, name, inputs, files, rows)
+    state = work / "state"
+    started = time.monotonic()
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "finishable.cli", "run", str(path), "--state-dir", str(state)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    crashed_at = 0.0
+    if crash:
+        status = state / name / "status.json"
+        while True:
+            try:
+                progress = json.loads(status.read_text()).get("coordinator") or {}
+            except (OSError, ValueError):
+                progress = {}
+            if progress.get("splitsFinished", 0) >= files // 2:
+                break
+            if runner.poll() is not None:
+                raise RuntimeError(f"the job ended before half its splits: see {state / name}")
+            time.sleep(0.05)
+        crashed_at = time.monotonic() - started
+        _attempt, pid = (state / name / "driver.pid").read_text().split()
+        os.kill(int(pid), signal.SIGKILL)
+    if runner.wait(1800) != 0:
+        raise RuntimeError(f"the job {name} failed: see {state / name}")
+    return time.monotonic() - started, crashed_at
+
+
+def crash_figures(work: Path, inputs: Path, files: int, rows: int) -> dict[str, float]:
+    plain, _ = run_job(work, "uninterrupted", inputs, files, rows, crash=False)
+    crashed, half = run_job(work, "crashed", inputs, files, rows, crash=True)
+    status = json.loads((work / "state" / "crashed" / "status.json").read_text())
+    return {
+        "uninterrupted_s": round(plain, 1),
+        "crash_at_50pct_s": round(crashed, 1),
+        "crash_ratio": round(crashed / plain, 2),
+        "restart_overhead_s": round(crashed - plain, 1),
+        "rerun_from_scratch_ratio": round((half + plain) / plain, 2),
+        "tasks_skipped": status["recovery"]["tasksSkipped"],
+        "tasks_rerun": status["recovery"]["tasksRerun"],
+    }
+
+
+# -- 3. staged vs plain PySpark ------------------------------------------------------------------
+
+
+def plain_pyspark(spark: Any, inputs: Path, output: Path) -> float:
+    started = time.perf_counter()
+    orders = spark.read.schema(SCHEMA).json(str(inputs))
+    totals_by_customer(paid_orders(orders)).write.mode("overwrite").parquet(str(output))
+    return time.perf_counter() - started
+
+
+def staged(
+    spark: Any, work: Path, name: str, inputs: Path, *, urls: list[str], token: str
+) -> float:
+    from finishable import FinishableJob  # noqa: PLC0415
+
+    config = JobConfig.model_validate(
+        {
+            "name": name,
+            "spec": {
+                "mode": "Batch",
+                "application": {"file": "benchmarks/batch.py"},
+                "recovery": {"snapshotMinPause": "1s"},
+            },
+            "stateUrl": str(work / name / "state"),
+            "workDir": str(work / name / "work"),
+            "control": "Local",
+            "controlDir": str(work / name / "control"),
+            "shuffleUrls": urls,
+        }
+    )
+    started = time.perf_counter()
+    job = FinishableJob(config, spark=spark, token=token)
+    build(job, str(inputs), str(work / name / "output"))
+    job.run()
+    return time.perf_counter() - started
+
+
+def staged_figures(work: Path, inputs: Path, rounds: int) -> dict[str, float]:
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    shuffle = LocalShuffle(work / "servers", "bench", 2, "10m")
+    urls = shuffle.ensure()
+    plain_times, staged_times = [], []
+    try:
+        plain_pyspark(spark, inputs, work / "warm-plain")
+        staged(spark, work, "warm-staged", inputs, urls=urls, token=shuffle.token)
+        for index in range(rounds):
+            plain_times.append(plain_pyspark(spark, inputs, work / f"plain-{index}"))
+            staged_times.append(
+                staged(spark, work, f"staged-{index}", inputs, urls=urls, token=shuffle.token)
+            )
+    finally:
+        shuffle.stop()
+        spark.stop()
+    plain_s, staged_s = statistics.median(plain_times), statistics.median(staged_times)
+    return {
+        "plain_pyspark_s": round(plain_s, 2),
+        "staged_s": round(staged_s, 2),
+        "staged_ratio": round(staged_s / plain_s, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--files", type=int, default=96)
+    parser.add_argument("--rows", type=int, default=40_000)
+    parser.add_argument("--mb", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    work = Path(tempfile.mkdtemp(prefix="finishable-batch-bench-"))
+    try:
+        inputs = work / "input"
+        write_files(inputs, args.files, args.rows)
+        result: dict[str, Any] = {"benchmark": "batch", "files": args.files, "rows": args.rows}
+        result.update(shuffle_io(work, args.mb, args.rounds))
+        result.update(crash_figures(work, inputs, args.files, args.rows))
+        result.update(staged_figures(work, inputs, args.rounds))
+        result["aims"] = {"crash_ratio": 1.25, "staged_ratio": 1.5}
+        sys.stdout.write(json.dumps(result) + "\n")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

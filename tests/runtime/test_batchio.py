@@ -102,10 +102,10 @@ def test_local_shuffle_servers_are_reused_restarted_on_their_port_and_stopped(
         assert victim is not None
         os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while shuffle.servers[0].alive():
+        while not (restarted := shuffle.restart_dead()):  # once the process is really gone
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert shuffle.restart_dead() == [0]
+        assert restarted == [0]
         assert shuffle.ensure() == urls, "restarted on the same port"
         assert shuffle.servers[0].pid() != victim
         token = shuffle.token

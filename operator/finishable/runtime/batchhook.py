@@ -15,11 +15,13 @@ Spark's own protocol. Standard library only, because it runs in every worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,35 +59,58 @@ class BatchHookClient:
 
     def notify(self, stage: str, batch_id: int) -> dict[str, Any]:
         """Tell the runtime that ``batch_id`` reached ``stage``; its reply, or BatchHookError."""
-        request = urllib.request.Request(
+        return post_json(
             f"{self.url}/v1/batches/{batch_id}/{stage}",
-            data=json.dumps({"sink": self.sink}).encode(),
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-            method="POST",
+            self.token,
+            {"sink": self.sink},
+            timeout=self.timeout,
+            connect_retries=self.connect_retries,
+            refused=lambda code, message: BatchHookError(
+                f"the job runtime refused {stage} of batch {batch_id} for sink {self.sink!r}: "
+                f"HTTP {code}: {message}"
+            ),
+            unreachable=lambda error: BatchHookError(
+                f"the job runtime at {self.url} did not answer {stage} of batch {batch_id}: {error}"
+            ),
         )
-        deadline = time.monotonic() + self.connect_retries
-        delay = 0.2
-        while True:
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    reply: dict[str, Any] = json.loads(response.read() or b"{}")
-                    return reply
-            except urllib.error.HTTPError as error:
-                body = error.read().decode("utf-8", "replace")
-                try:
-                    message = json.loads(body).get("error", body)
-                except ValueError:
-                    message = body
-                raise BatchHookError(
-                    f"the job runtime refused {stage} of batch {batch_id} for sink "
-                    f"{self.sink!r}: HTTP {error.code}: {message}"
-                ) from None
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
-                if time.monotonic() >= deadline:
-                    raise BatchHookError(
-                        f"the job runtime at {self.url} did not answer {stage} of batch "
-                        f"{batch_id}: {error}"
-                    ) from None
-                log.warning("batch hook %s unreachable (%s); retrying", self.url, error)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+
+
+def post_json(
+    url: str,
+    token: str,
+    body: dict[str, Any],
+    *,
+    timeout: float,
+    connect_retries: float,
+    refused: Callable[[int, str], Exception],
+    unreachable: Callable[[BaseException], Exception],
+) -> dict[str, Any]:
+    """POST ``body`` to the driver's endpoint from a Spark worker; retry while it is unreachable.
+
+    An HTTP error answer is final (``refused(code, message)`` is raised); connection errors are
+    retried with backoff for ``connect_retries`` seconds, then ``unreachable(error)`` is raised.
+    """
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    deadline = time.monotonic() + connect_retries
+    delay = 0.2
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                reply: dict[str, Any] = json.loads(response.read() or b"{}")
+                return reply
+        except urllib.error.HTTPError as error:
+            text = error.read().decode("utf-8", "replace")
+            with contextlib.suppress(ValueError, AttributeError):
+                text = json.loads(text).get("error", text)
+            raise refused(error.code, text) from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+            if time.monotonic() >= deadline:
+                raise unreachable(error) from None
+            log.warning("the driver at %s is unreachable (%s); retrying", url, error)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)

@@ -24,14 +24,10 @@ three tasks of a stage costs three tasks.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
 import os
 import re
-import time
-import urllib.error
-import urllib.request
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -44,6 +40,7 @@ from pyspark.sql.types import StructType
 
 from finishable.coordinator.events import AddSplits, NoMoreSplits
 from finishable.coordinator.splits import SentinelSplit
+from finishable.runtime.batchhook import post_json
 from finishable.runtime.datasource import (
     ReaderSettings,
     SplitPartition,
@@ -131,33 +128,19 @@ class RuntimeClient:
     connect_retries: float = 60.0
 
     def call(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
-        request = urllib.request.Request(
+        return post_json(
             f"{self.url}/v1/runtime/{action}",
-            data=json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-            method="POST",
+            self.token,
+            body,
+            timeout=self.timeout,
+            connect_retries=self.connect_retries,
+            refused=lambda code, text: BatchTaskError(
+                f"the driver refused {action}: HTTP {code}: {text}"
+            ),
+            unreachable=lambda error: BatchTaskError(
+                f"the driver at {self.url} did not answer {action}: {error}"
+            ),
         )
-        deadline = time.monotonic() + self.connect_retries
-        delay = 0.2
-        while True:
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    reply: dict[str, Any] = json.loads(response.read() or b"{}")
-                    return reply
-            except urllib.error.HTTPError as error:
-                text = error.read().decode("utf-8", "replace")
-                with contextlib.suppress(ValueError, AttributeError):
-                    text = json.loads(text).get("error", text)
-                raise BatchTaskError(
-                    f"the driver refused {action}: HTTP {error.code}: {text}"
-                ) from None
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
-                if time.monotonic() >= deadline:
-                    raise BatchTaskError(
-                        f"the driver at {self.url} did not answer {action}: {error}"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
 
 
 # -- reading a source -----------------------------------------------------------------------------
@@ -226,12 +209,17 @@ def _audit(path: str, plan: Round, subtask: int, attempt: int, split_id: str) ->
         out.write(line + "\n")
 
 
-def read_source_class(read_name: str, schema: StructType) -> type[DataSource]:
-    """A data source class of its own per read, so plans name the read it came from."""
-    short = format_name("read", read_name)
+def _source_class(
+    kind: str,
+    name: str,
+    schema: StructType,
+    reader: Callable[[Mapping[str, str]], DataSourceReader],
+) -> type[DataSource]:
+    """A data source class of its own per read or dataset, so Spark's plans name it."""
+    short = format_name(kind, name)
     schema_json = schema.json()
 
-    class _BatchSource(DataSource):
+    class _Source(DataSource):
         @classmethod
         def name(cls) -> str:
             return short
@@ -240,10 +228,15 @@ def read_source_class(read_name: str, schema: StructType) -> type[DataSource]:
             return StructType.fromJson(json.loads(schema_json))
 
         def reader(self, schema: StructType) -> DataSourceReader:
-            return BatchSourceReader(self.options)
+            return reader(self.options)
 
-    _BatchSource.__name__ = _BatchSource.__qualname__ = f"BatchSource_{short}"
-    return _BatchSource
+    _Source.__name__ = _Source.__qualname__ = f"Source_{short}"
+    return _Source
+
+
+def read_source_class(read_name: str, schema: StructType) -> type[DataSource]:
+    """Reader slots of one source read."""
+    return _source_class("read", read_name, schema, BatchSourceReader)
 
 
 # -- reading a staged dataset ---------------------------------------------------------------------
@@ -278,23 +271,8 @@ class StageReader(DataSourceReader):
 
 
 def stage_source_class(dataset: str, schema: StructType) -> type[DataSource]:
-    """A data source class of its own per staged dataset."""
-    short = format_name("stage", dataset)
-    schema_json = schema.json()
-
-    class _StageSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return short
-
-        def schema(self) -> StructType:
-            return StructType.fromJson(json.loads(schema_json))
-
-        def reader(self, schema: StructType) -> DataSourceReader:
-            return StageReader(self.options)
-
-    _StageSource.__name__ = _StageSource.__qualname__ = f"StageSource_{short}"
-    return _StageSource
+    """One slot per result partition of a staged dataset."""
+    return _source_class("stage", dataset, schema, StageReader)
 
 
 # -- writers (mapInArrow functions) ---------------------------------------------------------------
@@ -316,6 +294,41 @@ def shuffle_server_for(servers: list[str], dataset: str, partition: int) -> str:
     return servers[zlib.crc32(f"{dataset}/{partition}".encode()) % len(servers)]
 
 
+def _this_task(plan: Round, *, slotted: bool) -> tuple[int, TaskContext] | None:
+    """The task this Spark task runs in the round (``None``: an idle slot) and its context."""
+    context = TaskContext.get()
+    assert context is not None  # Round.current() found the property in it
+    task = plan.task_of_slot(context.partitionId(), slotted=slotted)
+    return None if task is None else (task, context)
+
+
+def _finished(
+    endpoint: str,
+    token: str,
+    plan: Round,
+    *,
+    task: int,
+    context: TaskContext,
+    rows: int,
+    size: int,
+    **output: Any,
+) -> pa.RecordBatch:
+    """Tell the driver the task's output is committed; the summary row the task returns."""
+    RuntimeClient(endpoint, token).call(
+        "task-finished",
+        {
+            "stage": plan.stage,
+            "task": task,
+            "attempt": coordinator_attempt(plan.attempt, plan.round, context.attemptNumber()),
+            "task_attempt": context.attemptNumber(),
+            "rows": rows,
+            "bytes": size,
+            **output,
+        },
+    )
+    return _summary(task, rows, size)
+
+
 def stage_writer(
     endpoint: str, token: str, dataset: str, schema: bytes, *, slotted: bool
 ) -> ArrowFunction:
@@ -323,11 +336,10 @@ def stage_writer(
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         plan = Round.current()
-        context = TaskContext.get()
-        assert context is not None
-        task = plan.task_of_slot(context.partitionId(), slotted=slotted)
-        if task is None:
+        this = _this_task(plan, slotted=slotted)
+        if this is None:
             return
+        task, context = this
         first = next(batches, None)
         arrow_schema = (
             first.schema if first is not None else pa.ipc.read_schema(pa.py_buffer(schema))
@@ -336,28 +348,24 @@ def stage_writer(
         server = shuffle_server_for(plan.servers, dataset, task)
         label = f"a{plan.attempt}-r{plan.round}-t{context.attemptNumber()}"
         info = ShuffleClient(server, token).put_batches(dataset, task, label, arrow_schema, stream)
-        RuntimeClient(endpoint, token).call(
-            "task-finished",
-            {
-                "stage": plan.stage,
-                "task": task,
-                "attempt": coordinator_attempt(plan.attempt, plan.round, context.attemptNumber()),
-                "task_attempt": context.attemptNumber(),
-                "rows": info.rows,
-                "bytes": info.bytes,
-                "partitions": [
-                    {
-                        "server": server,
-                        "dataset": dataset,
-                        "partition": task,
-                        "sha256": info.sha256,
-                        "rows": info.rows,
-                        "bytes": info.bytes,
-                    }
-                ],
-            },
+        partition = {
+            "server": server,
+            "dataset": dataset,
+            "partition": task,
+            "sha256": info.sha256,
+            "rows": info.rows,
+            "bytes": info.bytes,
+        }
+        yield _finished(
+            endpoint,
+            token,
+            plan,
+            task=task,
+            context=context,
+            rows=info.rows,
+            size=info.bytes,
+            partitions=[partition],
         )
-        yield _summary(task, info.rows, info.bytes)
 
     return write
 
@@ -369,11 +377,10 @@ def sink_writer(
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         plan = Round.current()
-        context = TaskContext.get()
-        assert context is not None
-        task = plan.task_of_slot(context.partitionId(), slotted=False)
-        if task is None:
+        this = _this_task(plan, slotted=False)
+        if this is None:
             return
+        task, context = this
         identity = TaskIdentity(
             batch_id=SINK_BATCH_ID,
             partition=task,
@@ -383,19 +390,16 @@ def sink_writer(
         part = stage_batches(
             SinkStore(sink_url, sink_name), identity, batches, file_format, lambda b: (b, 0)
         )
-        RuntimeClient(endpoint, token).call(
-            "task-finished",
-            {
-                "stage": plan.stage,
-                "task": task,
-                "attempt": coordinator_attempt(plan.attempt, plan.round, context.attemptNumber()),
-                "task_attempt": context.attemptNumber(),
-                "rows": part.rows,
-                "bytes": part.size,
-                "staged": staged_to_json(part),
-            },
+        yield _finished(
+            endpoint,
+            token,
+            plan,
+            task=task,
+            context=context,
+            rows=part.rows,
+            size=part.size,
+            staged=staged_to_json(part),
         )
-        yield _summary(task, part.rows, part.size)
 
     return write
 

@@ -32,7 +32,7 @@ def test_examples_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", *map(str, EXAMPLES)]) == 0
     out = capsys.readouterr().out
     assert "Streaming job 'clickstream'" in out
-    assert "Batch job 'events-by-key'" in out
+    assert "Batch job 'paid-totals'" in out
 
 
 def test_bad_manifest_names_every_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

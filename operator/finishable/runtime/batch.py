@@ -881,6 +881,9 @@ class BatchRuntime:
         for timer in self._snapshot_due.values():
             timer.cancel()
         self.endpoint.set_runtime_hook(None)
+        for read in self._reads.values():
+            self.endpoint.remove(read.name)
+            read.coordinator.close()
         try:
             self.events.close(timeout=60)
         except Exception:

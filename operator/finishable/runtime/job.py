@@ -12,6 +12,10 @@
 control channel and the snapshot store, decides where this attempt starts from (the newest
 checkpoint of its run, else the savepoint it was told to start from, else nothing), starts the
 coordinator endpoint and a Spark session. ``run`` hands everything to the streaming executor.
+
+A ``spec.mode: Batch`` job is built with ``read`` / ``stage`` / ``write`` instead, and ``run``
+hands it to the batch runtime (``runtime/batch.py``): stages as result partitions on shuffle
+servers, recovered after a driver crash from the job event log.
 """
 
 from __future__ import annotations

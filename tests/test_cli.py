@@ -11,7 +11,7 @@ from finishable.api.crd import CRD_FILE
 from finishable.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = sorted(ROOT.glob("examples/*/job.yaml"))
+EXAMPLES = sorted(ROOT.glob("examples/*/*.yaml"))
 
 BAD = """\
 apiVersion: finishable.dev/v1alpha1
@@ -28,7 +28,7 @@ spec:
 
 
 def test_examples_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
-    assert len(EXAMPLES) == 2
+    assert len(EXAMPLES) == 5  # job, bounded and cluster (streaming); local and cluster (batch)
     assert main(["validate", *map(str, EXAMPLES)]) == 0
     out = capsys.readouterr().out
     assert "Streaming job 'clickstream'" in out

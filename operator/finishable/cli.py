@@ -19,6 +19,7 @@ import yaml
 from finishable import __version__
 from finishable.api.models import DesiredState, FinishableSparkJobStatus, JobMode, Phase, dump
 from finishable.api.validation import InvalidManifest, load_documents, load_job, parse_manifest
+from finishable.controller.builders import KUBERNETES_MASTER
 from finishable.runtime.local import (
     DEFAULT_STATE_DIR,
     SETTLED_PHASES,
@@ -242,6 +243,7 @@ def _operator(args: argparse.Namespace, out: TextIO) -> int:
         standalone=args.standalone,
         priority=args.priority,
         resync_seconds=args.resync,
+        spark_master=args.spark_master,
     )
     try:
         return run_operator(options)
@@ -329,6 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     operator.add_argument(
         "--resync", type=float, default=60.0, help="seconds between reconciles of a quiet job"
+    )
+    operator.add_argument(
+        "--spark-master",
+        default=KUBERNETES_MASTER,
+        help="Spark master of the drivers: executor pods with the default; local[N] runs Spark "
+        "inside each driver pod (small clusters, CI)",
     )
     add("driver", _driver, "start a job's program in its driver pod (used by the operator)")
     shuffle = add(

@@ -1,21 +1,22 @@
-"""The helm chart's static parts: its CRDs, its values and their schema, the dashboard's metrics,
-and what the Deployment template must carry. Rendering is not needed for these (and helm is not
-installed here); the RBAC rules are checked against the real operator in test_rbac.py."""
+"""The helm chart's static parts: its CRDs, its values and their schema, and what the Deployment
+template must carry. Rendering is not needed for these (and helm is not installed here; where it
+is, the rendered Deployment is checked too); the dashboard is checked in test_dashboard.py, the
+RBAC rules against the real operator in test_rbac.py."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry
-
-from finishable.controller.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "finishable-spark-operator"
@@ -69,6 +70,9 @@ def test_the_default_values_satisfy_the_schema() -> None:
         (["resources", "limits", "memory"], "lots"),
         (["operator", "unknownOption"], True),
         (["replicaCount"], -1),
+        (["operator", "sparkMaster"], "kubernetes"),
+        (["operator", "sparkMaster"], "local[0]"),
+        (["operator", "sparkMaster"], 2),
     ],
 )
 def test_the_schema_rejects_wrong_values(path: list[str], bad: object) -> None:
@@ -91,40 +95,6 @@ def test_replicas_beyond_one_need_peering() -> None:
     jsonschema.validate(wrong, schema())
 
 
-def exported_series() -> set[str]:
-    """Every series name the operator's metrics can produce, as Prometheus scrapes them."""
-    suffixes = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
-    registry = CollectorRegistry()
-    Metrics(registry)
-    return {
-        family.name + suffix for family in registry.collect() for suffix in suffixes[family.type]
-    }
-
-
-def test_the_dashboard_uses_only_metrics_the_operator_exports() -> None:
-    template = (CHART / "templates" / "dashboard.yaml").read_text()
-    assert 'grafana_dashboard: "1"' in template, "labelled for Grafana's sidecar"
-    assert '.Files.Get "files/dashboard.json"' in template
-    dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())
-    expressions = [
-        target["expr"] for panel in dashboard["panels"] for target in panel["targets"]
-    ] + [variable.get("query", "") for variable in dashboard["templating"]["list"]]
-    referenced = {name for expr in expressions for name in re.findall(r"finishable_\w+", expr)}
-    assert referenced <= exported_series(), referenced - exported_series()
-    for wanted in (
-        "finishable_jobs",  # jobs by phase over time
-        "finishable_checkpoints_completed_total",
-        "finishable_stop_duration_seconds_bucket",
-        "finishable_driver_restarts_total",  # recoveries
-        "finishable_recovery_duration_seconds_bucket",
-        "finishable_recovery_tasks_skipped_total",
-        "finishable_recovery_tasks_rerun_total",
-    ):
-        assert wanted in referenced, f"the dashboard shows no {wanted}"
-    ids = [panel["id"] for panel in dashboard["panels"]]
-    assert len(ids) == len(set(ids))
-
-
 def test_the_deployment_template_carries_what_the_operator_needs() -> None:
     """Checked on the template text (no renderer here): the essentials docs/operator.md asks."""
     deployment = (CHART / "templates" / "deployment.yaml").read_text()
@@ -137,6 +107,7 @@ def test_the_deployment_template_carries_what_the_operator_needs() -> None:
         r"name: POD_ID\s+valueFrom:\s+fieldRef:\s+fieldPath: metadata\.name", deployment
     )
     assert re.search(r"livenessProbe:\s+httpGet:\s+path: /healthz\s+port: liveness", deployment)
+    assert re.search(r"readinessProbe:\s+httpGet:\s+path: /healthz\s+port: liveness", deployment)
     assert "containerPort: {{ .Values.operator.livenessPort }}" in deployment
     assert "--liveness-port={{ .Values.operator.livenessPort }}" in deployment
     assert "toYaml .Values.resources" in deployment
@@ -146,6 +117,70 @@ def test_the_deployment_template_carries_what_the_operator_needs() -> None:
     assert defaults["podSecurityContext"]["runAsUser"] >= 1000
     assert defaults["securityContext"]["readOnlyRootFilesystem"] is True
     assert defaults["securityContext"]["allowPrivilegeEscalation"] is False
+    assert defaults["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert "toYaml .Values.podSecurityContext" in deployment
+    assert "toYaml .Values.securityContext" in deployment
+    assert defaults["resources"]["requests"] and defaults["resources"]["limits"]["memory"]
+
+
+def operator_options() -> set[str]:
+    """The option strings `finishable [-v] operator` accepts."""
+    from finishable.cli import build_parser
+
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return set(commands.choices["operator"]._option_string_actions) | {"--verbose"}
+
+
+def test_the_deployment_passes_only_flags_the_operator_knows() -> None:
+    deployment = (CHART / "templates" / "deployment.yaml").read_text()
+    args = deployment[deployment.index("args:") : deployment.index("env:")]
+    flags = set(re.findall(r"(--[a-z][a-z-]*)", args))
+    assert {"--spark-master", "--namespace", "--liveness-port", "--standalone"} <= flags
+    assert flags <= operator_options(), flags - operator_options()
+
+
+def test_spark_master_is_passed_only_when_set() -> None:
+    """operator.sparkMaster "" (the default) leaves the operator's own default in force."""
+    assert values()["operator"]["sparkMaster"] == ""
+    deployment = (CHART / "templates" / "deployment.yaml").read_text()
+    assert re.search(
+        r"\{\{- with \.Values\.operator\.sparkMaster \}\}\s*"
+        r"- \{\{ printf \"--spark-master=%s\" \. \| quote \}\}\s*\{\{- end \}\}",
+        deployment,
+    )
+    for master in ("local[2]", "local[*]", "k8s://https://kubernetes.default.svc:443"):
+        jsonschema.validate(
+            {**values(), "operator": {**values()["operator"], "sparkMaster": master}}, schema()
+        )
+    from finishable.cli import build_parser
+
+    parsed = build_parser().parse_args(["operator", "--spark-master=local[2]"])
+    assert parsed.spark_master == "local[2]"
+
+
+def helm_deployment(*values: str) -> dict[str, Any]:
+    command = ["helm", "template", "fso", str(CHART), "--namespace", "ops"]
+    for value in values:
+        command += ["--set", value]
+    rendered = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    (deployment,) = [
+        doc for doc in yaml.safe_load_all(rendered) if doc and doc["kind"] == "Deployment"
+    ]
+    return deployment
+
+
+@pytest.mark.skipif(shutil.which("helm") is None, reason="helm is not installed")
+def test_helm_renders_the_deployment() -> None:
+    (container,) = helm_deployment()["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "finishable-spark-operator:0.1.0"
+    assert not any(arg.startswith("--spark-master") for arg in container["args"])
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    deployment = helm_deployment("operator.sparkMaster=local[2]", "watchNamespaces={a,b}")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--spark-master=local[2]" in container["args"]
+    assert {"--namespace=a", "--namespace=b"} <= set(container["args"])
 
 
 def test_the_metrics_service_and_service_monitor_select_the_operator() -> None:

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
@@ -42,8 +43,12 @@ def test_the_package_is_installed_and_spark_home_is_pip_pyspark() -> None:
 
 def test_examples_are_where_the_manifests_say() -> None:
     assert "examples /opt/finishable/examples" in instructions("COPY")
-    for manifest in (ROOT / "examples").glob("*/job.yaml"):
-        assert "/opt/finishable/examples" in manifest.read_text(), manifest
+    manifests = sorted((ROOT / "examples").glob("*/cluster.yaml"))
+    assert manifests
+    for manifest in manifests:
+        program = yaml.safe_load(manifest.read_text())["spec"]["application"]["file"]
+        assert program.startswith("local:///opt/finishable/examples/"), manifest
+        assert (ROOT / program.removeprefix("local:///opt/finishable/")).is_file(), program
 
 
 def test_runs_as_a_non_root_user() -> None:

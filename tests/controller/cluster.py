@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -199,8 +199,10 @@ class OperatorProcess:
         identity: str = "operator-1",
         priority: int = 100,
         name: str = "operator",
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.workdir = workdir
+        self.extra_args = list(extra_args)
         self.namespaces = namespaces
         self.identity = identity
         self.priority = priority
@@ -235,6 +237,7 @@ class OperatorProcess:
             "--metrics-port", str(self.metrics_port),
             "--priority", str(self.priority),
             "--resync", "5",
+            *self.extra_args,
         ]  # fmt: skip
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "POD_ID": self.identity}
         with self.log_path.open("ab") as log:

@@ -290,3 +290,38 @@ def test_streaming_jobs_get_no_shuffle_and_names_fit() -> None:
     ]
     assert all(len(name) <= 63 for name in names), "DNS labels for a 40-character job name"
     assert json.dumps(builders.driver_pod(JOB, spec(), 1, ""))  # plain JSON, nothing else
+
+
+def test_a_local_master_runs_spark_inside_the_driver_pod() -> None:
+    """``--spark-master local[2]``: no executor pods, so no Kubernetes or driver-address conf."""
+    local = builders.spark_conf(JOB, spec(), "local[2]")
+    assert local["spark.master"] == "local[2]"
+    assert not [key for key in local if key.startswith("spark.kubernetes.")]
+    assert "spark.driver.host" not in local and "spark.executor.instances" not in local
+    pod = builders.driver_pod(JOB, spec(), 1, "", "local[2]")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["PYSPARK_SUBMIT_ARGS"] == "--driver-memory 1g pyspark-shell"
+    config = builders.config_map(JOB, spec(), "local[2]")
+    assert "spark.master local[2]\n" in config["data"]["spark-defaults.conf"]
+
+
+def test_driver_volumes_come_from_sparks_own_volume_keys() -> None:
+    prefix = "spark.kubernetes.driver.volumes."
+    conf = {
+        f"{prefix}hostPath.data.mount.path": "/data",
+        f"{prefix}hostPath.data.options.path": "/mnt/shared",
+        f"{prefix}persistentVolumeClaim.lake.mount.path": "/lake",
+        f"{prefix}persistentVolumeClaim.lake.mount.readOnly": "true",
+        f"{prefix}persistentVolumeClaim.lake.options.claimName": "lake",
+        "spark.kubernetes.executor.volumes.hostPath.data.mount.path": "/data",
+    }
+    pod = builders.driver_pod(JOB, spec(application={"file": "a.py", "sparkConf": conf}), 1, "")
+    volumes = pod["spec"]["volumes"]
+    assert volumes[2:] == [
+        {"name": "data", "hostPath": {"path": "/mnt/shared"}},
+        {"name": "lake", "persistentVolumeClaim": {"claimName": "lake"}},
+    ]
+    assert pod["spec"]["containers"][0]["volumeMounts"][2:] == [
+        {"name": "data", "mountPath": "/data"},
+        {"name": "lake", "mountPath": "/lake", "readOnly": True},
+    ]

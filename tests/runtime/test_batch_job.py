@@ -25,10 +25,12 @@ import pytest
 import yaml
 
 from finishable.runtime.batchio import AUDIT_ENV
-from finishable.runtime.batchplan import CoordinatorSnapshot, TaskFinished, decode_event
+from finishable.runtime.batchplan import TaskFinished, decode_event
 from finishable.runtime.sinks import TransactionalFiles
 from finishable.state import LocalDirBackend
 from finishable.state.events import read_events
+from tests.support.batchlog import durable_at_crash
+from tests.support.processes import alive
 
 pytestmark = pytest.mark.slow
 
@@ -190,30 +192,6 @@ class BatchJob:
         return [json.loads(line) for line in self.audit.read_text().splitlines() if line]
 
 
-def durable_at_crash(events: list[tuple[int, object]]) -> tuple[set[str], set[tuple[str, int]]]:
-    """What attempt 1 had durably finished: the splits and tasks its successor may not redo.
-
-    Computed from the log alone: the events before attempt 2's first one; a read task counts only
-    if a snapshot of its source follows its TaskFinished (FLIP-383: later ones are reset).
-    """
-    prefix = []
-    for seq, event in events:
-        if isinstance(event, TaskFinished) and event.attempt >= 2:
-            break
-        prefix.append((seq, event))
-    last_snapshot = max((seq for seq, e in prefix if isinstance(e, CoordinatorSnapshot)), default=0)
-    splits: set[str] = set()
-    tasks: set[tuple[str, int]] = set()
-    for seq, event in prefix:
-        if not isinstance(event, TaskFinished):
-            continue
-        if event.splits and seq > last_snapshot:
-            continue
-        splits.update(event.splits)
-        tasks.add((event.stage, event.task))
-    return splits, tasks
-
-
 @pytest.fixture
 def jobs() -> Iterator[list[BatchJob]]:
     started: list[BatchJob] = []
@@ -294,7 +272,7 @@ def test_stop_suspends_a_batch_job_and_resuming_recovers_it(
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     output = job.finish()
     assert "Suspended" in output
-    assert _alive(job.shuffle_pid(0)), "the shuffle servers keep the partitions for the resume"
+    assert alive(job.shuffle_pid(0)), "the shuffle servers keep the partitions for the resume"
     finished_splits, _ = durable_at_crash(job.events())
     assert finished_splits, "some reader tasks finished before the stop"
 
@@ -344,7 +322,7 @@ def test_a_driver_after_the_retain_timeout_recomputes_everything(
     job.kill_driver()
     pids = [job.shuffle_pid(index) for index in (0, 1)]
     deadline = time.monotonic() + 60
-    while any(_alive(pid) for pid in pids):  # they release and exit after 3 s without a driver
+    while any(alive(pid) for pid in pids):  # they release and exit after 3 s without a driver
         assert time.monotonic() < deadline, "shuffle servers outlived their retain timeout"
         time.sleep(0.2)
     job.run()  # the same command again: the next driver attempt
@@ -369,11 +347,3 @@ def test_an_unreadable_input_file_fails_the_job_naming_it(
     assert status["phase"] == "Failed"
     assert "orders-99999.json" in json.dumps(status)
     assert not job.published_any(), "nothing is published without all of the input"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -29,8 +29,12 @@ from finishable.runtime.savepoints import (
     pack_checkpoint,
 )
 from finishable.runtime.sources import CheckpointLog
-from finishable.state import LocalDirBackend, SnapshotStore
+from finishable.state import LocalDirBackend, SnapshotKind, SnapshotStore
+from finishable.state.configmap import ConfigMapBackend
+from finishable.state.kubeapi import KubeApi
+from tests.conftest import TOKEN
 from tests.runtime.test_savepoints import fake_checkpoint
+from tests.support.k8s_emulator import EmulatorServer
 
 PRINTS = Fingerprints(sources={"clicks": "abc"}, sinks={"counts": "def"})
 
@@ -164,3 +168,18 @@ def test_the_batch_hook_route_needs_the_token_and_reaches_the_hook() -> None:
         with pytest.raises(BatchHookError, match="unknown batch stage"):
             client.notify("committed", 9)
     assert calls == [("prepare", 7, "counts"), ("published", 7, "counts")]
+
+
+def test_a_savepoint_in_the_jobs_configmaps_restores_from_its_reported_location(
+    tmp_path: Path, k8s_server: EmulatorServer
+) -> None:
+    """``configmap://ns/<job>-snapshots.sp-N.blob``, as status reports it, is the job's own."""
+    api = KubeApi.for_url(k8s_server.url, token=TOKEN, namespace="restore")
+    store = SnapshotStore(ConfigMapBackend(api, "clicks", namespace="restore"))
+    info = store.put_savepoint(1, blob(fake_checkpoint(tmp_path / "ckpt"), 2))
+    assert info.location == "configmap://restore/clicks-snapshots.sp-000000000001.blob"
+    data, what = read_snapshot_location(info.location, store)
+    assert what == "savepoint 1" and data == store.get(SnapshotKind.SAVEPOINT, 1).data
+    other = SnapshotStore(ConfigMapBackend(api, "other", namespace="restore"))
+    with pytest.raises(SavepointError, match="in the ConfigMaps of another job"):
+        read_snapshot_location(info.location, other)

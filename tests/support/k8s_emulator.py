@@ -23,6 +23,9 @@ What kmock 0.8 lacks, and this adds (generic for every resource, not ConfigMap-o
   CustomResourceDefinition is created (as ``kubectl apply -f crds/`` would do);
 * validation the real server does and our code must respect: object names (DNS subdomains),
   label values, and the 1 MiB cap on a ConfigMap's ``data`` + ``binaryData`` (422 Invalid);
+  with ``validate_schemas=True`` also a custom resource against its CRD's OpenAPI schema (types,
+  enums, bounds, patterns, required fields; no defaulting or pruning);
+* a Secret's ``stringData`` merged into ``data``, base64-encoded, as the server does;
 * request bodies up to 3 MiB (aiohttp's default cap is 1 MiB; the API server accepts 3 MiB);
 * optional bearer-token check (401), to prove that clients send their credentials;
 * request counts per User-Agent at ``GET /_emulator/stats``, for benchmarks, and the API calls
@@ -57,6 +60,7 @@ from typing import Any, NamedTuple, Self
 
 import aiohttp.web
 import attrs
+import jsonschema
 import kmock
 from kmock import KubernetesEmulator, KubernetesError
 
@@ -263,6 +267,8 @@ class StateEmulator(KubernetesEmulator):
 
     required_token: str | None = None
     keep_requests: int = 200
+    validate_schemas: bool = False  # check custom resources against their CRD's schema
+    _schemas: dict[Any, Any] = attrs.field(factory=dict, init=False)
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     _history: collections.deque[tuple[int, Any, dict[str, Any]]] = attrs.field(
         factory=lambda: collections.deque(maxlen=EVENT_HISTORY), init=False
@@ -381,13 +387,38 @@ class StateEmulator(KubernetesEmulator):
                 verbs=set(_STANDARD_VERBS),
                 subresources=set(version.get("subresources") or {}),
             )
+            schema = (version.get("schema") or {}).get("openAPIV3Schema")
+            if schema:
+                self._schemas[resource] = jsonschema.Draft7Validator(schema)
 
     # -- validation -------------------------------------------------------------------------
+
+    def _normalize(self, resource: kmock.resource, obj: dict[str, Any]) -> None:
+        """A Secret's ``stringData`` is write-only: the server merges it into ``data``."""
+        if resource.group == "" and resource.plural == "secrets" and "stringData" in obj:
+            data = obj.setdefault("data", {})
+            for key, value in (obj.pop("stringData") or {}).items():
+                data[key] = base64.b64encode(str(value).encode()).decode()
+
+    def _check_schema(self, resource: kmock.resource, obj: Mapping[str, Any]) -> None:
+        """422 for a custom resource its CRD's OpenAPI schema refuses, each field named."""
+        validator = self._schemas.get(resource) if self.validate_schemas else None
+        if validator is None:
+            return
+        problems = []
+        for error in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.path))):
+            path = ".".join(str(part) for part in error.absolute_path) or "<root>"
+            value = json.dumps(error.instance)[:80]
+            problems.append(f"{path}: Invalid value: {value}: {error.message}")
+        if problems:
+            kind = str(obj.get("kind") or resource.plural)
+            raise _invalid(kind, str((obj.get("metadata") or {}).get("name")), ", ".join(problems))
 
     def _validate(self, resource: kmock.resource, obj: Mapping[str, Any]) -> None:
         kind = str(obj.get("kind") or resource.plural)
         meta = obj.get("metadata") or {}
         name = str(meta.get("name") or "")
+        self._check_schema(resource, obj)
         if not name or len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
             raise _invalid(
                 kind,
@@ -441,6 +472,7 @@ class StateEmulator(KubernetesEmulator):
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = f"{meta['generateName']}{secrets.token_hex(3)}"
         namespace = request.namespace or meta.get("namespace")
+        self._normalize(request.resource, obj)
         self._validate(request.resource, obj)
         key = (request.resource, namespace, meta["name"])
         if self._has_status(request.resource):
@@ -496,6 +528,7 @@ class StateEmulator(KubernetesEmulator):
         generation = int(current_meta.get("generation") or 1)
         meta["generation"] = generation + (_content(new) != _content(current))
         meta["resourceVersion"] = self._next_version()
+        self._normalize(request.resource, new)
         self._validate(request.resource, new)
         return new
 

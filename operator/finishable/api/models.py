@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from finishable.api.units import Duration, Quantity
+from finishable.api.volumes import driver_volumes
 from finishable.lifecycle.table import LifecycleMode, OperatorStatus, TaskKind, TaskStatus
 
 API_GROUP = "finishable.dev"
@@ -153,6 +154,7 @@ class ApplicationSpec(ApiModel):
             raise ValueError(
                 f"keys must start with 'spark.'; got {', '.join(repr(key) for key in bad)}"
             )
+        driver_volumes(value)  # a VolumeConfError (a ValueError) names the key
         return value
 
 
@@ -359,7 +361,7 @@ class FinishableSparkJobSpec(ApiModel):
     """The desired state of a FinishableSparkJob."""
 
     image: str = Field(
-        default="finishable-spark:0.1.0",
+        default="finishable-spark-operator:0.1.0",
         min_length=1,
         description="Container image for the driver, executors and shuffle pods.",
     )

@@ -34,6 +34,7 @@ from finishable.api.models import (
     StorageType,
 )
 from finishable.api.units import Quantity
+from finishable.api.volumes import driver_volumes
 from finishable.runtime.control import CONTROL_SUFFIX, STATE_SUFFIX
 from finishable.state.configmap import LABEL_COMPONENT, LABEL_JOB, job_label_value
 
@@ -168,31 +169,45 @@ def container_memory(memory: Quantity) -> str:
     return f"{mebibytes}Mi"
 
 
-def spark_conf(job: JobRef, spec: FinishableSparkJobSpec) -> dict[str, str]:
-    """The user's sparkConf, overridden by what the operator derives from the resource."""
-    executor_label = "spark.kubernetes.executor.label."
+def is_kubernetes_master(master: str) -> bool:
+    return master.startswith("k8s://")
+
+
+def spark_conf(
+    job: JobRef, spec: FinishableSparkJobSpec, master: str = KUBERNETES_MASTER
+) -> dict[str, str]:
+    """The user's sparkConf, overridden by what the operator derives from the resource.
+
+    With a Kubernetes master (the default) Spark starts executor pods itself; with another master
+    (``finishable operator --spark-master local[2]``: small clusters, CI, the e2e local cluster)
+    Spark runs inside the driver pod and the Kubernetes and driver-address settings are left out.
+    """
     derived = {
-        "spark.master": KUBERNETES_MASTER,
+        "spark.master": master,
         "spark.submit.deployMode": "client",
         "spark.app.name": job.name,
-        "spark.kubernetes.namespace": job.namespace,
-        "spark.kubernetes.container.image": spec.image,
-        "spark.kubernetes.authenticate.oauthTokenFile": f"{SERVICE_ACCOUNT_DIR}/token",
-        "spark.kubernetes.authenticate.caCertFile": f"{SERVICE_ACCOUNT_DIR}/ca.crt",
-        "spark.kubernetes.executor.podNamePrefix": job.name,
-        f"{executor_label}{LABEL_JOB}": job_label_value(job.name),
-        f"{executor_label}{LABEL_COMPONENT}": EXECUTOR,
-        f"{executor_label}{LABEL_MANAGED_BY}": MANAGER,
-        "spark.driver.host": driver_host(job),
-        "spark.driver.bindAddress": "0.0.0.0",
-        "spark.driver.port": str(DRIVER_PORT),
-        "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
         "spark.driver.cores": str(spec.driver.cores),
         "spark.driver.memory": spec.driver.memory.spark_memory(),
-        "spark.executor.instances": str(spec.executor.instances),
-        "spark.executor.cores": str(spec.executor.cores),
-        "spark.executor.memory": spec.executor.memory.spark_memory(),
     }
+    if is_kubernetes_master(master):
+        executor_label = "spark.kubernetes.executor.label."
+        derived |= {
+            "spark.kubernetes.namespace": job.namespace,
+            "spark.kubernetes.container.image": spec.image,
+            "spark.kubernetes.authenticate.oauthTokenFile": f"{SERVICE_ACCOUNT_DIR}/token",
+            "spark.kubernetes.authenticate.caCertFile": f"{SERVICE_ACCOUNT_DIR}/ca.crt",
+            "spark.kubernetes.executor.podNamePrefix": job.name,
+            f"{executor_label}{LABEL_JOB}": job_label_value(job.name),
+            f"{executor_label}{LABEL_COMPONENT}": EXECUTOR,
+            f"{executor_label}{LABEL_MANAGED_BY}": MANAGER,
+            "spark.driver.host": driver_host(job),
+            "spark.driver.bindAddress": "0.0.0.0",
+            "spark.driver.port": str(DRIVER_PORT),
+            "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
+            "spark.executor.instances": str(spec.executor.instances),
+            "spark.executor.cores": str(spec.executor.cores),
+            "spark.executor.memory": spec.executor.memory.spark_memory(),
+        }
     return {**spec.application.spark_conf, **derived}
 
 
@@ -204,9 +219,12 @@ def state_url(spec: FinishableSparkJobSpec) -> str:
     return storage.url or f"{WORK_DIR}/state"
 
 
-def job_config(job: JobRef, spec: FinishableSparkJobSpec) -> JobConfig:
+def job_config(
+    job: JobRef, spec: FinishableSparkJobSpec, master: str = KUBERNETES_MASTER
+) -> JobConfig:
     """What ``FinishableJob.from_env()`` reads in the driver: the spec with the derived conf."""
-    application = spec.application.model_copy(update={"spark_conf": spark_conf(job, spec)})
+    conf = spark_conf(job, spec, master)
+    application = spec.application.model_copy(update={"spark_conf": conf})
     return JobConfig(
         name=job.name,
         namespace=job.namespace,
@@ -230,9 +248,11 @@ def shuffle_urls(job: JobRef, spec: FinishableSparkJobSpec) -> list[str]:
     ]
 
 
-def config_map(job: JobRef, spec: FinishableSparkJobSpec) -> dict[str, Any]:
+def config_map(
+    job: JobRef, spec: FinishableSparkJobSpec, master: str = KUBERNETES_MASTER
+) -> dict[str, Any]:
     """``<job>-config``: the job configuration and Spark's defaults, mounted into the driver."""
-    config = job_config(job, spec)
+    config = job_config(job, spec, master)
     defaults = "".join(
         f"{key} {value}\n" for key, value in sorted(config.spec.application.spark_conf.items())
     )
@@ -346,20 +366,28 @@ def _env(name: str, value: str) -> dict[str, Any]:
 
 
 def driver_pod(
-    job: JobRef, spec: FinishableSparkJobSpec, attempt: int, restore_from: str
+    job: JobRef,
+    spec: FinishableSparkJobSpec,
+    attempt: int,
+    restore_from: str,
+    master: str = KUBERNETES_MASTER,
 ) -> dict[str, Any]:
-    """``<job>-driver-<attempt>``: ``finishable driver`` with the job config, token and attempt."""
+    """``<job>-driver-<attempt>``: ``finishable driver`` with the job config, token and attempt.
+
+    Volumes declared with ``spark.kubernetes.driver.volumes.*`` in sparkConf are mounted too.
+    """
     name = driver_pod_name(job.name, attempt)
     memory = container_memory(spec.driver.memory)
-    submit_args = [
-        "--driver-memory",
-        spec.driver.memory.spark_memory(),
-        "--conf",
-        f"spark.kubernetes.driver.pod.name={name}",
-        "--conf",
-        f"spark.kubernetes.executor.label.{LABEL_ATTEMPT}={attempt}",
-        "pyspark-shell",
-    ]
+    submit_args = ["--driver-memory", spec.driver.memory.spark_memory()]
+    if is_kubernetes_master(master):
+        submit_args += [
+            "--conf",
+            f"spark.kubernetes.driver.pod.name={name}",
+            "--conf",
+            f"spark.kubernetes.executor.label.{LABEL_ATTEMPT}={attempt}",
+        ]
+    submit_args.append("pyspark-shell")
+    user_volumes = driver_volumes(spec.application.spark_conf)
     env = [
         _env(CONFIG_ENV, f"{CONFIG_DIR}/{JOB_CONFIG_KEY}"),
         _env(ATTEMPT_ENV, str(attempt)),
@@ -391,6 +419,7 @@ def driver_pod(
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "work", "mountPath": WORK_DIR},
+            *(volume.volume_mount() for volume in user_volumes),
         ],
     }
     secret_ref = spec.checkpointing.storage.secret_ref
@@ -407,6 +436,7 @@ def driver_pod(
             "volumes": [
                 {"name": "config", "configMap": {"name": config_name(job.name)}},
                 {"name": "work", "emptyDir": {}},
+                *(volume.volume() for volume in user_volumes),
             ],
         },
     }
@@ -508,10 +538,12 @@ def shuffle_stateful_set(job: JobRef, spec: FinishableSparkJobSpec) -> dict[str,
 # -- all of it ------------------------------------------------------------------------------------
 
 
-def static_children(job: JobRef, spec: FinishableSparkJobSpec, token: str) -> list[dict[str, Any]]:
+def static_children(
+    job: JobRef, spec: FinishableSparkJobSpec, token: str, master: str = KUBERNETES_MASTER
+) -> list[dict[str, Any]]:
     """Everything but the driver pod, in creation order (RBAC and config before the pod)."""
     children = [
-        config_map(job, spec),
+        config_map(job, spec, master),
         channel_config_map(job, control_name(job.name)),
         channel_config_map(job, state_name(job.name)),
         token_secret(job, token),

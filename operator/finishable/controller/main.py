@@ -35,7 +35,10 @@ def run_operator(options: OperatorOptions, api: KubeApi | None = None) -> int:
     metrics = Metrics(REGISTRY)
     start_http_server(options.metrics_port, addr=options.bind, registry=REGISTRY)
     controller = Controller(
-        kube=Kube(api, threads=API_THREADS), metrics=metrics, resync=options.resync_seconds
+        kube=Kube(api, threads=API_THREADS),
+        metrics=metrics,
+        resync=options.resync_seconds,
+        spark_master=options.spark_master,
     )
     where = ", ".join(options.namespaces) if options.namespaces else "all namespaces"
     log.info(

@@ -161,6 +161,7 @@ class Controller:
     kube: Kube
     metrics: Metrics
     resync: float = 60.0
+    spark_master: str = builders.KUBERNETES_MASTER
     wakers: dict[JobKey, asyncio.Event] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -299,7 +300,9 @@ class JobLoop:
         await self.delete_drivers([pod for pod in pods if pod.attempt < attempt and pod.alive])
         if self._children_for_attempt != attempt:
             token = secrets.token_urlsafe(32)
-            for child in builders.static_children(self.job, spec, token):
+            for child in builders.static_children(
+                self.job, spec, token, self.controller.spark_master
+            ):
                 if child["metadata"]["name"] == builders.config_name(self.job.name):
                     await self.kube.upsert_configmap(child)  # follows spec edits between attempts
                 elif await self.kube.create(child):
@@ -307,7 +310,9 @@ class JobLoop:
             self._children_for_attempt = attempt
             self._shuffle_deleted = False
         if not any(pod.attempt == attempt for pod in pods):
-            body = builders.driver_pod(self.job, spec, attempt, restore_from)
+            body = builders.driver_pod(
+                self.job, spec, attempt, restore_from, self.controller.spark_master
+            )
             if await self.kube.create(body):
                 log.info("%s: created %s", self.key, builders.describe_child(body))
 

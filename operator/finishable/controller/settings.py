@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import kopf
 
-from finishable.controller.builders import CONTROL, DRIVER
+from finishable.controller.builders import CONTROL, DRIVER, KUBERNETES_MASTER
 from finishable.state.configmap import LABEL_COMPONENT
 
 ANNOTATION_PREFIX = "finishable.dev"
@@ -33,6 +33,7 @@ class OperatorOptions:
     watch_timeout_seconds: float = 300.0
     request_timeout_seconds: float = 30.0
     event_level: int = logging.INFO
+    spark_master: str = KUBERNETES_MASTER  # what drivers run Spark on (see builders.spark_conf)
 
     @property
     def clusterwide(self) -> bool:

@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 PENDING_OFFSETS = "pending/offsets"
 """The raw offsets entry of the batch a sink is about to publish (one object, overwritten)."""
 LINEAGE_KEY = "lineage"
-_SNAPSHOT_NAME = re.compile(r"(?:^|[/.])snapshots[/.](?P<tag>sp|chk)-(?P<id>\d+)\.blob$")
+_SNAPSHOT_NAME = re.compile(r"(?:^|[/.-])snapshots[/.](?P<tag>sp|chk)-(?P<id>\d+)\.blob$")
 
 
 def lineage_of(job: str, restore_from: str) -> str:

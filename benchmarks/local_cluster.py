@@ -1,0 +1,111 @@
+"""What the operator path costs: the batch example through the operator on the local cluster
+(``kubectl apply`` → driver pod → shuffle StatefulSet → Finished) against ``finishable run`` of
+the same job on the same machine in the same run, and a driver SIGKILLed half way under the
+operator against its own uninterrupted run.
+
+Both generate their input (``--files``, ``--rows``) in the driver, so that time is in both.
+Prints one JSON line.
+
+    .venv/bin/python benchmarks/local_cluster.py [--files 40] [--rows 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from batch import run_job  # noqa: E402 - benchmarks/batch.py: `finishable run` of the example
+from e2e.localcluster.cluster import LocalCluster  # noqa: E402
+from e2e.support import LocalE2ECluster, example, wait_for  # noqa: E402
+
+NAMESPACE = "bench"
+TIMEOUT = 1800.0
+
+
+def through_the_operator(
+    cluster: LocalE2ECluster, name: str, files: int, rows: int, *, crash: bool
+) -> dict[str, float]:
+    """Seconds from apply to Running and to Finished (and to the kill, when crashing)."""
+    manifest = example("examples/batch/cluster.yaml", cluster.data_dir, cluster.image)
+    manifest["metadata"]["name"] = name
+    manifest["spec"]["application"]["args"] = [
+        f"--input=/data/{name}/orders",
+        f"--output=/data/{name}/totals",
+        f"--files={files}",
+        f"--rows={rows}",
+    ]
+    started = time.monotonic()
+    response = cluster.apply(manifest)
+    if response.status != 201:
+        raise RuntimeError(f"apply: {response.message}")
+    cluster.wait_phase(name, "Running", TIMEOUT)
+    running = time.monotonic() - started
+    figures = {"running": running}
+    if crash:
+        wait_for(
+            lambda: (
+                cluster.status(name).get("coordinator", {}).get("splitsFinished", 0) >= files // 2
+            ),
+            "half the splits",
+            TIMEOUT,
+        )
+        pid = cluster.driver_pid(f"{name}-driver-1")
+        if pid is None:
+            raise RuntimeError("the driver ended before half its splits")
+        os.kill(pid, signal.SIGKILL)
+        figures["crashed_at"] = time.monotonic() - started
+    status = cluster.wait_phase(name, "Finished", TIMEOUT)
+    figures["finished"] = time.monotonic() - started
+    figures["tasks_skipped"] = float((status.get("recovery") or {}).get("tasksSkipped", 0))
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--files", type=int, default=40)
+    parser.add_argument("--rows", type=int, default=5000)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="bench-local-cluster-") as temp:
+        work = Path(temp)
+        run_s, _ = run_job(work, "plain", work / "plain-input", args.files, args.rows, crash=False)
+        with LocalCluster(work / "cluster", namespaces=(NAMESPACE,)) as local:
+            data = work / "data"
+            data.mkdir()
+            cluster = LocalE2ECluster(
+                local.api("bench", NAMESPACE),
+                NAMESPACE,
+                data,
+                local.directory / "pods",
+                local.operator_log,
+            )
+            plain = through_the_operator(cluster, "plain", args.files, args.rows, crash=False)
+            crashed = through_the_operator(cluster, "crashed", args.files, args.rows, crash=True)
+    result: dict[str, Any] = {
+        "benchmark": "local_cluster",
+        "files": args.files,
+        "rows": args.rows,
+        "finishable_run_s": round(run_s, 2),
+        "operator_apply_to_running_s": round(plain["running"], 2),
+        "operator_apply_to_finished_s": round(plain["finished"], 2),
+        "operator_over_finishable_run": round(plain["finished"] / run_s, 2),
+        "operator_crash_at_half_s": round(crashed["finished"], 2),
+        "operator_crash_ratio": round(crashed["finished"] / plain["finished"], 2),
+        "operator_crash_tasks_skipped": int(crashed["tasks_skipped"]),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""The e2e suite's cluster: the local cluster unless ``E2E_KUBECONFIG`` names another one."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.localcluster.cluster import LocalCluster
+from e2e.support import E2ECluster, KubeconfigE2ECluster, LocalE2ECluster
+from finishable.state.kubeapi import KubeApi
+
+NAMESPACE = os.environ.get("E2E_NAMESPACE", "finishable-e2e")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The RBAC check reads the calls of every other test: it runs last."""
+    items.sort(key=lambda item: item.get_closest_marker("after_all") is not None)
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster | None]:
+    if os.environ.get("E2E_KUBECONFIG"):
+        yield None
+        return
+    with LocalCluster(tmp_path_factory.mktemp("cluster"), namespaces=(NAMESPACE,)) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    local_cluster: LocalCluster | None, tmp_path_factory: pytest.TempPathFactory
+) -> E2ECluster:
+    if local_cluster is not None:
+        api = local_cluster.api("e2e", NAMESPACE)
+        data = tmp_path_factory.mktemp("data")
+        pods = local_cluster.directory / "pods"
+        return LocalE2ECluster(api, NAMESPACE, data, pods, local_cluster.operator_log)
+    kubeconfig = os.environ["E2E_KUBECONFIG"]
+    data_dir = os.environ.get("E2E_DATA_DIR")
+    if not data_dir:
+        pytest.fail("E2E_DATA_DIR: a directory every node sees at the same path is required")
+    api = KubeApi.from_kubeconfig(kubeconfig, namespace=NAMESPACE, user_agent="e2e")
+    response = api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NAMESPACE}})
+    assert response.status in (201, 409), response.body
+    image = os.environ.get("E2E_IMAGE", "finishable-spark-operator:0.1.0")
+    return KubeconfigE2ECluster(api, NAMESPACE, Path(data_dir), image, kubeconfig)

@@ -1,0 +1,50 @@
+"""``python -m e2e.localcluster``: start the local cluster and serve until Ctrl-C.
+
+.venv/bin/python -m e2e.localcluster --dir .local-cluster
+KUBECONFIG=.local-cluster/kubeconfig kubectl apply -f examples/batch/cluster.yaml   # any client
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from e2e.localcluster.cluster import DEFAULT_SPARK_MASTER, LocalCluster
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.localcluster", description=__doc__)
+    parser.add_argument("--dir", default=".local-cluster", help="state, logs and the kubeconfig")
+    parser.add_argument("--port", type=int, default=0, help="API port (default: a free one)")
+    parser.add_argument(
+        "--namespace", action="append", help="namespaces to create and serve (default: default)"
+    )
+    parser.add_argument("--spark-master", default=DEFAULT_SPARK_MASTER, help="drivers' master")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    cluster = LocalCluster(
+        Path(args.dir),
+        namespaces=tuple(args.namespace or ["default"]),
+        spark_master=args.spark_master,
+        port=args.port,
+    )
+    with cluster:
+        print(f"API server  {cluster.url}")
+        print(f"kubeconfig  {cluster.kubeconfig}")
+        print(f"operator    log {cluster.operator_log}")
+        print(f"pods        logs under {cluster.directory / 'pods'}")
+        print("Ctrl-C stops the cluster and every pod.", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

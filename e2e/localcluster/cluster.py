@@ -1,0 +1,155 @@
+"""The local cluster: the API emulator, a process kubelet, a StatefulSet controller and the
+operator, on one machine without containers (DESIGN.md section 10, tier 3).
+
+``LocalCluster(directory).start()`` serves the Kubernetes API on a loopback port (the extended
+kmock emulator of ``tests/support``, checking custom resources against their CRD schema),
+applies ``crds/``, creates the namespaces, starts the controllers a cluster needs for our
+children (StatefulSets; the garbage collector is the emulator's) and the kubelet, and runs
+``finishable operator --spark-master local[2]``, as the chart's Deployment would run it. The
+admin kubeconfig is ``<directory>/kubeconfig``; logs are ``<directory>/operator/operator.log`` and
+``<directory>/pods/<namespace>/<pod>-<uid>/<container>.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import sys
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import yaml
+from tests.controller.cluster import OperatorProcess
+from tests.support.k8s_emulator import EmulatorServer
+
+from e2e.localcluster.kubelet import ProcessKubelet, kubeconfig
+from e2e.localcluster.statefulsets import StatefulSetController
+from finishable.state.kubeapi import KubeApi
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE_PATHS = {
+    # Where the image (Dockerfile) keeps what the manifests name, on this machine.
+    "/opt/finishable/examples": ROOT / "examples",
+    "/opt/finishable/entrypoint.sh": ROOT / "docker" / "entrypoint.sh",
+}
+DEFAULT_SPARK_MASTER = "local[2]"
+START_TIMEOUT = 60.0
+
+
+class LocalCluster:
+    """See the module docstring; a context manager, or ``start()`` and ``stop()``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        namespaces: tuple[str, ...] = ("default",),
+        spark_master: str = DEFAULT_SPARK_MASTER,
+        port: int = 0,
+    ) -> None:
+        self.directory = directory.resolve()
+        self.namespaces = namespaces
+        self.spark_master = spark_master
+        self.token = secrets.token_urlsafe(16)
+        self.server = EmulatorServer(port=port, required_token=self.token, validate_schemas=True)
+        self.kubeconfig = self.directory / "kubeconfig"
+        self.operator_log = self.directory / "operator" / "operator.log"
+        self.operator: OperatorProcess | None = None
+        self.kubelet: ProcessKubelet | None = None
+        self.stateful_sets: StatefulSetController | None = None
+
+    @property
+    def url(self) -> str:
+        return str(self.server.url)
+
+    def api(self, user_agent: str, namespace: str | None = None) -> KubeApi:
+        return KubeApi.for_url(
+            self.url,
+            token=self.token,
+            namespace=namespace or self.namespaces[0],
+            user_agent=user_agent,
+        )
+
+    # -- life -------------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.server.start()
+        self.kubeconfig.write_text(
+            json.dumps(kubeconfig(self.url, self.token, self.namespaces[0]), indent=2)
+        )
+        admin = self.api("local-cluster")
+        self._install(admin)
+        self.stateful_sets = StatefulSetController(self.api("statefulset-controller")).start()
+        self.kubelet = ProcessKubelet(
+            self.api("process-kubelet"),
+            self.directory,
+            server=self.url,
+            token=self.token,
+            image_paths=IMAGE_PATHS,
+            bin_dir=Path(sys.executable).parent,
+        ).start()
+        self._start_operator()
+        return self
+
+    def stop(self) -> None:
+        if self.operator is not None:
+            self.operator.stop()
+        if self.kubelet is not None:
+            self.kubelet.stop()
+        if self.stateful_sets is not None:
+            self.stateful_sets.stop()
+        self.server.stop()
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- parts ------------------------------------------------------------------------------
+
+    def _install(self, api: KubeApi) -> None:
+        """``kubectl apply -f crds/`` and ``kubectl create namespace``."""
+        for path in sorted((ROOT / "crds").glob("*.yaml")):
+            for crd in filter(None, yaml.safe_load_all(path.read_text())):
+                response = api.request(
+                    "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd
+                )
+                if response.status not in (201, 409):
+                    raise RuntimeError(f"cannot install {path.name}: {response.message}")
+        for namespace in self.namespaces:
+            body = {"metadata": {"name": namespace}}
+            response = api.request("POST", "/api/v1/namespaces", body=body)
+            if response.status not in (201, 409):
+                raise RuntimeError(f"cannot create namespace {namespace}: {response.message}")
+
+    def _start_operator(self) -> None:
+        """As the chart runs it with ``watchNamespaces`` set: peering, one flag per namespace."""
+        self.operator_log.parent.mkdir(parents=True, exist_ok=True)
+        self.operator = OperatorProcess(
+            self.operator_log.parent,
+            self.url,
+            self.token,
+            list(self.namespaces),
+            identity="local-operator",
+            extra_args=["--spark-master", self.spark_master],
+        ).start()
+
+    def metrics(self) -> str:
+        """The operator's Prometheus metrics, as scraped."""
+        assert self.operator is not None
+        return str(self.operator.metrics())

@@ -1,0 +1,233 @@
+"""The e2e suite's view of a cluster: the local one (default) or any kubeconfig's.
+
+    .venv/bin/pytest e2e                      # starts the local cluster (e2e/localcluster)
+    E2E_KUBECONFIG=~/.kube/config E2E_DATA_DIR=/shared E2E_IMAGE=finishable-spark-operator:0.1.0 \\
+        .venv/bin/pytest e2e                  # a cluster where the chart is installed (kind)
+
+Jobs read and write ``/data``, a volume every driver and executor shares: the suite declares it
+as a hostPath of ``E2E_DATA_DIR`` with Spark's own ``spark.kubernetes.*.volumes.*`` keys, and
+reads the output there to compare it with the ground truth. On kind that directory is mounted
+into the node at the same path (e2e/kind/cluster.yaml).
+
+Everything goes through the Kubernetes API, as ``kubectl`` would: apply, patch, delete, watch
+the status. The only other act is the crash: SIGKILL of the driver's main process (on the local
+cluster the kubelet reports it as ``process://<pid>``; elsewhere through ``kubectl exec``).
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from finishable.state.configmap import ConfigMapBackend
+from finishable.state.kubeapi import KubeApi, KubeResponse
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS = "finishable.dev/v1alpha1"
+MERGE = "application/merge-patch+json"
+DATA_MOUNT = "/data"
+VOLUME_PREFIX = "spark.kubernetes.{role}.volumes."
+T = TypeVar("T")
+
+
+def wait_for(
+    probe: Callable[[], T | None],
+    what: str,
+    timeout: float,
+    on_fail: str | Callable[[], str] = "",
+) -> T:
+    """Poll until ``probe`` returns something truthy; fail naming ``what`` otherwise, with
+    ``on_fail`` (or what it returns) appended."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.25)
+    detail = on_fail() if callable(on_fail) else on_fail
+    raise AssertionError(f"{what}: not within {timeout:g}s (last seen: {last!r}){detail}")
+
+
+def example(path: str, data_dir: Path, image: str, **spec: Any) -> dict[str, Any]:
+    """An example manifest as the suite applies it: its /data volume a hostPath of ``data_dir``.
+
+    The example's own ``/data`` volume (a claim) is replaced, for the driver and the executors
+    alike; ``spec`` overrides top-level spec fields.
+    """
+    manifest: dict[str, Any] = yaml.safe_load((ROOT / path).read_text())
+    manifest["spec"]["image"] = image
+    conf = manifest["spec"]["application"].setdefault("sparkConf", {})
+    for role in ("driver", "executor"):
+        prefix = VOLUME_PREFIX.format(role=role)
+        for key in [k for k in conf if k.startswith(prefix)]:
+            del conf[key]
+        conf[f"{prefix}hostPath.data.mount.path"] = DATA_MOUNT
+        conf[f"{prefix}hostPath.data.options.path"] = str(data_dir)
+    manifest["spec"].update(spec)
+    return manifest
+
+
+class E2ECluster(abc.ABC):
+    """Jobs and pods in one namespace of a cluster, through its API."""
+
+    def __init__(self, api: KubeApi, namespace: str, data_dir: Path, image: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.data_dir = data_dir
+        self.image = image
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def job_path(self, name: str | None = None) -> str:
+        return self.api.path("finishablesparkjobs", name, api_version=JOBS)
+
+    def apply(self, manifest: dict[str, Any]) -> KubeResponse:
+        """``kubectl apply`` of a new job: the API server's answer, accepted or not."""
+        return self.api.request("POST", self.job_path(), body=copy.deepcopy(manifest))
+
+    def job(self, name: str) -> dict[str, Any] | None:
+        response = self.api.request("GET", self.job_path(name))
+        return response.body if response.status == 200 else None
+
+    def status(self, name: str) -> dict[str, Any]:
+        job = self.job(name)
+        assert job is not None, f"job {name} is gone"
+        return dict(job.get("status") or {})
+
+    def set_state(self, name: str, state: str) -> None:
+        """``kubectl patch fsj NAME --type merge -p '{"spec":{"state":STATE}}'``."""
+        body = {"spec": {"state": state}}
+        response = self.api.request("PATCH", self.job_path(name), body=body, content_type=MERGE)
+        assert response.status == 200, response.body
+
+    def delete(self, name: str) -> None:
+        assert self.api.request("DELETE", self.job_path(name)).status in (200, 202)
+
+    def wait_phase(self, name: str, phase: str, timeout: float) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            status = self.status(name)
+            if status.get("phase") == phase:
+                return status
+            if status.get("phase") == "Failed" and phase != "Failed":
+                raise AssertionError(f"{name} failed: {status.get('message')}{self.logs(name)}")
+            return None
+
+        return wait_for(reached, f"{name} reaches {phase}", timeout, lambda: self.logs(name))
+
+    def state_backend(self, name: str) -> ConfigMapBackend:
+        """The job's ConfigMap storage: checkpoints, savepoints, the batch event log."""
+        return ConfigMapBackend(self.api, name, namespace=self.namespace)
+
+    # -- objects ----------------------------------------------------------------------------
+
+    def objects(self, plural: str, selector: str, api_version: str = "v1") -> list[dict[str, Any]]:
+        path = self.api.path(plural, api_version=api_version)
+        response = self.api.request("GET", path, query={"labelSelector": selector})
+        assert response.status == 200, response.body
+        return list(response.body.get("items") or [])
+
+    def children(self, job: str) -> dict[str, list[str]]:
+        """Every object labelled as the job's, by kind (its snapshots excepted)."""
+        selector = f"finishable.dev/job={job},finishable.dev/component!=state"
+        found: dict[str, list[str]] = {}
+        for api_version, plural in (
+            ("v1", "pods"),
+            ("v1", "services"),
+            ("v1", "configmaps"),
+            ("v1", "secrets"),
+            ("v1", "serviceaccounts"),
+            ("v1", "persistentvolumeclaims"),
+            ("apps/v1", "statefulsets"),
+            ("rbac.authorization.k8s.io/v1", "roles"),
+            ("rbac.authorization.k8s.io/v1", "rolebindings"),
+        ):
+            names = [o["metadata"]["name"] for o in self.objects(plural, selector, api_version)]
+            if names:
+                found[plural] = sorted(names)
+        return found
+
+    def pod(self, name: str) -> dict[str, Any] | None:
+        response = self.api.request("GET", self.api.path("pods", name))
+        return response.body if response.status == 200 else None
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        items = self.api.request("GET", self.api.path("events")).body.get("items") or []
+        return [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
+
+    # -- acts outside the API -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def kill_driver(self, pod: str) -> None:
+        """SIGKILL the driver's main process (its program): a crash, not a deletion."""
+
+    @abc.abstractmethod
+    def logs(self, job: str) -> str:
+        """The newest lines of the job's pod logs, for failure messages."""
+
+
+class LocalE2ECluster(E2ECluster):
+    """The local cluster: pods are processes of this machine."""
+
+    def __init__(
+        self, api: KubeApi, namespace: str, data_dir: Path, pods_dir: Path, operator_log: Path
+    ) -> None:
+        super().__init__(api, namespace, data_dir, "finishable-spark-operator:0.1.0")
+        self.pods_dir = pods_dir
+        self.operator_log = operator_log
+
+    def driver_pid(self, pod: str) -> int | None:
+        body = self.pod(pod) or {}
+        for status in (body.get("status") or {}).get("containerStatuses") or []:
+            container_id = str(status.get("containerID") or "")
+            if container_id.startswith("process://") and "running" in (status.get("state") or {}):
+                return int(container_id.removeprefix("process://"))
+        return None
+
+    def kill_driver(self, pod: str) -> None:
+        pid = self.driver_pid(pod)
+        assert pid is not None, f"{pod} has no running process"
+        os.kill(pid, signal.SIGKILL)
+
+    def logs(self, job: str) -> str:
+        parts = []
+        for log in sorted((self.pods_dir / self.namespace).glob(f"{job}-*/*.log")):
+            parts.append(f"\n--- {log.parent.name}/{log.name} ---\n{log.read_text()[-4000:]}")
+        if self.operator_log.exists():
+            parts.append(f"\n--- operator.log ---\n{self.operator_log.read_text()[-3000:]}")
+        return "".join(parts)
+
+
+class KubeconfigE2ECluster(E2ECluster):
+    """Any cluster the kubeconfig names, the chart installed; the crash through kubectl."""
+
+    def __init__(
+        self, api: KubeApi, namespace: str, data_dir: Path, image: str, kubeconfig: str
+    ) -> None:
+        super().__init__(api, namespace, data_dir, image)
+        self.kubeconfig = kubeconfig
+
+    def _kubectl(self, *args: str) -> str:
+        kubectl = shutil.which("kubectl")
+        assert kubectl, "kubectl is needed to run the suite against a kubeconfig"
+        command = [kubectl, "--kubeconfig", self.kubeconfig, "-n", self.namespace, *args]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        return done.stdout + done.stderr
+
+    def kill_driver(self, pod: str) -> None:
+        # The program is the container's main process under tini: kill it, tini exits with it.
+        script = "kill -KILL $(pgrep -o -f 'python.*\\.py')"
+        self._kubectl("exec", pod, "-c", "driver", "--", "sh", "-c", script)
+
+    def logs(self, job: str) -> str:
+        return self._kubectl("logs", "-l", f"finishable.dev/job={job}", "--tail", "40")[-6000:]

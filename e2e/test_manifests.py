@@ -1,0 +1,108 @@
+"""Invalid manifests are refused with messages naming the field; deleting a running job stops
+its driver and removes every child."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.support.processes import alive
+
+from e2e.support import E2ECluster, example, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+START = 240.0
+
+
+def manifest(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "finishable.dev/v1alpha1",
+        "kind": "FinishableSparkJob",
+        "metadata": {"name": name},
+        "spec": {
+            "application": {"file": "local:///opt/finishable/examples/streaming/x.py"},
+            **spec,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"state": "Paused"}, "spec.state"),
+        ({"executor": {"instances": 0}}, "spec.executor.instances"),
+        ({"checkpointing": {"interval": "10 seconds"}}, "spec.checkpointing.interval"),
+    ],
+)
+def test_the_api_server_refuses_what_the_schema_rules_out(
+    cluster: E2ECluster, spec: dict[str, Any], field: str
+) -> None:
+    response = cluster.apply(manifest("refused", **spec))
+    assert response.status == 422, response.body
+    assert field in response.message, response.message
+    assert cluster.job("refused") is None
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "field"),
+    [
+        ("streaming-shuffle", {"shuffle": {"replicas": 2}}, "spec.shuffle"),
+        (
+            "half-a-volume",
+            {
+                "application": {
+                    "file": "local:///opt/finishable/examples/streaming/x.py",
+                    "sparkConf": {"spark.kubernetes.driver.volumes.hostPath.data.mount.path": "/d"},
+                }
+            },
+            "spark.kubernetes.driver.volumes.hostPath.data.options.path",
+        ),
+        ("a" * 41, {}, "metadata.name"),
+    ],
+)
+def test_the_operator_fails_what_only_it_can_judge_naming_the_field(
+    cluster: E2ECluster, name: str, spec: dict[str, Any], field: str
+) -> None:
+    """Rules across fields pass the schema: the job is Failed with the field named, and
+    nothing is started for it."""
+    response = cluster.apply(manifest(name, **spec))
+    assert response.status == 201, response.body
+    status = cluster.wait_phase(name, "Failed", 60)
+    assert field in status["message"], status["message"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and field in ready["message"]
+    assert cluster.children(name).get("pods") is None
+    cluster.delete(name)
+    wait_for(lambda: cluster.job(name) is None, f"{name} is deleted", 60)
+
+
+def test_deleting_a_running_job_stops_its_driver_and_removes_its_children(
+    cluster: E2ECluster,
+) -> None:
+    name = "short-lived"
+    job = example("examples/batch/cluster.yaml", cluster.data_dir, cluster.image)
+    job["metadata"]["name"] = name
+    job["spec"]["application"]["args"] = [
+        f"--input=/data/{name}/orders",
+        f"--output=/data/{name}/totals",
+        "--files=400",
+    ]
+    assert cluster.apply(job).status == 201
+    cluster.wait_phase(name, "Running", START)
+    children = cluster.children(name)
+    assert {"pods", "services", "configmaps", "secrets", "statefulsets", "roles"} <= set(children)
+    pid = cluster.driver_pid(f"{name}-driver-1")
+
+    cluster.delete(name)
+    wait_for(
+        lambda: cluster.job(name) is None, "the job is deleted", 120, lambda: cluster.logs(name)
+    )
+    wait_for(
+        lambda: not cluster.children(name),
+        "every child is removed",
+        60,
+        lambda: f": left {cluster.children(name)}",
+    )
+    if pid is not None:  # the local cluster shows the driver's process: it must be gone
+        wait_for(lambda: not alive(pid), "the driver process has ended", 60)

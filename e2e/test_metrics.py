@@ -1,0 +1,54 @@
+"""After the suite: the operator's Prometheus metrics agree with the jobs' status (local cluster
+only: elsewhere the metrics endpoint is a Service inside the cluster)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from e2e.localcluster.cluster import LocalCluster
+from e2e.support import E2ECluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.after_all]
+
+
+def samples(cluster: LocalCluster | None) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    if cluster is None:
+        pytest.skip("the local cluster's operator is scraped directly; elsewhere use Prometheus")
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(cluster.metrics())
+        for sample in family.samples
+    }
+
+
+def test_the_metrics_agree_with_every_jobs_status(
+    local_cluster: LocalCluster | None, cluster: E2ECluster
+) -> None:
+    scraped = samples(local_cluster)
+    jobs = cluster.api.request("GET", cluster.job_path()).body.get("items") or []
+    assert jobs, "the suite left no jobs to compare"
+    phases = Counter(job["status"]["phase"] for job in jobs)
+    for phase, count in phases.items():
+        assert scraped[("finishable_jobs", frozenset({("phase", phase)}))] == count, phase
+
+    def per_job(name: str, job: str) -> float:
+        key = frozenset({("namespace", cluster.namespace), ("job", job)})
+        return scraped.get((name, key), 0.0)
+
+    for job in jobs:
+        name, status = job["metadata"]["name"], job["status"]
+        recovery = status.get("recovery") or {}
+        assert per_job("finishable_driver_restarts_total", name) == status.get("restarts", 0)
+        assert per_job("finishable_recovery_tasks_skipped_total", name) == recovery.get(
+            "tasksSkipped", 0
+        )
+        assert per_job("finishable_recovery_tasks_rerun_total", name) == recovery.get(
+            "tasksRerun", 0
+        )
+    drained = [job for job in jobs if (job["status"].get("savepoint") or {}).get("drained")]
+    if drained:
+        stops = scraped[("finishable_stop_duration_seconds_count", frozenset({("drain", "true")}))]
+        assert stops >= len(drained)

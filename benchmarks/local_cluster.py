@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from batch import run_job  # noqa: E402 - benchmarks/batch.py: `finishable run` of the example
+
 from e2e.localcluster.cluster import LocalCluster  # noqa: E402
 from e2e.support import LocalE2ECluster, example, wait_for  # noqa: E402
 

@@ -7,13 +7,13 @@ import sys
 from typing import Any
 
 import pytest
-from tests.support.batchlog import durable_at_crash
 
 from e2e.support import ROOT, E2ECluster, example, wait_for
 from finishable.runtime.batch import EVENT_PREFIX
 from finishable.runtime.batchplan import TaskFinished, decode_event
 from finishable.runtime.sinks import TransactionalFiles
 from finishable.state.events import read_events
+from tests.support.batchlog import durable_at_crash
 
 sys.path.insert(0, str(ROOT / "examples" / "batch"))
 from orders import ground_truth

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.support.processes import alive
 
 from e2e.support import E2ECluster, example, wait_for
+from tests.support.processes import alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -8,10 +8,10 @@ import urllib.request
 from typing import Any
 
 import pytest
-from tests.charts.test_rbac import DISCOVERY, MODES, OPERATOR_CLIENTS, driver_role_grants, grants_of
-from tests.support.k8s_emulator import CALLS_PATH
 
 from e2e.localcluster.cluster import LocalCluster
+from tests.charts.test_rbac import DISCOVERY, MODES, OPERATOR_CLIENTS, driver_role_grants, grants_of
+from tests.support.k8s_emulator import CALLS_PATH
 
 pytestmark = [pytest.mark.e2e, pytest.mark.after_all]
 

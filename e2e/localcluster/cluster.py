@@ -21,12 +21,12 @@ from types import TracebackType
 from typing import Self
 
 import yaml
-from tests.controller.cluster import OperatorProcess
-from tests.support.k8s_emulator import EmulatorServer
 
 from e2e.localcluster.kubelet import ProcessKubelet, kubeconfig
 from e2e.localcluster.statefulsets import StatefulSetController
 from finishable.state.kubeapi import KubeApi
+from tests.controller.cluster import OperatorProcess
+from tests.support.k8s_emulator import EmulatorServer
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,6 @@ IMAGE_PATHS = {
     "/opt/finishable/entrypoint.sh": ROOT / "docker" / "entrypoint.sh",
 }
 DEFAULT_SPARK_MASTER = "local[2]"
-START_TIMEOUT = 60.0
 
 
 class LocalCluster:

@@ -16,8 +16,9 @@ It follows the pods through the API (every ``SYNC_SECONDS``), and for each one:
 * restarts containers of ``restartPolicy: Always/OnFailure`` pods with a back-off;
 * kills the process group (SIGTERM, then SIGKILL after the grace period) when the pod is deleted.
 
-One container per pod (the first); init containers, liveness probes, resource limits and
-Service ports that differ from their target ports are not emulated.
+One container per pod (the first); init containers, liveness probes, resource limits, Service
+ports that differ from their target ports, and updates of projected files after the container
+started are not emulated.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class ProcessKubelet:
         self.bin_dir = bin_dir
         self.hosts_file = root / "hosts.json"
         self.containers: dict[str, Container] = {}  # by pod uid
+        self._waiting: dict[str, str] = {}  # pod uid -> why it is still Pending (as reported)
         self._ips: dict[str, str] = {}  # pod uid -> IP
         self._next_ip = 2
         self._stop = threading.Event()
@@ -160,6 +162,8 @@ class ProcessKubelet:
         pods = self._list("/api/v1/pods")
         services = self._list("/api/v1/services")
         live = {pod["metadata"]["uid"]: pod for pod in pods}
+        for gone in set(self._waiting) - set(live):
+            del self._waiting[gone]
         for uid, container in list(self.containers.items()):
             pod = live.get(uid)
             if pod is None or pod["metadata"].get("deletionTimestamp"):
@@ -188,7 +192,9 @@ class ProcessKubelet:
     def _start_pod(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         uid = meta["uid"]
-        ip = self._ips.setdefault(uid, self._allocate_ip())
+        if uid not in self._ips:
+            self._ips[uid] = self._allocate_ip()
+        ip = self._ips[uid]
         directory = self.root / "pods" / meta["namespace"] / f"{meta['name']}-{uid[:8]}"
         container = Container(meta["namespace"], meta["name"], uid, ip, directory, pod)
         try:
@@ -196,11 +202,14 @@ class ProcessKubelet:
                 raise NotReady("the pod has no containers")
             command, env, cwd = self._prepare(container)
         except NotReady as reason:
-            self._patch_status(
-                container,
-                {"phase": "Pending", "reason": "ContainerCreating", "message": str(reason)},
-            )
+            if self._waiting.get(uid) != str(reason):  # report a new reason once, not each pass
+                self._waiting[uid] = str(reason)
+                self._patch_status(
+                    container,
+                    {"phase": "Pending", "reason": "ContainerCreating", "message": str(reason)},
+                )
             return
+        self._waiting.pop(uid, None)
         self.containers[uid] = container
         self._launch(container, command, env, cwd)
 
@@ -283,7 +292,10 @@ class ProcessKubelet:
                 return
             raise NotReady(f"{plural[:-1]} {name!r} not found")
         files = self._data_of(plural, response.body)
-        items = source.get("items")
+        items = source.get("items") or []
+        missing = [item["key"] for item in items if item["key"] not in files]
+        if missing:
+            raise NotReady(f"{plural[:-1]} {name!r} has no key {', '.join(missing)}")
         selected = {item["path"]: files[item["key"]] for item in items} if items else files
         target = container.directory / "volumes" / volume["name"]
         for relative, content in selected.items():

@@ -29,7 +29,7 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "persistentVolumeClaim": ("claimName",),
     "nfs": ("server", "path"),
 }
-_TRUE = ("true", "false")
+_BOOLEANS = ("true", "false")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 RESERVED_NAMES = ("config", "work")  # the driver pod's own volumes
 
@@ -86,7 +86,7 @@ def driver_volumes(spark_conf: dict[str, str]) -> list[DriverVolume]:
                 f"{key!r}: {section}.{item} is not one of "
                 f"{', '.join(f'{section}.{a}' for a in allowed)} for a {kind} volume"
             )
-        if section == "mount" and item == "readOnly" and value not in _TRUE:
+        if section == "mount" and item == "readOnly" and value not in _BOOLEANS:
             raise VolumeConfError(f"{key!r}: {value!r} must be true or false")
         if not _DNS_LABEL.fullmatch(name) or len(name) > 63 or name in RESERVED_NAMES:
             raise VolumeConfError(

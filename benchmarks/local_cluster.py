@@ -28,7 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from batch import run_job  # noqa: E402 - benchmarks/batch.py: `finishable run` of the example
 
 from e2e.localcluster.cluster import LocalCluster  # noqa: E402
-from e2e.support import LocalE2ECluster, example, wait_for  # noqa: E402
+from e2e.support import LocalE2ECluster, batch_example, wait_for  # noqa: E402
 
 NAMESPACE = "bench"
 TIMEOUT = 1800.0
@@ -38,14 +38,7 @@ def through_the_operator(
     cluster: LocalE2ECluster, name: str, files: int, rows: int, *, crash: bool
 ) -> dict[str, float]:
     """Seconds from apply to Running and to Finished (and to the kill, when crashing)."""
-    manifest = example("examples/batch/cluster.yaml", cluster.data_dir, cluster.image)
-    manifest["metadata"]["name"] = name
-    manifest["spec"]["application"]["args"] = [
-        f"--input=/data/{name}/orders",
-        f"--output=/data/{name}/totals",
-        f"--files={files}",
-        f"--rows={rows}",
-    ]
+    manifest = batch_example(cluster.data_dir, cluster.image, name, files, rows)
     started = time.monotonic()
     response = cluster.apply(manifest)
     if response.status != 201:

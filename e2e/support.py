@@ -22,41 +22,20 @@ import os
 import shutil
 import signal
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
 from finishable.state.configmap import ConfigMapBackend
 from finishable.state.kubeapi import KubeApi, KubeResponse
+from tests.controller.cluster import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = "finishable.dev/v1alpha1"
 MERGE = "application/merge-patch+json"
 DATA_MOUNT = "/data"
 VOLUME_PREFIX = "spark.kubernetes.{role}.volumes."
-T = TypeVar("T")
-
-
-def wait_for(
-    probe: Callable[[], T | None],
-    what: str,
-    timeout: float,
-    on_fail: str | Callable[[], str] = "",
-) -> T:
-    """Poll until ``probe`` returns something truthy; fail naming ``what`` otherwise, with
-    ``on_fail`` (or what it returns) appended."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.25)
-    detail = on_fail() if callable(on_fail) else on_fail
-    raise AssertionError(f"{what}: not within {timeout:g}s (last seen: {last!r}){detail}")
 
 
 def example(path: str, data_dir: Path, image: str, **spec: Any) -> dict[str, Any]:
@@ -75,6 +54,17 @@ def example(path: str, data_dir: Path, image: str, **spec: Any) -> dict[str, Any
         conf[f"{prefix}hostPath.data.mount.path"] = DATA_MOUNT
         conf[f"{prefix}hostPath.data.options.path"] = str(data_dir)
     manifest["spec"].update(spec)
+    return manifest
+
+
+def batch_example(
+    data_dir: Path, image: str, name: str, files: int, rows: int | None = None, **spec: Any
+) -> dict[str, Any]:
+    """``examples/batch/cluster.yaml`` as job ``name``, its input and output under /data/<name>."""
+    manifest = example("examples/batch/cluster.yaml", data_dir, image, **spec)
+    manifest["metadata"]["name"] = name
+    args = [f"--input=/data/{name}/orders", f"--output=/data/{name}/totals", f"--files={files}"]
+    manifest["spec"]["application"]["args"] = args + ([f"--rows={rows}"] if rows else [])
     return manifest
 
 
@@ -123,7 +113,9 @@ class E2ECluster(abc.ABC):
                 raise AssertionError(f"{name} failed: {status.get('message')}{self.logs(name)}")
             return None
 
-        return wait_for(reached, f"{name} reaches {phase}", timeout, lambda: self.logs(name))
+        return wait_for(
+            reached, f"{name} reaches {phase}", timeout, on_fail=lambda: self.logs(name)
+        )
 
     def state_backend(self, name: str) -> ConfigMapBackend:
         """The job's ConfigMap storage: checkpoints, savepoints, the batch event log."""

@@ -4,11 +4,10 @@ and shuffle pods nobody reconnects to are deleted at the retain deadline."""
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import pytest
 
-from e2e.support import ROOT, E2ECluster, example, wait_for
+from e2e.support import ROOT, E2ECluster, batch_example, wait_for
 from finishable.runtime.batch import EVENT_PREFIX
 from finishable.runtime.batchplan import TaskFinished, decode_event
 from finishable.runtime.sinks import TransactionalFiles
@@ -49,22 +48,11 @@ def shuffle_pods(cluster: E2ECluster, job: str) -> dict[str, str]:
     return {pod["metadata"]["name"]: pod["metadata"]["uid"] for pod in pods}
 
 
-def batch_job(cluster: E2ECluster, name: str, **spec: Any) -> dict[str, Any]:
-    manifest = example("examples/batch/cluster.yaml", cluster.data_dir, cluster.image, **spec)
-    manifest["metadata"]["name"] = name
-    manifest["spec"]["application"]["args"] = [
-        f"--input=/data/{name}/orders",
-        f"--output=/data/{name}/totals",
-        f"--files={FILES}",
-    ]
-    return manifest
-
-
 def test_a_driver_killed_half_way_recovers_without_re_running_finished_tasks(
     cluster: E2ECluster,
 ) -> None:
     name = "paid-totals"
-    response = cluster.apply(batch_job(cluster, name))
+    response = cluster.apply(batch_example(cluster.data_dir, cluster.image, name, FILES))
     assert response.status == 201, response.body
     cluster.wait_phase(name, "Running", START)
     assert len(shuffle_pods(cluster, name)) == 2
@@ -72,7 +60,7 @@ def test_a_driver_killed_half_way_recovers_without_re_running_finished_tasks(
         lambda: cluster.status(name).get("coordinator", {}).get("splitsFinished", 0) >= FILES // 2,
         "half the input read",
         RUN,
-        lambda: cluster.logs(name),
+        on_fail=lambda: cluster.logs(name),
     )
     before = shuffle_pods(cluster, name)
     cluster.kill_driver(f"{name}-driver-1")
@@ -103,16 +91,15 @@ def test_shuffle_pods_nobody_reconnects_to_are_deleted_at_the_retain_deadline(
 ) -> None:
     """A retain timeout shorter than a driver's start-up: the pods go before anyone returns."""
     name = "short-retain"
-    manifest = batch_job(
-        cluster, name, shuffle={"replicas": 1, "storage": {"size": "1Gi"}, "retainTimeout": "1s"}
-    )
+    shuffle = {"replicas": 1, "storage": {"size": "1Gi"}, "retainTimeout": "1s"}
+    manifest = batch_example(cluster.data_dir, cluster.image, name, FILES, shuffle=shuffle)
     assert cluster.apply(manifest).status == 201
     cluster.wait_phase(name, "Running", START)
     wait_for(
         lambda: cluster.status(name).get("coordinator", {}).get("splitsFinished", 0) >= 4,
         "some input read",
         RUN,
-        lambda: cluster.logs(name),
+        on_fail=lambda: cluster.logs(name),
     )
     retained = shuffle_pods(cluster, name)
     assert len(retained) == 1
@@ -122,7 +109,7 @@ def test_shuffle_pods_nobody_reconnects_to_are_deleted_at_the_retain_deadline(
         lambda: "ShuffleReleased" in [e.get("reason") for e in cluster.events(name)],
         "a ShuffleReleased event",
         120,
-        lambda: cluster.logs(name),
+        on_fail=lambda: cluster.logs(name),
     )
     wait_for(
         lambda: not set(retained.values()) & set(shuffle_pods(cluster, name).values()),

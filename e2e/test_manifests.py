@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from e2e.support import E2ECluster, example, wait_for
+from e2e.support import E2ECluster, batch_example, wait_for
 from tests.support.processes import alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -81,13 +81,7 @@ def test_deleting_a_running_job_stops_its_driver_and_removes_its_children(
     cluster: E2ECluster,
 ) -> None:
     name = "short-lived"
-    job = example("examples/batch/cluster.yaml", cluster.data_dir, cluster.image)
-    job["metadata"]["name"] = name
-    job["spec"]["application"]["args"] = [
-        f"--input=/data/{name}/orders",
-        f"--output=/data/{name}/totals",
-        "--files=400",
-    ]
+    job = batch_example(cluster.data_dir, cluster.image, name, files=400)
     assert cluster.apply(job).status == 201
     cluster.wait_phase(name, "Running", START)
     children = cluster.children(name)
@@ -96,13 +90,16 @@ def test_deleting_a_running_job_stops_its_driver_and_removes_its_children(
 
     cluster.delete(name)
     wait_for(
-        lambda: cluster.job(name) is None, "the job is deleted", 120, lambda: cluster.logs(name)
+        lambda: cluster.job(name) is None,
+        "the job is deleted",
+        120,
+        on_fail=lambda: cluster.logs(name),
     )
     wait_for(
         lambda: not cluster.children(name),
         "every child is removed",
         60,
-        lambda: f": left {cluster.children(name)}",
+        on_fail=lambda: f": left {cluster.children(name)}",
     )
     if pid is not None:  # the local cluster shows the driver's process: it must be gone
         wait_for(lambda: not alive(pid), "the driver process has ended", 60)

@@ -42,7 +42,12 @@ def test_suspend_resume_and_drain_by_editing_the_state(cluster: E2ECluster) -> N
     response = cluster.apply(manifest)
     assert response.status == 201, response.body
     cluster.wait_phase(NAME, "Running", START)
-    wait_for(lambda: checkpoint_id(cluster) >= 1, "a checkpoint", START, lambda: cluster.logs(NAME))
+    wait_for(
+        lambda: checkpoint_id(cluster) >= 1,
+        "a checkpoint",
+        START,
+        on_fail=lambda: cluster.logs(NAME),
+    )
 
     cluster.set_state(NAME, "Suspended")
     suspended = cluster.wait_phase(NAME, "Suspended", STOP)

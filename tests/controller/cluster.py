@@ -41,16 +41,25 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for(probe: Callable[[], T | None], what: str, timeout: float = WAIT_SECONDS) -> T:
-    """Poll until ``probe`` returns something truthy; fail naming ``what`` otherwise."""
+def wait_for(
+    probe: Callable[[], T | None],
+    what: str,
+    timeout: float = WAIT_SECONDS,
+    *,
+    on_fail: str | Callable[[], str] = "",
+    interval: float = 0.05,
+) -> T:
+    """Poll until ``probe`` returns something truthy; fail naming ``what`` otherwise, with
+    ``on_fail`` (or what it returns: logs, say) appended."""
     deadline = time.monotonic() + timeout
     last: T | None = None
     while time.monotonic() < deadline:
         last = probe()
         if last:
             return last
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout:g}s (last seen: {last!r})")
+        time.sleep(interval)
+    detail = on_fail() if callable(on_fail) else on_fail
+    raise AssertionError(f"{what}: not within {timeout:g}s (last seen: {last!r}){detail}")
 
 
 def install(api: KubeApi, namespaces: list[str]) -> None:

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck unit crd clean
+.PHONY: demo test lint typecheck unit crd clean kubectl
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) $(BIN)/kubectl
 	$(BIN)/pytest
+
+# The pinned kubectl (v1.33.9, checksums checked) that e2e/test_kubectl.py drives.
+kubectl: $(BIN)/kubectl
+
+$(BIN)/kubectl: e2e/tools/install-kubectl.sh | $(STAMP)
+	sh e2e/tools/install-kubectl.sh $@
 
 crd: $(STAMP)
 	$(BIN)/finishable crd > crds/finishablesparkjobs.finishable.dev.yaml

@@ -13,6 +13,8 @@ from e2e.support import E2ECluster, KubeconfigE2ECluster, LocalE2ECluster
 from finishable.state.kubeapi import KubeApi
 
 NAMESPACE = os.environ.get("E2E_NAMESPACE", "finishable-e2e")
+# Where e2e/test_kubectl.py runs the README's kubectl commands (they name no namespace).
+KUBECTL_NAMESPACE = "finishable-kubectl"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -25,7 +27,8 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     if os.environ.get("E2E_KUBECONFIG"):
         yield None
         return
-    with LocalCluster(tmp_path_factory.mktemp("cluster"), namespaces=(NAMESPACE,)) as cluster:
+    namespaces = (NAMESPACE, KUBECTL_NAMESPACE)
+    with LocalCluster(tmp_path_factory.mktemp("cluster"), namespaces=namespaces) as cluster:
         yield cluster
 
 

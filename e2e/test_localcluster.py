@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+from e2e.localcluster.kubelet import Container, ProcessKubelet
 from e2e.localcluster.paths import PathMap
 from e2e.localcluster.statefulsets import orphaned, stateful_claim, stateful_pod
+from finishable.state.kubeapi import KubeApi
+from tests.support.k8s_emulator import EmulatorServer
 
 PATHS = PathMap({"/data": "/h/data", "/tmp/finishable": "/h/work", "/opt/app/": "/repo/app"})
 
@@ -73,3 +78,36 @@ def test_only_dependents_of_deleted_stateful_sets_are_orphans() -> None:
     assert orphaned(pod, set())
     assert not orphaned(pod, {"sts-1"})
     assert not orphaned({"metadata": {"name": "bare"}}, set())
+
+
+def test_the_kubelet_writes_the_token_volume_and_the_pod_calls_as_its_account(
+    tmp_path: Path,
+) -> None:
+    """The admission plugin's ``kube-api-access-*`` volume, written by the process kubelet: a
+    token from the TokenRequest API (bound to the pod), ``ca.crt`` and the namespace, at the
+    mount path; the pod's kubeconfig carries that token, not the admin's."""
+    with EmulatorServer(required_token="admin-token") as server:
+        api = KubeApi.for_url(server.url, token="admin-token", namespace="ns1")
+        api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "ns1"}})
+        body = {
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "i", "command": ["true"]}]},
+        }
+        pod = api.request("POST", api.path("pods"), body=body).body
+        kubelet = ProcessKubelet(
+            api, tmp_path, server=server.url, token="admin-token", image_paths={}, bin_dir=tmp_path
+        )
+        meta = pod["metadata"]
+        container = Container("ns1", "p", meta["uid"], "127.1.0.2", tmp_path / "p", pod)
+        _, env, _ = kubelet._prepare(container)
+        [volume] = pod["spec"]["volumes"]
+        files = tmp_path / "p" / "volumes" / volume["name"]
+        token = (files / "token").read_text()
+        assert (files / "namespace").read_text() == "ns1"
+        assert (files / "ca.crt").read_text().startswith("-----BEGIN CERTIFICATE-----")
+        credentials = json.loads(Path(env["KUBECONFIG"]).read_text())
+        assert credentials["users"][0]["user"]["token"] == token != "admin-token"
+        assert server.emulator is not None
+        user = server.emulator.users[token]
+        assert user.name == "system:serviceaccount:ns1:default" and user.bound_pod == "p"
+        api.close()

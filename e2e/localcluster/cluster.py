@@ -5,7 +5,10 @@ operator, on one machine without containers (DESIGN.md section 10, tier 3).
 kmock emulator of ``tests/support``, checking custom resources against their CRD schema),
 applies ``crds/``, creates the namespaces, starts the controllers a cluster needs for our
 children (StatefulSets; the garbage collector is the emulator's) and the kubelet, and runs
-``finishable operator --spark-master local[2]``, as the chart's Deployment would run it. The
+``finishable operator --spark-master local[2]``, as the chart's Deployment would run it: under
+RBAC, with the OwnerReferencesPermissionEnforcement admission plugin on (as in OpenShift), as the
+chart's ServiceAccount bound to the chart's rules (``chart_rbac``: the namespaced mode, peering
+on); the kubelet and the StatefulSet controller keep the admin's token. The
 admin kubeconfig is ``<directory>/kubeconfig``; logs are ``<directory>/operator/operator.log`` and
 ``<directory>/pods/<namespace>/<pod>-<uid>/<container>.log``.
 """
@@ -18,7 +21,7 @@ import secrets
 import sys
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import yaml
 
@@ -37,6 +40,12 @@ IMAGE_PATHS = {
     "/opt/finishable/entrypoint.sh": ROOT / "docker" / "entrypoint.sh",
 }
 DEFAULT_SPARK_MASTER = "local[2]"
+# The chart, installed as release RELEASE in OPERATOR_NAMESPACE with watchNamespaces set (the
+# namespaced mode) and peering on: the operator runs as its ServiceAccount under the chart's RBAC.
+CHART = ROOT / "charts" / "finishable-spark-operator"
+RELEASE = "finishable-spark-operator"  # the chart's fullname and ServiceAccount for this release
+OPERATOR_NAMESPACE = "finishable-system"
+RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 
 
 class LocalCluster:
@@ -54,7 +63,15 @@ class LocalCluster:
         self.namespaces = namespaces
         self.spark_master = spark_master
         self.token = secrets.token_urlsafe(16)
-        self.server = EmulatorServer(port=port, required_token=self.token, validate_schemas=True)
+        self.server = EmulatorServer(
+            port=port,
+            tls=True,
+            required_token=self.token,
+            validate_schemas=True,
+            # RBAC and the OwnerReferencesPermissionEnforcement admission plugin (on in OpenShift)
+            authorize=True,
+            owner_reference_enforcement=True,
+        )
         self.kubeconfig = self.directory / "kubeconfig"
         self.operator_log = self.directory / "operator" / "operator.log"
         self.operator: OperatorProcess | None = None
@@ -79,7 +96,13 @@ class LocalCluster:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.server.start()
         self.kubeconfig.write_text(
-            json.dumps(kubeconfig(self.url, self.token, self.namespaces[0]), indent=2)
+            # HTTPS, as kubectl sends a token over HTTPS only; the CA is the emulator's.
+            json.dumps(
+                kubeconfig(
+                    self.server.tls_url, self.token, self.namespaces[0], ca=self.server.ca_pem
+                ),
+                indent=2,
+            )
         )
         admin = self.api("local-cluster")
         self._install(admin)
@@ -130,11 +153,26 @@ class LocalCluster:
                 )
                 if response.status not in (201, 409):
                     raise RuntimeError(f"cannot install {path.name}: {response.message}")
-        for namespace in self.namespaces:
+        for namespace in dict.fromkeys((*self.namespaces, OPERATOR_NAMESPACE)):
             body = {"metadata": {"name": namespace}}
             response = api.request("POST", "/api/v1/namespaces", body=body)
             if response.status not in (201, 409):
                 raise RuntimeError(f"cannot create namespace {namespace}: {response.message}")
+        for collection, obj in chart_rbac(self.namespaces):
+            response = api.request("POST", collection, body=obj)
+            if response.status not in (201, 409):
+                name = f"{obj['kind']} {obj['metadata']['name']}"
+                raise RuntimeError(f"cannot create {name}: {response.message}")
+
+    def operator_token(self) -> str:
+        """A token of the operator's ServiceAccount, from the TokenRequest API."""
+        api = self.api("local-cluster", OPERATOR_NAMESPACE)
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+        path = api.path("serviceaccounts", RELEASE, subresource="token")
+        response = api.request("POST", path, body=body)
+        if response.status != 201:
+            raise RuntimeError(f"cannot get the operator's token: {response.message}")
+        return str(response.body["status"]["token"])
 
     def _start_operator(self) -> None:
         """As the chart runs it with ``watchNamespaces`` set: peering, one flag per namespace."""
@@ -142,7 +180,7 @@ class LocalCluster:
         self.operator = OperatorProcess(
             self.operator_log.parent,
             self.url,
-            self.token,
+            self.operator_token(),  # the chart's ServiceAccount, not the admin
             list(self.namespaces),
             identity="local-operator",
             extra_args=["--spark-master", self.spark_master],
@@ -152,3 +190,62 @@ class LocalCluster:
         """The operator's Prometheus metrics, as scraped."""
         assert self.operator is not None
         return str(self.operator.metrics())
+
+
+def chart_rbac(namespaces: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """What templates/serviceaccount.yaml and templates/rbac.yaml create in the namespaced mode
+    with peering on, as (collection path, object): the ServiceAccount; a ClusterRole with the rules
+    of files/rbac/jobs.yaml and peering.yaml, bound by a RoleBinding in each watched namespace;
+    and a ClusterRole "-scanning" with crds.yaml and namespaces.yaml, bound cluster-wide."""
+
+    def rules(*names: str) -> list[Any]:
+        return [
+            rule
+            for name in names
+            for rule in yaml.safe_load((CHART / "files" / "rbac" / f"{name}.yaml").read_text())
+        ]
+
+    def binding(kind: str, name: str, role: str, namespace: str | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name}
+        if namespace:
+            meta["namespace"] = namespace
+        return {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": kind,
+            "metadata": meta,
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": RELEASE, "namespace": OPERATOR_NAMESPACE}
+            ],
+        }
+
+    def cluster_role(name: str, rule_files: tuple[str, ...]) -> dict[str, Any]:
+        return {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": rules(*rule_files),
+        }
+
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": RELEASE}}
+    scanning = f"{RELEASE}-scanning"
+    return [
+        (f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts", account),
+        (f"{RBAC_API}/clusterroles", cluster_role(RELEASE, ("jobs", "peering"))),
+        *(
+            (
+                f"{RBAC_API}/namespaces/{namespace}/rolebindings",
+                binding("RoleBinding", RELEASE, RELEASE, namespace),
+            )
+            for namespace in namespaces
+        ),
+        (f"{RBAC_API}/clusterroles", cluster_role(scanning, ("crds", "namespaces"))),
+        (
+            f"{RBAC_API}/clusterrolebindings",
+            binding("ClusterRoleBinding", scanning, scanning, None),
+        ),
+    ]

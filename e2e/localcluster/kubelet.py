@@ -2,13 +2,16 @@
 
 It follows the pods through the API (every ``SYNC_SECONDS``), and for each one:
 
-* builds the container's volumes as host directories (ConfigMap and Secret files, emptyDir,
-  hostPath, and a directory per PersistentVolumeClaim that lives as long as the claim), maps the
-  container's paths onto them (``paths.PathMap``), and waits, ``Pending``, while a ConfigMap,
-  Secret or claim it needs is missing, as a real kubelet does;
+* builds the container's volumes as host directories (ConfigMap and Secret files, projected
+  volumes: token, ConfigMap, downward API; emptyDir, hostPath, and a directory per
+  PersistentVolumeClaim that lives as long as the claim), maps the container's paths onto them
+  (``paths.PathMap``), and waits, ``Pending``, while a ConfigMap, Secret or claim it needs is
+  missing, as a real kubelet does;
 * resolves the environment (``value``, ``valueFrom`` Secret/ConfigMap keys and pod fields,
-  ``envFrom``), gives the process a kubeconfig with the cluster's credentials in place of a
-  service account token, and its own loopback IP and cluster DNS (``podnet/sitecustomize.py``);
+  ``envFrom``), gives the process a kubeconfig with its ServiceAccount's token (that of its
+  projected ``kube-api-access-*`` volume, requested through the TokenRequest API and bound to
+  the pod, so that its API calls are made as its ServiceAccount, as on a real cluster), and its
+  own loopback IP and cluster DNS (``podnet/sitecustomize.py``);
 * starts the container's command and args in a new session, reports ``Running`` with the pod IP
   (the container ID is ``process://<pid>``), runs readiness probes, and reports the exit code
   when the process ends (``128 + n`` for a signal, as a container runtime does), killing the
@@ -59,12 +62,16 @@ class NotReady(Exception):
     """Something the pod needs does not exist yet: it stays Pending, and is tried again."""
 
 
-def kubeconfig(server: str, token: str, namespace: str) -> dict[str, Any]:
-    """Credentials for the local API: the admin's, and each pod's in place of a token file."""
+def kubeconfig(server: str, token: str, namespace: str, ca: str | None = None) -> dict[str, Any]:
+    """Credentials for the local API: the admin's, and each pod's in place of a token file.
+    ``ca``: the PEM of the cluster CA, for an ``https://`` server."""
+    cluster: dict[str, Any] = {"server": server}
+    if ca:
+        cluster["certificate-authority-data"] = base64.b64encode(ca.encode()).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "local", "cluster": {"server": server}}],
+        "clusters": [{"name": "local", "cluster": cluster}],
         "users": [{"name": "local", "user": {"token": token}}],
         "contexts": [
             {
@@ -99,6 +106,7 @@ class Container:
     last_exit: dict[str, Any] | None = None
     finished: bool = False
     launch: tuple[list[str], dict[str, str], Path] | None = None
+    token: str | None = None  # the pod's ServiceAccount token (its projected volume's)
     reported: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -239,6 +247,8 @@ class ProcessKubelet:
             volume = volumes[mount["name"]]
             if "configMap" in volume or "secret" in volume:
                 self._project(container, volume, paths)
+            if "projected" in volume:
+                self._project_sources(container, volume, paths)
         env = self._environment(container, paths, home)
         command = [paths.translate(part) for part in spec.get("command") or []]
         command += [paths.translate(part) for part in spec.get("args") or []]
@@ -254,7 +264,7 @@ class ProcessKubelet:
     def _volume_dir(self, container: Container, volume: dict[str, Any]) -> Path:
         name = str(volume["name"])
         local = container.directory / "volumes" / name
-        if "emptyDir" in volume or "configMap" in volume or "secret" in volume:
+        if any(kind in volume for kind in ("emptyDir", "configMap", "secret", "projected")):
             local.mkdir(parents=True, exist_ok=True)
             return local
         if "hostPath" in volume:
@@ -306,6 +316,52 @@ class ProcessKubelet:
             except UnicodeDecodeError:
                 path.write_bytes(content)
 
+    def _project_sources(
+        self, container: Container, volume: dict[str, Any], paths: PathMap
+    ) -> None:
+        """A projected volume: a ServiceAccount token (requested through the TokenRequest API,
+        bound to the pod), ConfigMap and Secret keys, downward API fields."""
+        target = container.directory / "volumes" / volume["name"]
+        for source in volume["projected"].get("sources") or []:
+            if "serviceAccountToken" in source:
+                token = self._request_token(container, source["serviceAccountToken"])
+                (target / source["serviceAccountToken"]["path"]).write_text(token)
+                container.token = token
+            for kind in ("configMap", "secret"):
+                if kind in source:
+                    ref = source[kind]
+                    as_volume = {"name": volume["name"], kind: ref}
+                    if kind == "secret":
+                        as_volume[kind] = {**ref, "secretName": ref.get("name")}
+                    self._project(container, as_volume, paths)
+            for item in (source.get("downwardAPI") or {}).get("items") or []:
+                if "fieldRef" not in item:
+                    raise NotReady(f"downwardAPI {item.get('path')!r}: only fieldRef")
+                path = target / item["path"]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(self._field(container, item["fieldRef"]["fieldPath"]))
+
+    def _request_token(self, container: Container, source: dict[str, Any]) -> str:
+        """``POST .../serviceaccounts/NAME/token`` for the pod's account, bound to the pod."""
+        account = container.pod["spec"].get("serviceAccountName") or "default"
+        spec: dict[str, Any] = {
+            "expirationSeconds": int(source.get("expirationSeconds") or 3600),
+            "boundObjectRef": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": container.name,
+                "uid": container.uid,
+            },
+        }
+        if source.get("audience"):
+            spec["audiences"] = [source["audience"]]
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        path = self.api.path("serviceaccounts", account, namespace=container.namespace) + "/token"
+        response = self.api.request("POST", path, body=body)
+        if response.status != 201:
+            raise NotReady(f"no token for serviceaccount {account!r}: {response.message}")
+        return str(response.body["status"]["token"])
+
     @staticmethod
     def _data_of(plural: str, obj: dict[str, Any]) -> dict[str, bytes]:
         """A ConfigMap's or Secret's keys as bytes."""
@@ -321,7 +377,10 @@ class ProcessKubelet:
         spec = container.spec
         pod = container.pod
         credentials = container.directory / "kubeconfig"
-        credentials.write_text(json.dumps(kubeconfig(self.server, self.token, container.namespace)))
+        # The pod's API calls are made as its ServiceAccount, with the token of its projected
+        # volume, as on a real cluster (a pod that mounts no token gets none: anonymous).
+        token = container.token or ""
+        credentials.write_text(json.dumps(kubeconfig(self.server, token, container.namespace)))
         env = {key: os.environ[key] for key in HOST_ENV if key in os.environ}
         env |= {
             "PATH": f"{self.bin_dir}:{os.environ.get('PATH', DEFAULT_PATH)}",

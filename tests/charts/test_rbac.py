@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from finishable.api.control import DriverState
-from finishable.api.models import SavepointStatus
+from finishable.api.models import API_GROUP, API_VERSION, PLURAL, SavepointStatus
 from finishable.controller import builders
 from tests.controller.cluster import Cluster, OperatorProcess, install, wait_for
 from tests.support.k8s_emulator import CALLS_PATH, EmulatorServer
@@ -74,6 +74,18 @@ def driver_role_grants() -> set[Grant]:
     """What the operator grants each driver: RBAC lets it do so only if it holds it too."""
     job = builders.JobRef(name="any", namespace=NAMESPACE, uid="0")
     return {grant for rule in builders.role(job)["rules"] for grant in rule_grants(rule)}
+
+
+def owner_finalizer_grants() -> set[Grant]:
+    """What the OwnerReferencesPermissionEnforcement admission plugin checks, which no recorded
+    call shows: ``update`` on the owner's finalizers, for an owner reference that blocks the
+    owner's deletion (every child the operator creates refers to its job that way)."""
+    job = builders.JobRef(name="any", namespace=NAMESPACE, uid="0")
+    reference = builders.owner_reference(job)
+    if not reference["blockOwnerDeletion"]:
+        return set()
+    assert reference["apiVersion"] == f"{API_GROUP}/{API_VERSION}"
+    return {("update", API_GROUP, f"{PLURAL}/finalizers")}
 
 
 # -- the scenario ---------------------------------------------------------------------------------
@@ -177,7 +189,7 @@ def test_the_chart_grants_nothing_the_operator_does_not_use(
 ) -> None:
     mode, recorded = calls
     granted = grants_of(MODES[mode]["namespace"] + MODES[mode]["cluster"])
-    unused = granted - used(recorded) - driver_role_grants()
+    unused = granted - used(recorded) - driver_role_grants() - owner_finalizer_grants()
     assert not unused, f"{mode}: granted but never used: {sorted(unused)}"
 
 
@@ -186,6 +198,14 @@ def test_the_operator_holds_what_it_grants_its_drivers() -> None:
     for mode, files in MODES.items():
         where_jobs_run = grants_of(files["namespace"] + files["cluster"])
         assert driver_role_grants() <= where_jobs_run, mode
+
+
+def test_the_operator_may_set_block_owner_deletion_on_its_children() -> None:
+    """Under OwnerReferencesPermissionEnforcement, where jobs run."""
+    for mode, files in MODES.items():
+        where_jobs_run = grants_of(files["namespace"] + files["cluster"])
+        assert owner_finalizer_grants() <= where_jobs_run, mode
+    assert owner_finalizer_grants(), "the operator's children block their job's deletion"
 
 
 def test_the_template_includes_exactly_the_rule_files() -> None:

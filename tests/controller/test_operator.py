@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from finishable.api.control import DriverState
 from finishable.api.models import CheckpointStatus, SavepointStatus
+from tests.charts.test_rbac import OPERATOR_CLIENTS
 from tests.controller.cluster import Cluster, OperatorProcess, install, wait_for
-from tests.support.k8s_emulator import EmulatorServer
+from tests.support.k8s_emulator import CALLS_PATH, REFUSALS_PATH, EmulatorServer
 
 TOKEN = "operator-tests"
 NAMESPACE = "jobs"
@@ -394,3 +398,43 @@ def test_a_second_replica_stands_by_until_the_first_goes(
         assert "takeover" in standby.log()
     finally:
         standby.stop()
+
+
+def emulator_json(server: EmulatorServer, path: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(server.url + path, timeout=10) as response:
+        return list(json.loads(response.read()))
+
+
+def test_the_operator_makes_no_request_a_real_server_refuses(
+    k8s: Cluster, server: EmulatorServer
+) -> None:
+    """Every watch, list and write the operator made in this module, kopf's and its own, is one
+    a real API server accepts. The emulator parses query parameters with the server's types: a
+    float watch timeout (``timeoutSeconds=300.0``) stopped every watch on a real server while a
+    lenient emulator let it through."""
+
+    def watched() -> set[str]:
+        calls = emulator_json(server, CALLS_PATH)
+        return {
+            c["resource"] for c in calls if c["client"] in OPERATOR_CLIENTS and c["verb"] == "watch"
+        }
+
+    wanted = {"finishablesparkjobs", "pods", "configmaps"}
+    wait_for(lambda: wanted <= watched(), f"the operator watches {sorted(wanted)}")
+    refused = [
+        r
+        for r in emulator_json(server, REFUSALS_PATH)
+        if r["client"] in OPERATOR_CLIENTS and not lost_race(r)
+    ]
+    assert not refused, f"a real API server refuses these requests of the operator: {refused}"
+
+
+def lost_race(refusal: dict[str, Any]) -> bool:
+    """kopf removes its finalizer with a JSON patch that tests the resourceVersion first; when the
+    object changed in between, a real server answers 422 with this generic text and kopf retries.
+    That is optimistic concurrency at work, not a request the server could never accept."""
+    return (
+        refusal["method"] == "PATCH"
+        and refusal["status"] == 422
+        and refusal["message"] == "the server rejected our request due to an error in our request"
+    )

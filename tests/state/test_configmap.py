@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from finishable.api.models import API_GROUP, API_VERSION, KIND, PLURAL
+from finishable.controller import builders
 from finishable.state import (
     BackendError,
     SnapshotStore,
@@ -25,8 +27,9 @@ from finishable.state.configmap import (
     LABEL_ROLE,
     ConfigMapBackend,
     job_label_value,
+    upsert_configmap,
 )
-from finishable.state.kubeapi import KubeApi
+from finishable.state.kubeapi import KubeApi, KubeApiError
 from tests.support.k8s_emulator import EmulatorServer
 
 from .conftest import NAMESPACE, TOKEN
@@ -230,3 +233,85 @@ def test_kubeconfig_and_open_backend(
         assert explicit.list() == []
     finally:
         explicit.close()
+
+
+# -- under RBAC and OwnerReferencesPermissionEnforcement ------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def enforcing() -> Iterator[tuple[EmulatorServer, KubeApi, builders.JobRef]]:
+    """An API server with RBAC and the OwnerReferencesPermissionEnforcement admission plugin, a
+    job, and its driver's ServiceAccount, Role and RoleBinding as the operator creates them."""
+    with EmulatorServer(
+        required_token=TOKEN, authorize=True, owner_reference_enforcement=True
+    ) as server:
+        admin = KubeApi.for_url(server.url, token=TOKEN, namespace="guarded")
+        namespace = {"metadata": {"name": "guarded"}}
+        assert admin.request("POST", "/api/v1/namespaces", body=namespace).status == 201
+        crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        for crd in yaml.safe_load_all((ROOT / "crds" / f"{PLURAL}.{API_GROUP}.yaml").read_text()):
+            assert admin.request("POST", crds, body=crd).status == 201
+        manifest = {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND}
+        created = admin.request(
+            "POST",
+            admin.path(PLURAL, api_version=f"{API_GROUP}/{API_VERSION}"),
+            body={
+                **manifest,
+                "metadata": {"name": "etl"},
+                "spec": {"application": {"file": "x.py"}},
+            },
+        )
+        assert created.status == 201, created.body
+        job = builders.JobRef("etl", "guarded", created.body["metadata"]["uid"])
+        for kind, child in (
+            ("serviceaccounts", builders.service_account(job)),
+            ("roles", builders.role(job)),
+            ("rolebindings", builders.role_binding(job)),
+        ):
+            group = "rbac.authorization.k8s.io/v1" if kind != "serviceaccounts" else "v1"
+            response = admin.request("POST", admin.path(kind, api_version=group), body=child)
+            assert response.status == 201, response.body
+        assert server.emulator is not None
+        token = server.emulator.issue_token("guarded", builders.rbac_name("etl"))
+        driver = KubeApi.for_url(server.url, token=token, namespace="guarded")
+        yield server, driver, job
+        driver.close()
+        admin.close()
+
+
+def test_an_upsert_refused_by_admission_replaces_what_exists_and_names_the_refusal(
+    enforcing: tuple[EmulatorServer, KubeApi, builders.JobRef],
+) -> None:
+    """Admission runs before the storage looks for the name: a create that admission refuses
+    (403) says nothing about whether the object exists, unlike the 409 the upsert expects. A
+    driver may not set blockOwnerDeletion on a reference to its job (no update on the job's
+    finalizers), so its create of an existing ConfigMap is refused; the replace of that object,
+    which blocks nothing new, goes through. For an object that does not exist, the refusal stands
+    and the error carries the plugin's message."""
+    server, driver, job = enforcing
+    assert server.emulator is not None
+    blocking = builders.owner_reference(job)
+    existing = {
+        "metadata": {"name": "etl-state", "ownerReferences": [blocking]},
+        "data": {"a": "1"},
+    }
+    admin = KubeApi.for_url(server.url, token=TOKEN, namespace="guarded")
+    assert admin.request("POST", admin.path("configmaps"), body=existing).status == 201
+
+    body = {"metadata": {"name": "etl-state", "ownerReferences": [blocking]}, "data": {"a": "2"}}
+    assert upsert_configmap(driver, body) is True
+    assert admin.request("GET", admin.path("configmaps", "etl-state")).body["data"] == {"a": "2"}
+
+    absent = {"metadata": {"name": "etl-other", "ownerReferences": [blocking]}, "data": {}}
+    with pytest.raises(KubeApiError) as refused:
+        upsert_configmap(driver, absent)
+    assert refused.value.status == 403
+    assert "cannot set blockOwnerDeletion" in str(refused.value)
+
+    # What the driver writes: a reference that does not block its job's deletion.
+    mine = builders.owner_reference(job, block_owner_deletion=False)
+    fresh = {"metadata": {"name": "etl-other", "ownerReferences": [mine]}, "data": {}}
+    assert upsert_configmap(driver, fresh) is False
+    admin.close()

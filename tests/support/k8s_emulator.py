@@ -6,16 +6,29 @@ What kmock 0.8 lacks, and this adds (generic for every resource, not ConfigMap-o
 * ``PUT`` (replace): kmock guesses no action for it and answers 500;
 * ``metadata.resourceVersion`` (a global counter, bumped on every write), ``uid``,
   ``creationTimestamp``, ``generation`` (bumped when anything but metadata and status changes)
-  and ``generateName``; optimistic concurrency: a write carrying a stale resourceVersion gets
-  409 Conflict, as does a create of an existing name;
+  and ``generateName``; optimistic concurrency: a write carrying a stale resourceVersion (a
+  PUT, a merge patch with ``metadata.resourceVersion``, a JSON patch replacing
+  ``/metadata/resourceVersion``) gets 409 Conflict with the server's message, as does a create
+  of an existing name;
 * the ``status`` subresource: for resources that have one, writes to the object ignore
   ``status`` and writes to ``/status`` change nothing else; a new Pod starts ``Pending``;
 * label selectors on list and watch (``=``, ``==``, ``!=``, ``key``, ``!key``, ``in``,
   ``notin``), a real list resourceVersion, and metadata-only lists;
 * watches that resume from a ``resourceVersion`` (a bounded event history; older ones get
   410 Gone, as from a real server) and end after ``timeoutSeconds``;
-* JSON merge patch with ``null`` deletes, JSON patch (RFC 6902, with ``test``), and a
+* JSON merge patch with ``null`` deletes, JSON patch (RFC 6902, with ``test``; a failed
+  operation is 422 Invalid with the server's generic message, which kopf relies on), and a
   resourceVersion precondition;
+* query parameters typed and validated as the server does, for every verb (``k8s_params``):
+  int64s through Go's ``strconv.ParseInt`` (``timeoutSeconds=300.0`` is 400 BadRequest
+  ``strconv.ParseInt: parsing "300.0": invalid syntax``), bools as the server reads them, and
+  the enumerations ``fieldValidation``, ``propagationPolicy``, ``dryRun``,
+  ``resourceVersionMatch`` (422 Invalid naming the options kind); unknown ones ignored;
+  ``dryRun=All`` validates and answers without storing anything;
+* a CRD's structural schema on every write of its custom resources, whatever
+  ``validate_schemas`` says (``k8s_schema``): unknown fields pruned, ``default``s applied, and
+  unknown fields answered by ``fieldValidation``: a ``Warning: 299 - "unknown field
+  \\"spec.foo\\""`` header each (Warn, the default), 400/422 (Strict), nothing (Ignore);
 * finalizers (delete marks ``deletionTimestamp``; removing the last finalizer deletes) and the
   garbage collector: deleting an object deletes its dependents (``ownerReferences``), unless
   ``propagationPolicy: Orphan``;
@@ -24,13 +37,20 @@ What kmock 0.8 lacks, and this adds (generic for every resource, not ConfigMap-o
 * validation the real server does and our code must respect: object names (DNS subdomains),
   label values, and the 1 MiB cap on a ConfigMap's ``data`` + ``binaryData`` (422 Invalid);
   with ``validate_schemas=True`` also a custom resource against its CRD's OpenAPI schema (types,
-  enums, bounds, patterns, required fields; no defaulting or pruning);
+  enums, bounds, patterns, required fields), after the pruning and defaulting;
 * a Secret's ``stringData`` merged into ``data``, base64-encoded, as the server does;
 * request bodies up to 3 MiB (aiohttp's default cap is 1 MiB; the API server accepts 3 MiB);
 * optional bearer-token check (401), to prove that clients send their credentials;
+* with ``authorize=True``, RBAC over the stored Roles, ClusterRoles and bindings (403 with the
+  real server's message; system:masters never refused) and its escalation prevention; with
+  ``owner_reference_enforcement=True``, the OwnerReferencesPermissionEnforcement admission
+  plugin (see ``k8s_rbac``);
 * request counts per User-Agent at ``GET /_emulator/stats``, for benchmarks, and the API calls
   each client made as RBAC sees them (verb, API group, resource[/subresource], namespaced or
   cluster-wide) at ``GET /_emulator/calls``, for checking RBAC rules against what a client does;
+* the requests answered 400, 403 or 422 (client, method, path with query, status, message; the
+  newest ``KEEP_REFUSALS``) at ``GET /_emulator/refusals`` (``REFUSALS_PATH``), so that a test
+  can prove a real client made no request a real server would refuse;
 * bounded memory for long runs: hard deletes, and only the newest requests are kept.
 
 Run standalone (for benchmarks): ``python tests/support/k8s_emulator.py`` prints the port, then
@@ -64,11 +84,17 @@ import jsonschema
 import kmock
 from kmock import KubernetesEmulator, KubernetesError
 
+from tests.support import k8s_admission, k8s_kubectl, k8s_params, k8s_rbac, k8s_schema
+from tests.support.k8s_identity import User, admin, service_account_user
+
 CONFIGMAP_DATA_LIMIT = 1024 * 1024
 MAX_REQUEST_BODY = 3 * 1024 * 1024
 EVENT_HISTORY = 20_000
 STATS_PATH = "/_emulator/stats"
 CALLS_PATH = "/_emulator/calls"
+REFUSALS_PATH = "/_emulator/refusals"
+KEEP_REFUSALS = 1000
+REFUSED_STATUSES = frozenset({400, 403, 422})
 _NAMESPACES_PATH = re.compile(r"/api/v1/namespaces(?:/(?P<name>[^/]+))?/?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
@@ -109,6 +135,8 @@ def api_call(client: str, request: kmock.Request) -> ApiCall:
     # kmock reads no action into a PUT
     put = request.method == kmock.method.PUT
     verb = "update" if put else verbs.get(request.action) or method
+    if request.method == kmock.method.DELETE and not request.name:
+        verb = "deletecollection"  # kmock reads no action into a DELETE of a collection
     resource = request.resource.plural or ""
     if request.subresource:
         resource = f"{resource}/{request.subresource}"
@@ -199,7 +227,13 @@ def _json_patch(document: Any, operations: list[Any]) -> Any:
                 raise ValueError(f"unknown op {op!r}")
     except (KeyError, IndexError, ValueError, TypeError) as error:
         raise KubernetesError(
-            status=422, reason="Invalid", message=f"the JSON patch cannot be applied: {error}"
+            # patch.go answers a failed operation (evanphx/json-patch's error, e.g. "testing value
+            # /metadata/resourceVersion failed: test failed") with NewGenericServerResponse(422),
+            # which keeps only its generic message
+            status=422,
+            reason="Invalid",
+            message="the server rejected our request due to an error in our request",
+            details={"causes": [{"message": str(error)}]},
         ) from None
     return doc
 
@@ -268,6 +302,8 @@ class StateEmulator(KubernetesEmulator):
     required_token: str | None = None
     keep_requests: int = 200
     validate_schemas: bool = False  # check custom resources against their CRD's schema
+    authorize: bool = False  # RBAC over the stored roles and bindings (k8s_rbac)
+    owner_reference_enforcement: bool = False  # the OwnerReferencesPermissionEnforcement plugin
     _schemas: dict[Any, Any] = attrs.field(factory=dict, init=False)
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     _history: collections.deque[tuple[int, Any, dict[str, Any]]] = attrs.field(
@@ -275,10 +311,19 @@ class StateEmulator(KubernetesEmulator):
     )
     _history_floor: int = attrs.field(default=0, init=False)
     request_counts: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
+    # Bearer token -> user (see k8s_identity): the admin's token, and service-account tokens
+    # issued by the TokenRequest API.
+    users: dict[str, User] = attrs.field(factory=dict, init=False)
     api_calls: collections.Counter[ApiCall] = attrs.field(factory=collections.Counter, init=False)
+    # The requests answered 400, 403 or 422: what a real server would refuse (see _record).
+    refusals: collections.deque[dict[str, Any]] = attrs.field(
+        factory=lambda: collections.deque(maxlen=KEEP_REFUSALS), init=False
+    )
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
+        if self.required_token is not None:
+            self.users[self.required_token] = admin()
         # kmock's load_bundled() reads it with a deprecated importlib call; same data, read here.
         bundled = importlib.resources.files("kmock._internal").joinpath("resources.json.gz")
         self.resources.load_data(gzip.decompress(bundled.read_bytes()))
@@ -287,6 +332,37 @@ class StateEmulator(KubernetesEmulator):
         return str(next(self._versions))
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """Serve one request; add the ``Warning`` headers it collected; record a refusal."""
+        k8s_params.begin_request()
+        response = await self._call(raw_request)
+        if not response.prepared:  # a started stream (a watch) has sent its headers already
+            for warning in k8s_params.warning_headers():
+                response.headers.add("Warning", warning)
+        if response.status in REFUSED_STATUSES:
+            self._record_refusal(raw_request, response)
+        return response
+
+    def _record_refusal(
+        self, raw_request: aiohttp.web.BaseRequest, response: aiohttp.web.StreamResponse
+    ) -> None:
+        message = ""
+        body = getattr(response, "body", None)
+        if isinstance(body, bytes):
+            try:
+                message = str(json.loads(body).get("message", ""))
+            except (ValueError, AttributeError):
+                message = body.decode(errors="replace")[:500]
+        self.refusals.append(
+            {
+                "client": raw_request.headers.get("User-Agent", "").split("/")[0],
+                "method": raw_request.method,
+                "path": raw_request.path_qs,
+                "status": response.status,
+                "message": message,
+            }
+        )
+
+    async def _call(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         """kmock cannot parse ``/api/v1/namespaces[/NAME]`` (it reads "namespaces" as the start
         of a namespaced path); build that request here and serve it like any other."""
         match = _NAMESPACES_PATH.fullmatch(raw_request.path)
@@ -343,12 +419,22 @@ class StateEmulator(KubernetesEmulator):
         if request.url.path == CALLS_PATH:
             calls = [{**call._asdict(), "count": n} for call, n in self.api_calls.items()]
             return aiohttp.web.json_response(calls)
+        if request.url.path == REFUSALS_PATH:
+            return aiohttp.web.json_response(list(self.refusals))
         client = headers.get("user-agent", "").split("/")[0]
         self.request_counts[client] += 1
-        token = self.required_token
-        if token is not None and headers.get("authorization") != f"Bearer {token}":
-            raise KubernetesError(status=401, reason="Unauthorized", message="Unauthorized")
-        self.api_calls[api_call(client, request)] += 1
+        user = self.authenticate(headers.get("authorization", ""))
+        k8s_rbac.authorize_request(self, user, request)  # 403 for what RBAC refuses
+        call = api_call(client, request)
+        self.api_calls[call] += 1
+        if call.resource:  # the query, typed and validated as the server does (400, 422)
+            k8s_params.set_options(k8s_params.parse(call.verb, request.url.query, request.data))
+        answered = await k8s_kubectl.answer(self, request, headers)  # /version, OpenAPI, Table
+        if answered is not None:
+            return answered
+        admitted = await k8s_admission.admit(self, request)  # ServiceAccounts, TokenRequest
+        if admitted is not None:
+            return admitted
         if request.resource is None or request.subresource not in (None, "status"):
             return await super()._handle(request)
         if request.method == kmock.method.PUT and request.name is not None:
@@ -364,6 +450,23 @@ class StateEmulator(KubernetesEmulator):
                 obj = self._current(self._key(request, request.name or ""), request)
             return aiohttp.web.json_response(obj)
         return await super()._handle(request)  # fetch, watch, list (see _serve_list/_watch)
+
+    def authenticate(self, authorization: str) -> User:
+        """The caller, from its bearer token; 401 for a token nobody issued. Without a
+        ``required_token`` every caller is the admin (the tests' open emulator)."""
+        if self.required_token is None:
+            return admin()
+        scheme, _, token = authorization.partition(" ")
+        user = self.users.get(token) if scheme == "Bearer" else None
+        if user is None:
+            raise KubernetesError(status=401, reason="Unauthorized", message="Unauthorized")
+        return user
+
+    def issue_token(self, namespace: str, name: str, pod: str | None = None) -> str:
+        """A new bearer token for the service account ``namespace/name`` (bound to ``pod``)."""
+        token = secrets.token_urlsafe(24)
+        self.users[token] = service_account_user(namespace, name, pod=pod)
+        return token
 
     # -- resources --------------------------------------------------------------------------
 
@@ -399,6 +502,12 @@ class StateEmulator(KubernetesEmulator):
             data = obj.setdefault("data", {})
             for key, value in (obj.pop("stringData") or {}).items():
                 data[key] = base64.b64encode(str(value).encode()).decode()
+        validator = self._schemas.get(resource)
+        if validator is not None:  # a CRD's structural schema: pruning and defaulting
+            unknown = k8s_schema.coerce(obj, validator.schema)
+            kind = self.resources[resource].kind or ""
+            verb = k8s_params.current().verb
+            k8s_schema.unknown_fields(unknown, obj, kind, resource.version or "", verb=verb)
 
     def _check_schema(self, resource: kmock.resource, obj: Mapping[str, Any]) -> None:
         """422 for a custom resource its CRD's OpenAPI schema refuses, each field named."""
@@ -474,6 +583,7 @@ class StateEmulator(KubernetesEmulator):
         namespace = request.namespace or meta.get("namespace")
         self._normalize(request.resource, obj)
         self._validate(request.resource, obj)
+        k8s_rbac.admit(self, request, None, obj)
         key = (request.resource, namespace, meta["name"])
         if self._has_status(request.resource):
             obj.pop("status", None)
@@ -497,6 +607,8 @@ class StateEmulator(KubernetesEmulator):
             )
             if namespace is None:  # cluster-scoped
                 del meta["namespace"]
+            if k8s_params.current().is_dry_run:  # dryRun=All: validated and answered only
+                return aiohttp.web.json_response(obj, status=201)
             if request.resource.plural == "customresourcedefinitions":
                 self._register_crd(obj)
             self._objects[key] = obj
@@ -530,11 +642,14 @@ class StateEmulator(KubernetesEmulator):
         meta["resourceVersion"] = self._next_version()
         self._normalize(request.resource, new)
         self._validate(request.resource, new)
+        k8s_rbac.admit(self, request, current, new)
         return new
 
     async def _write(self, request: kmock.Request, new: dict[str, Any], key: Key) -> dict[str, Any]:
         """Store a changed object (lock held); deleting it when its last finalizer went."""
         assert request.resource is not None
+        if k8s_params.current().is_dry_run:  # dryRun=All: validated and answered, not stored
+            return new
         meta = new.get("metadata") or {}
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             await self._remove(key, new)
@@ -571,6 +686,9 @@ class StateEmulator(KubernetesEmulator):
                 patched = _merge_patch(current, patch)
             elif isinstance(request.data, list):
                 patched = _json_patch(current, request.data)
+                if isinstance(patched, dict):  # a replaced resourceVersion is a precondition
+                    version = (patched.get("metadata") or {}).get("resourceVersion")
+                    self._check_version(version, current, request)
             else:
                 raise KubernetesError(
                     status=415, reason="UnsupportedMediaType", message="a JSON or merge patch"
@@ -581,11 +699,13 @@ class StateEmulator(KubernetesEmulator):
     async def _delete(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         assert request.resource is not None and request.name is not None
         key = self._key(request, request.name)
-        options = request.data if isinstance(request.data, dict) else {}
-        policy = options.get("propagationPolicy") or request.params.get("propagationPolicy")
+        options = k8s_params.current()  # DeleteOptions: from the body, else from the query
+        policy = "Orphan" if options.orphan_dependents else options.propagation_policy
         async with self._lock:
             current = self._current(key, request)
             meta = current.get("metadata") or {}
+            if options.is_dry_run:  # dryRun=All: validated and answered, nothing deleted
+                return aiohttp.web.json_response(current, status=200)
             if meta.get("finalizers"):
                 if meta.get("deletionTimestamp"):
                     return aiohttp.web.json_response(current, status=200)
@@ -657,11 +777,16 @@ class StateEmulator(KubernetesEmulator):
     ) -> None:
         actual = (current.get("metadata") or {}).get("resourceVersion")
         if version and version != actual:
+            assert request.resource is not None
+            group, plural = request.resource.group or "", request.resource.plural or ""
+            qualified = f"{plural}.{group}" if group else plural  # errors.NewConflict
             raise KubernetesError(
                 status=409,
                 reason="Conflict",
-                message=f'Operation cannot be fulfilled on "{request.name}": the object has been '
-                "modified; please apply your changes to the latest version and try again",
+                message=f'Operation cannot be fulfilled on {qualified} "{request.name}": the '
+                "object has been modified; please apply your changes to the latest version and "
+                "try again",
+                details={"name": request.name, "group": group, "kind": plural},
             )
 
     # -- reads ------------------------------------------------------------------------------
@@ -678,7 +803,9 @@ class StateEmulator(KubernetesEmulator):
         name = (obj.get("metadata") or {}).get("name")
         if request.name is not None and name != request.name:
             return False
-        return labels_match(_labels_of(obj), terms)
+        return labels_match(_labels_of(obj), terms) and k8s_kubectl.fields_match(
+            request.params, obj
+        )
 
     async def _serve_list(self, request: kmock.Request) -> Any:
         terms = parse_label_selector(request.params.get("labelSelector", ""))
@@ -718,8 +845,8 @@ class StateEmulator(KubernetesEmulator):
         assert request.resource is not None
         terms = parse_label_selector(request.params.get("labelSelector", ""))
         since = request.params.get("resourceVersion") or ""
-        timeout_text = request.params.get("timeoutSeconds")
-        timeout = float(timeout_text) if timeout_text else None
+        # an int64, parsed in _handle; 0 (or none) leaves the server's own timeout (long)
+        timeout = k8s_params.current().timeout_seconds or None
         bus = self._buses[request.resource]
         async with self._lock:
             marker = await bus.mark()
@@ -773,8 +900,11 @@ class StateEmulator(KubernetesEmulator):
 class EmulatorServer:
     """``StateEmulator`` on ``127.0.0.1:<port>`` (0: a free one), in a thread with its own loop."""
 
-    def __init__(self, port: int = 0, **emulator_kwargs: Any) -> None:
+    def __init__(self, port: int = 0, *, tls: bool = False, **emulator_kwargs: Any) -> None:
         self._port = port
+        self._tls = tls  # also serve HTTPS (kubectl sends its token over HTTPS only)
+        self.tls_port = 0
+        self.ca_pem = ""  # the cluster CA that signed the HTTPS certificate
         self._kwargs = emulator_kwargs
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -787,6 +917,10 @@ class EmulatorServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def tls_url(self) -> str:
+        return f"https://127.0.0.1:{self.tls_port}"
 
     def start(self) -> Self:
         self._thread.start()
@@ -839,6 +973,8 @@ class EmulatorServer:
             site = aiohttp.web.TCPSite(runner, "127.0.0.1", self._port)
             await site.start()
             self.port = int(runner.addresses[0][1])
+            if self._tls:
+                self.ca_pem, self.tls_port = await k8s_kubectl.serve_tls(runner)
             self._ready.set()
             try:
                 await self._stop.wait()

@@ -136,15 +136,22 @@ def selector(job: str, component: str) -> dict[str, str]:
     return {LABEL_JOB: job_label_value(job), LABEL_COMPONENT: component}
 
 
-def owner_reference(job: JobRef) -> dict[str, Any]:
-    """The custom resource as the controlling owner: children go when the job goes."""
+def owner_reference(job: JobRef, *, block_owner_deletion: bool = True) -> dict[str, Any]:
+    """The custom resource as the controlling owner: children go when the job goes.
+
+    ``blockOwnerDeletion`` makes a foreground deletion of the job wait for the child. Where the
+    OwnerReferencesPermissionEnforcement admission plugin runs (OpenShift's default), setting it
+    needs ``update`` on ``finishablesparkjobs/finalizers``: the operator holds that (the chart
+    grants it), a driver does not and need not, so the objects a driver creates (its state and
+    snapshot ConfigMaps) pass ``block_owner_deletion=False`` and are still collected with the job.
+    """
     return {
         "apiVersion": f"{API_GROUP}/{API_VERSION}",
         "kind": KIND,
         "name": job.name,
         "uid": job.uid,
         "controller": True,
-        "blockOwnerDeletion": True,
+        "blockOwnerDeletion": block_owner_deletion,
     }
 
 

@@ -30,7 +30,9 @@ class OperatorOptions:
     standalone: bool = False
     priority: int | None = None  # None: a random one, so that replicas never tie
     resync_seconds: float = 60.0
-    watch_timeout_seconds: float = 300.0
+    # Whole seconds: kopf sends it as the watch's ``timeoutSeconds`` query parameter, which a
+    # real API server parses as an int64 and refuses ("300.0": 400 BadRequest) otherwise.
+    watch_timeout_seconds: int = 300
     request_timeout_seconds: float = 30.0
     event_level: int = logging.INFO
     spark_master: str = KUBERNETES_MASTER  # what drivers run Spark on (see builders.spark_conf)
@@ -48,7 +50,8 @@ def configure(settings: kopf.OperatorSettings, options: OperatorOptions) -> None
     """Apply the options to kopf's settings (peering mode is decided at start-up, see
     :func:`finishable.controller.handlers.start`)."""
     # Watches: end each request server-side, and give up on the client side a little later.
-    settings.watching.server_timeout = options.watch_timeout_seconds
+    # kopf puts server_timeout into the URL as it is: an int, never a float (see the field).
+    settings.watching.server_timeout = int(options.watch_timeout_seconds)
     settings.watching.client_timeout = options.watch_timeout_seconds + 30
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = options.request_timeout_seconds

@@ -366,8 +366,12 @@ def _open_control(config: JobConfig) -> ControlChannel:
 
     api = KubeApi.from_environment(namespace=config.namespace)
     namespace = config.namespace or api.namespace
-    # The report ConfigMap keeps the job as its owner, so it goes when the job goes.
-    owners = [owner_reference(JobRef(config.name, namespace, config.uid))] if config.uid else []
+    # The report ConfigMap keeps the job as its owner, so it goes when the job goes; without
+    # blockOwnerDeletion, which the driver may not set (see owner_reference).
+    owners = []
+    if config.uid:
+        job = JobRef(config.name, namespace, config.uid)
+        owners = [owner_reference(job, block_owner_deletion=False)]
     return ConfigMapControlChannel(api, config.name, namespace=namespace, owner_references=owners)
 
 

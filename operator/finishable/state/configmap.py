@@ -66,24 +66,32 @@ def job_label_value(job: str) -> str:
 def upsert_configmap(api: KubeApi, body: dict[str, Any], *, namespace: str | None = None) -> bool:
     """Create the ConfigMap, or replace it if it exists; return whether it existed.
 
+    Create first: one request for a new object, and a 409 says that it exists. But admission runs
+    before the storage looks for the name, so a create that admission or RBAC refuses (403: the
+    OwnerReferencesPermissionEnforcement plugin, or a Role that grants ``update`` on named
+    ConfigMaps but cannot scope ``create`` by name) says nothing about existence: a 403 also
+    tries the replace, and stands, with the create's own message, only if nothing is there.
+
     The replace carries no resourceVersion, so it is unconditional (last writer wins): every
     ConfigMap this project writes has one writer, and an optimistic-concurrency loop would only
     add failures under contention without protecting anything.
     """
     cm_name = body["metadata"]["name"]
     for _ in range(8):
-        response = api.request("POST", api.path("configmaps", namespace=namespace), body=body)
-        if response.status in (200, 201):
+        created = api.request("POST", api.path("configmaps", namespace=namespace), body=body)
+        if created.status in (200, 201):
             return False
-        if response.status != 409:
-            raise KubeApiError(f"cannot write ConfigMap {cm_name}", response)
-        response = api.request(
+        if created.status not in (403, 409):
+            raise KubeApiError(f"cannot create ConfigMap {cm_name}", created)
+        replaced = api.request(
             "PUT", api.path("configmaps", cm_name, namespace=namespace), body=body
         )
-        if response.status == 200:
+        if replaced.status == 200:
             return True
-        if response.status != 404:
-            raise KubeApiError(f"cannot write ConfigMap {cm_name}", response)
+        if replaced.status == 404 and created.status == 403:
+            raise KubeApiError(f"cannot create ConfigMap {cm_name}", created)
+        if replaced.status != 404:
+            raise KubeApiError(f"cannot replace ConfigMap {cm_name}", replaced)
         # Deleted between our create and replace: create again.
     raise BackendError(f"ConfigMap {cm_name} keeps being deleted under us; gave up writing it")
 

@@ -356,7 +356,9 @@ class ProcessKubelet:
         if source.get("audience"):
             spec["audiences"] = [source["audience"]]
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-        path = self.api.path("serviceaccounts", account, namespace=container.namespace) + "/token"
+        path = self.api.path(
+            "serviceaccounts", account, namespace=container.namespace, subresource="token"
+        )
         response = self.api.request("POST", path, body=body)
         if response.status != 201:
             raise NotReady(f"no token for serviceaccount {account!r}: {response.message}")

@@ -314,6 +314,8 @@ class StateEmulator(KubernetesEmulator):
     # Bearer token -> user (see k8s_identity): the admin's token, and service-account tokens
     # issued by the TokenRequest API.
     users: dict[str, User] = attrs.field(factory=dict, init=False)
+    # The RBAC objects in store, read once per change of one of them (k8s_rbac.policy_of).
+    rbac_policy: k8s_rbac.Policy | None = attrs.field(default=None, init=False)
     api_calls: collections.Counter[ApiCall] = attrs.field(factory=collections.Counter, init=False)
     # The requests answered 400, 403 or 422: what a real server would refuse (see _record).
     refusals: collections.deque[dict[str, Any]] = attrs.field(
@@ -561,6 +563,8 @@ class StateEmulator(KubernetesEmulator):
     async def _emit(self, resource: kmock.resource, kind: str, obj: dict[str, Any]) -> None:
         """Record a watch event (with the lock held) and hand it to the live watchers."""
         event = {"type": kind, "object": copy.deepcopy(obj)}
+        if resource.group == k8s_rbac.RBAC_GROUP:
+            self.rbac_policy = None  # every stored change passes here: read the policy anew
         version = int((obj.get("metadata") or {}).get("resourceVersion") or 0)
         if len(self._history) == self._history.maxlen:
             self._history_floor = self._history[0][0]

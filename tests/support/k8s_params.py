@@ -195,66 +195,34 @@ def _list_options(query: Query) -> dict[str, Any]:
     errors: list[str] = []
     match, version = options["resource_version_match"], options["resource_version"]
     path = "resourceVersionMatch"
+
+    def forbid(detail: str) -> None:
+        errors.append(field_error(path, "Forbidden", detail=detail))
+
     if options["watch"]:
         send = options["send_initial_events"]
         if send is not None and match != "NotOlderThan":
-            errors.append(
-                field_error(
-                    path,
-                    "Forbidden",
-                    detail="sendInitialEvents requires setting resourceVersionMatch to "
-                    "NotOlderThan",
-                )
-            )
+            forbid("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")
         if match:
             if send is None:
-                errors.append(
-                    field_error(
-                        path,
-                        "Forbidden",
-                        detail="resourceVersionMatch is forbidden for watch unless "
-                        "sendInitialEvents is provided",
-                    )
+                forbid(
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is "
+                    "provided"
                 )
             if match != "NotOlderThan":
                 errors.append(not_supported(path, match, ["NotOlderThan"]))
             if options["continue_token"]:
-                errors.append(
-                    field_error(
-                        path,
-                        "Forbidden",
-                        detail="resourceVersionMatch is forbidden when continue is provided",
-                    )
-                )
+                forbid("resourceVersionMatch is forbidden when continue is provided")
     else:
         if match:
             if not version:
-                errors.append(
-                    field_error(
-                        path,
-                        "Forbidden",
-                        detail="resourceVersionMatch is forbidden unless resourceVersion is "
-                        "provided",
-                    )
-                )
+                forbid("resourceVersionMatch is forbidden unless resourceVersion is provided")
             if options["continue_token"]:
-                errors.append(
-                    field_error(
-                        path,
-                        "Forbidden",
-                        detail="resourceVersionMatch is forbidden when continue is provided",
-                    )
-                )
+                forbid("resourceVersionMatch is forbidden when continue is provided")
             if match not in ("Exact", "NotOlderThan"):
                 errors.append(not_supported(path, match, ["Exact", "NotOlderThan", ""]))
             if match == "Exact" and version == "0":
-                errors.append(
-                    field_error(
-                        path,
-                        "Forbidden",
-                        detail='resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
-                    )
-                )
+                forbid('resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
         if options["send_initial_events"] is not None:
             errors.append(
                 field_error(

@@ -627,12 +627,15 @@ def owner_reference_admission(  # noqa: PLR0917 - the plugin's arguments
 
 
 def policy_of(emulator: StateEmulator) -> Policy:
-    """The Policy of what the emulator stores."""
-    return Policy.of(
-        (resource.plural, namespace, obj.raw)
-        for (resource, namespace, _), obj in list(emulator._objects.items())
-        if resource.group == RBAC_GROUP and not obj.deleted
-    )
+    """The Policy of what the emulator stores: built when first asked after an RBAC object
+    changed (the emulator forgets it on every such change), not on every request."""
+    if emulator.rbac_policy is None:
+        emulator.rbac_policy = Policy.of(
+            (resource.plural, namespace, obj.raw)
+            for (resource, namespace, _), obj in list(emulator._objects.items())
+            if resource.group == RBAC_GROUP and not obj.deleted
+        )
+    return emulator.rbac_policy
 
 
 def rest_mapper_of(emulator: StateEmulator) -> dict[tuple[str, str, str], list[tuple[str, bool]]]:

@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from finishable.runtime import sinks, sources
-    from finishable.runtime.job import FinishableJob
-    from finishable.runtime.streaming import JobFailed
+    from finishable.connectors import sinks, sources
+    from finishable.driver.job import FinishableJob
+    from finishable.driver.streaming.executor import JobFailed
 
 __all__ = ["FinishableJob", "JobFailed", "__version__", "sinks", "sources"]
 
 _LAZY = {
-    "FinishableJob": ("finishable.runtime.job", "FinishableJob"),
-    "JobFailed": ("finishable.runtime.streaming", "JobFailed"),
-    "sinks": ("finishable.runtime.sinks", None),
-    "sources": ("finishable.runtime.sources", None),
+    "FinishableJob": ("finishable.driver.job", "FinishableJob"),
+    "JobFailed": ("finishable.driver.streaming.executor", "JobFailed"),
+    "sinks": ("finishable.connectors.sinks", None),
+    "sources": ("finishable.connectors.sources", None),
 }
 
 

@@ -20,7 +20,7 @@ from finishable import __version__
 from finishable.api.models import DesiredState, FinishableSparkJobStatus, JobMode, Phase, dump
 from finishable.api.validation import InvalidManifest, load_documents, load_job, parse_manifest
 from finishable.controller.builders import KUBERNETES_MASTER
-from finishable.runtime.local import (
+from finishable.local.jobdir import (
     DEFAULT_STATE_DIR,
     SETTLED_PHASES,
     LocalJob,
@@ -143,7 +143,7 @@ def _local_job(args: argparse.Namespace) -> LocalJob:
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     """Run a manifest's job locally until it is Finished, Suspended or Failed."""
-    from finishable.runtime.runner import LocalRunner  # noqa: PLC0415 - heavier imports
+    from finishable.local.runner import LocalRunner  # noqa: PLC0415 - heavier imports
 
     manifest = Path(args.file)
     try:

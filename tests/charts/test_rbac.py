@@ -33,6 +33,7 @@ import yaml
 from finishable.api.control import DriverState
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL, SavepointStatus
 from finishable.controller import builders
+from finishable.kube.objects import JobRef, owner_reference
 from tests.controller.cluster import Cluster, OperatorProcess, install, wait_for
 from tests.support.k8s_emulator import CALLS_PATH, EmulatorServer
 
@@ -72,7 +73,7 @@ def rule_grants(rule: dict[str, Any]) -> set[Grant]:
 
 def driver_role_grants() -> set[Grant]:
     """What the operator grants each driver: RBAC lets it do so only if it holds it too."""
-    job = builders.JobRef(name="any", namespace=NAMESPACE, uid="0")
+    job = JobRef(name="any", namespace=NAMESPACE, uid="0")
     return {grant for rule in builders.role(job)["rules"] for grant in rule_grants(rule)}
 
 
@@ -80,8 +81,8 @@ def owner_finalizer_grants() -> set[Grant]:
     """What the OwnerReferencesPermissionEnforcement admission plugin checks, which no recorded
     call shows: ``update`` on the owner's finalizers, for an owner reference that blocks the
     owner's deletion (every child the operator creates refers to its job that way)."""
-    job = builders.JobRef(name="any", namespace=NAMESPACE, uid="0")
-    reference = builders.owner_reference(job)
+    job = JobRef(name="any", namespace=NAMESPACE, uid="0")
+    reference = owner_reference(job)
     if not reference["blockOwnerDeletion"]:
         return set()
     assert reference["apiVersion"] == f"{API_GROUP}/{API_VERSION}"

@@ -25,8 +25,8 @@ import yaml
 from finishable.api.control import DriverReport, DriverState, RequestReport
 from finishable.api.crd import build_crd
 from finishable.api.models import ControlRequest
-from finishable.runtime.control import ConfigMapControlChannel
-from finishable.state.kubeapi import KubeApi
+from finishable.kube.api import KubeApi
+from finishable.state.control import ConfigMapControlChannel
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = "finishable.dev/v1alpha1"

@@ -9,7 +9,7 @@ from typing import Any
 from finishable.api.jobconfig import JobConfig
 from finishable.api.models import FinishableSparkJobSpec
 from finishable.controller import builders
-from finishable.controller.builders import JobRef
+from finishable.kube.objects import JobRef
 
 JOB = JobRef(name="clicks", namespace="analytics", uid="uid-1")
 OWNER = {

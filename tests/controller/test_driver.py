@@ -17,7 +17,7 @@ import pytest
 from finishable.api.jobconfig import write_config
 from finishable.api.models import FinishableSparkJobSpec
 from finishable.controller import builders
-from finishable.controller.builders import JobRef
+from finishable.kube.objects import JobRef
 
 PROGRAM = """
 import json, os, sys

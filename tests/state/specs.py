@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from finishable.kube.api import KubeApi
 from finishable.state.backends import ObjectBackend
 from finishable.state.configmap import ConfigMapBackend
-from finishable.state.kubeapi import KubeApi
 from finishable.state.local import LocalDirBackend
 from finishable.state.objectstore import ObjectStoreBackend
 

@@ -14,6 +14,14 @@ import yaml
 
 from finishable.api.models import API_GROUP, API_VERSION, KIND, PLURAL
 from finishable.controller import builders
+from finishable.kube.api import KubeApi, KubeApiError
+from finishable.kube.objects import (
+    LABEL_COMPONENT,
+    LABEL_JOB,
+    JobRef,
+    job_label_value,
+    owner_reference,
+)
 from finishable.state import (
     BackendError,
     SnapshotStore,
@@ -22,14 +30,10 @@ from finishable.state import (
 )
 from finishable.state.configmap import (
     ANNOTATION_NAME,
-    LABEL_COMPONENT,
-    LABEL_JOB,
     LABEL_ROLE,
     ConfigMapBackend,
-    job_label_value,
     upsert_configmap,
 )
-from finishable.state.kubeapi import KubeApi, KubeApiError
 from tests.support.k8s_emulator import EmulatorServer
 
 from .conftest import NAMESPACE, TOKEN
@@ -241,7 +245,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def enforcing() -> Iterator[tuple[EmulatorServer, KubeApi, builders.JobRef]]:
+def enforcing() -> Iterator[tuple[EmulatorServer, KubeApi, JobRef]]:
     """An API server with RBAC and the OwnerReferencesPermissionEnforcement admission plugin, a
     job, and its driver's ServiceAccount, Role and RoleBinding as the operator creates them."""
     with EmulatorServer(
@@ -264,7 +268,7 @@ def enforcing() -> Iterator[tuple[EmulatorServer, KubeApi, builders.JobRef]]:
             },
         )
         assert created.status == 201, created.body
-        job = builders.JobRef("etl", "guarded", created.body["metadata"]["uid"])
+        job = JobRef("etl", "guarded", created.body["metadata"]["uid"])
         for kind, child in (
             ("serviceaccounts", builders.service_account(job)),
             ("roles", builders.role(job)),
@@ -282,7 +286,7 @@ def enforcing() -> Iterator[tuple[EmulatorServer, KubeApi, builders.JobRef]]:
 
 
 def test_an_upsert_refused_by_admission_replaces_what_exists_and_names_the_refusal(
-    enforcing: tuple[EmulatorServer, KubeApi, builders.JobRef],
+    enforcing: tuple[EmulatorServer, KubeApi, JobRef],
 ) -> None:
     """Admission runs before the storage looks for the name: a create that admission refuses
     (403) says nothing about whether the object exists, unlike the 409 the upsert expects. A
@@ -292,7 +296,7 @@ def test_an_upsert_refused_by_admission_replaces_what_exists_and_names_the_refus
     and the error carries the plugin's message."""
     server, driver, job = enforcing
     assert server.emulator is not None
-    blocking = builders.owner_reference(job)
+    blocking = owner_reference(job)
     existing = {
         "metadata": {"name": "etl-state", "ownerReferences": [blocking]},
         "data": {"a": "1"},
@@ -311,7 +315,7 @@ def test_an_upsert_refused_by_admission_replaces_what_exists_and_names_the_refus
     assert "cannot set blockOwnerDeletion" in str(refused.value)
 
     # What the driver writes: a reference that does not block its job's deletion.
-    mine = builders.owner_reference(job, block_owner_deletion=False)
+    mine = owner_reference(job, block_owner_deletion=False)
     fresh = {"metadata": {"name": "etl-other", "ownerReferences": [mine]}, "data": {}}
     assert upsert_configmap(driver, fresh) is False
     admin.close()

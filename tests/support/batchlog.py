@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from finishable.runtime.batchplan import CoordinatorSnapshot, TaskFinished
+from finishable.driver.batch.plan import CoordinatorSnapshot, TaskFinished
 
 
 def durable_at_crash(events: list[tuple[int, object]]) -> tuple[set[str], set[tuple[str, int]]]:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from finishable.state.kubeapi import KubeApi
+from finishable.kube.api import KubeApi
 from tests.conftest import TOKEN
 from tests.support.k8s_emulator import EmulatorServer, labels_match, parse_label_selector
 

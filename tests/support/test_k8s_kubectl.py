@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from finishable.state.kubeapi import KubeApi
+from finishable.kube.api import KubeApi
 from tests.conftest import TOKEN
 from tests.support.k8s_emulator import EmulatorServer
 from tests.support.k8s_kubectl import human_duration

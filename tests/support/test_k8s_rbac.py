@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from finishable.state.kubeapi import KubeApi, KubeResponse
+from finishable.kube.api import KubeApi, KubeResponse
 from tests.support import k8s_rbac
 from tests.support.k8s_emulator import EmulatorServer
 from tests.support.k8s_identity import User, service_account_user

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from finishable.state.kubeapi import KubeApi
+from finishable.kube.api import KubeApi
 from tests.conftest import TOKEN
 from tests.support.k8s_emulator import EmulatorServer
 

@@ -24,9 +24,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from finishable.api.lifecycle import LifecycleMode, OperatorStatus, TaskKind, TaskStatus
 from finishable.api.units import Duration, Quantity
 from finishable.api.volumes import driver_volumes
-from finishable.lifecycle.table import LifecycleMode, OperatorStatus, TaskKind, TaskStatus
 
 API_GROUP = "finishable.dev"
 API_VERSION = "v1alpha1"

@@ -14,7 +14,6 @@ Kubernetes master, executor labels and resources, and the driver's address (the 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
 from finishable.api.jobconfig import (
@@ -26,21 +25,25 @@ from finishable.api.jobconfig import (
     JobConfig,
 )
 from finishable.api.models import (
-    API_GROUP,
-    API_VERSION,
-    KIND,
     FinishableSparkJobSpec,
     JobMode,
     StorageType,
 )
 from finishable.api.units import Quantity
 from finishable.api.volumes import driver_volumes
-from finishable.runtime.control import CONTROL_SUFFIX, STATE_SUFFIX
-from finishable.state.configmap import LABEL_COMPONENT, LABEL_JOB, job_label_value
-
-LABEL_ATTEMPT = "finishable.dev/attempt"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGER = "finishable-spark-operator"
+from finishable.kube.objects import (
+    LABEL_ATTEMPT,
+    LABEL_COMPONENT,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    MANAGER,
+    JobRef,
+    job_label_value,
+    labels,
+    owner_reference,
+    selector,
+)
+from finishable.state.control import CONTROL_SUFFIX, STATE_SUFFIX
 
 DRIVER = "driver"
 EXECUTOR = "executor"
@@ -63,15 +66,6 @@ SHUFFLE_DATA_DIR = "/data"
 # Spark's default memory overhead of a JVM container: 10 %, at least 384 MiB.
 MEMORY_OVERHEAD_FACTOR = 0.10
 MEMORY_OVERHEAD_MIN = 384 * 1024**2
-
-
-@dataclass(frozen=True)
-class JobRef:
-    """The custom resource the children belong to."""
-
-    name: str
-    namespace: str
-    uid: str
 
 
 # -- names ------------------------------------------------------------------------------------
@@ -120,39 +114,6 @@ def driver_host(job: JobRef) -> str:
 
 
 # -- metadata ---------------------------------------------------------------------------------
-
-
-def labels(job: str, component: str | None = None, attempt: int | None = None) -> dict[str, str]:
-    result = {LABEL_JOB: job_label_value(job), LABEL_MANAGED_BY: MANAGER}
-    if component is not None:
-        result[LABEL_COMPONENT] = component
-    if attempt is not None:
-        result[LABEL_ATTEMPT] = str(attempt)
-    return result
-
-
-def selector(job: str, component: str) -> dict[str, str]:
-    """The labels that pick a job's pods of one component (without the attempt)."""
-    return {LABEL_JOB: job_label_value(job), LABEL_COMPONENT: component}
-
-
-def owner_reference(job: JobRef, *, block_owner_deletion: bool = True) -> dict[str, Any]:
-    """The custom resource as the controlling owner: children go when the job goes.
-
-    ``blockOwnerDeletion`` makes a foreground deletion of the job wait for the child. Where the
-    OwnerReferencesPermissionEnforcement admission plugin runs (OpenShift's default), setting it
-    needs ``update`` on ``finishablesparkjobs/finalizers``: the operator holds that (the chart
-    grants it), a driver does not and need not, so the objects a driver creates (its state and
-    snapshot ConfigMaps) pass ``block_owner_deletion=False`` and are still collected with the job.
-    """
-    return {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": KIND,
-        "name": job.name,
-        "uid": job.uid,
-        "controller": True,
-        "blockOwnerDeletion": block_owner_deletion,
-    }
 
 
 def metadata(

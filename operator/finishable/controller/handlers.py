@@ -18,7 +18,6 @@ import kopf
 
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL
 from finishable.controller import builders
-from finishable.controller.builders import JobRef
 from finishable.controller.metrics import JobKey
 from finishable.controller.reconcile import (
     DELETE_STATE_ANNOTATION,
@@ -30,9 +29,9 @@ from finishable.controller.reconcile import (
     remove_children,
 )
 from finishable.controller.settings import OperatorOptions, configure
+from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, JobRef
 from finishable.lifecycle.phases import Event
-from finishable.runtime.control import STATE_SUFFIX
-from finishable.state.configmap import LABEL_COMPONENT, LABEL_JOB
+from finishable.state.control import STATE_SUFFIX
 from finishable.state.errors import BackendError
 
 log = logging.getLogger(__name__)

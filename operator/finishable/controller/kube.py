@@ -1,7 +1,7 @@
 """The operator's own Kubernetes calls, off the event loop.
 
 kopf watches and posts Events with its own client; the writes the operator decides on (children,
-control requests, the status) go through the project's :class:`~finishable.state.kubeapi.KubeApi`
+control requests, the status) go through the project's :class:`~finishable.kube.api.KubeApi`
 (the same credentials loader, retries and ConfigMap upsert the driver uses), each call run on a
 thread pool so that a slow API server never blocks the event loop that serves every job.
 """
@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
+from finishable.kube.api import KubeApi, KubeApiError, KubeResponse
 from finishable.state.configmap import upsert_configmap
-from finishable.state.kubeapi import KubeApi, KubeApiError, KubeResponse
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from finishable.controller.kube import Kube
 from finishable.controller.metrics import Metrics
 from finishable.controller.reconcile import Controller
 from finishable.controller.settings import OperatorOptions
-from finishable.state.kubeapi import KubeApi
+from finishable.kube.api import KubeApi
 
 log = logging.getLogger(__name__)
 

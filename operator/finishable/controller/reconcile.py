@@ -1,6 +1,6 @@
 """One job's reconcile loop: observe, ask the phase machine, act, write the status.
 
-This is :class:`finishable.runtime.runner.LocalRunner`'s loop with a pod instead of a child
+This is :class:`finishable.local.runner.LocalRunner`'s loop with a pod instead of a child
 process. Each job gets one loop (a kopf daemon), so one task at a time decides for a job and the
 status has one writer. The loop reads the custom resource from kopf's live body, the driver pods
 and the driver's report from kopf indexes (so a reconcile costs no reads), keeps the status it
@@ -36,10 +36,17 @@ from finishable.api.models import (
 )
 from finishable.api.validation import InvalidManifest, parse_spec
 from finishable.controller import builders
-from finishable.controller.builders import LABEL_ATTEMPT, JobRef
 from finishable.controller.kube import Kube
 from finishable.controller.metrics import JobKey, Metrics
 from finishable.controller.status import EventPoster, StatusWriter
+from finishable.kube.objects import (
+    LABEL_ATTEMPT,
+    LABEL_COMPONENT,
+    LABEL_JOB,
+    JobRef,
+    job_label_value,
+    owner_reference,
+)
 from finishable.lifecycle.phases import (
     TERMINAL_PHASES,
     Action,
@@ -49,9 +56,8 @@ from finishable.lifecycle.phases import (
     PodPhase,
     next_status,
 )
-from finishable.runtime.control import ConfigMapControlChannel
 from finishable.state.configmap import COMPONENT as STATE_COMPONENT
-from finishable.state.configmap import LABEL_COMPONENT, LABEL_JOB, job_label_value
+from finishable.state.control import ConfigMapControlChannel
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +204,7 @@ class JobLoop:
             self.kube.api,
             self.job.name,
             namespace=self.job.namespace,
-            owner_references=[builders.owner_reference(self.job)],
+            owner_references=[owner_reference(self.job)],
         )
         self._children_for_attempt: int | None = None
         self._shuffle_deleted = False

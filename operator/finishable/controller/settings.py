@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import kopf
 
 from finishable.controller.builders import CONTROL, DRIVER, KUBERNETES_MASTER
-from finishable.state.configmap import LABEL_COMPONENT
+from finishable.kube.objects import LABEL_COMPONENT
 
 ANNOTATION_PREFIX = "finishable.dev"
 FINALIZER = f"{ANNOTATION_PREFIX}/cleanup"

@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL, FinishableSparkJobStatus, dump
-from finishable.controller.builders import JobRef
 from finishable.controller.kube import Kube
 from finishable.controller.metrics import Metrics
+from finishable.kube.objects import JobRef
 from finishable.lifecycle.phases import Decision, Event
 
 log = logging.getLogger(__name__)

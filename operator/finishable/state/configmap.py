@@ -29,14 +29,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from finishable.kube.api import KubeApi, KubeApiError
+from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, job_label_value
 from finishable.state.backends import ObjectBackend, validate_name
 from finishable.state.errors import BackendError, ObjectCorrupt, ObjectNotFound, ObjectTooLarge
-from finishable.state.kubeapi import KubeApi, KubeApiError
 
 log = logging.getLogger(__name__)
 
-LABEL_JOB = "finishable.dev/job"
-LABEL_COMPONENT = "finishable.dev/component"
 LABEL_ROLE = "finishable.dev/state-role"
 ANNOTATION_NAME = "finishable.dev/object-name"
 ANNOTATION_PART = "finishable.dev/part"
@@ -51,16 +50,7 @@ DEFAULT_MAX_TOTAL_BYTES = 8 * 1024 * 1024
 _PART_SUFFIX = "-part-{:04d}"
 _MAX_NAME = 253 - len(_PART_SUFFIX.format(0))
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _METADATA_ONLY = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
-
-
-def job_label_value(job: str) -> str:
-    """The job name as a label value (<= 63 characters; longer names are shortened by hash)."""
-    if len(job) <= 63 and _LABEL_VALUE.fullmatch(job):
-        return job
-    digest = hashlib.sha256(job.encode()).hexdigest()[:10]
-    return f"{job[:52].rstrip('-.')}-{digest}"
 
 
 def upsert_configmap(api: KubeApi, body: dict[str, Any], *, namespace: str | None = None) -> bool:

@@ -1,0 +1,1 @@
+"""Structured Streaming connectors: the split-reading stream source and the sink's commit hook."""

@@ -1,0 +1,399 @@
+"""``FinishableJob``: everything a user's PySpark program needs from the runtime.
+
+::
+
+    job = FinishableJob.from_env()
+    clicks = job.read_stream(sources.Files("s3://bucket/clicks/", format="json", schema=SCHEMA))
+    counts = clicks.withWatermark("ts", "1 minute").groupBy(window("ts", "1 minute")).count()
+    job.write_stream(counts, sinks.TransactionalFiles("s3://bucket/counts/", format="parquet"))
+    job.run()   # blocks; obeys stop, drain, savepoint and the final checkpoint
+
+``from_env`` reads the configuration the operator (or ``finishable run``) handed over, opens the
+control channel and the snapshot store, decides where this attempt starts from (the newest
+checkpoint of its run, else the savepoint it was told to start from, else nothing), starts the
+coordinator endpoint and a Spark session. ``run`` hands everything to the streaming executor.
+
+A ``spec.mode: Batch`` job is built with ``read`` / ``stage`` / ``write`` instead, and ``run``
+hands it to the batch runtime (``runtime/batch.py``): stages as result partitions on shuffle
+servers, recovered after a driver crash from the job event log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from finishable.api.control import DriverReport, DriverState
+from finishable.api.jobconfig import TOKEN_ENV, ControlType, JobConfig, config_from_env
+from finishable.api.models import OBJECT_STORE_SCHEMES, JobMode
+from finishable.connectors.sinks import TransactionalCallback, TransactionalFiles, TransactionalSink
+from finishable.connectors.sources import Source, SourceCoordinator
+from finishable.connectors.streaming.commit_hook import HOOK_OPTION, BatchHookClient
+from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.driver.batch.runtime import BatchRuntime
+from finishable.driver.streaming.checkpoints import (
+    CheckpointKeeper,
+    Fingerprints,
+    find_restore,
+    lineage_of,
+)
+from finishable.driver.streaming.executor import JobFailed, Outcome, StreamingExecutor
+from finishable.driver.streaming.savepoints import SavepointError
+from finishable.state import SnapshotStore, open_backend
+from finishable.state.control import (
+    ConfigMapControlChannel,
+    ControlChannel,
+    LocalControlChannel,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+ENDPOINT_BIND_ENV = "FINISHABLE_ENDPOINT_BIND"
+"""Address the coordinator endpoint binds (default 127.0.0.1; 0.0.0.0 in a pod)."""
+ENDPOINT_HOST_ENV = "FINISHABLE_ENDPOINT_HOST"
+"""Host name executors reach the driver by (the driver's headless Service in a cluster)."""
+
+
+class FinishableJob:
+    """One attempt of a finishable job inside its driver process."""
+
+    def __init__(
+        self,
+        config: JobConfig,
+        *,
+        attempt: int = 1,
+        restore_from: str = "",
+        token: str | None = None,
+        spark: SparkSession | None = None,
+        control: ControlChannel | None = None,
+    ) -> None:
+        self.config = config
+        self.attempt = attempt
+        self.restore_from = restore_from
+        self._token = token or secrets.token_urlsafe(24)
+        self._control = control or _open_control(config)
+        self._store = SnapshotStore(
+            open_backend(config.state_url, job=config.name, namespace=config.namespace),
+            retained=config.spec.checkpointing.retained,
+        )
+        self._lineage = lineage_of(config.name, restore_from)
+        self._attempt_dir = Path(config.work_dir) / f"attempt-{attempt}"
+        self._checkpoint_dir = self._attempt_dir / "checkpoint"
+        self._sources: list[SourceCoordinator] = []
+        self._output: tuple[DataFrame, TransactionalSink, str] | None = None
+        self._endpoint = CoordinatorEndpoint(
+            self._token,
+            host=os.environ.get(ENDPOINT_BIND_ENV, "127.0.0.1"),
+            advertised_host=os.environ.get(ENDPOINT_HOST_ENV) or None,
+        )
+        self._endpoint.start()
+        self._spark = spark or _spark_session(config)
+        self._report(DriverState.STARTING, f"attempt {attempt} starting")
+        self._batch: BatchRuntime | None = None
+        if config.spec.mode is JobMode.BATCH:
+            self._batch = BatchRuntime(
+                config=config,
+                attempt=attempt,
+                spark=self._spark,
+                endpoint=self._endpoint,
+                token=self._token,
+                control=self._control,
+            )
+
+    @classmethod
+    def from_env(cls, spark: SparkSession | None = None) -> FinishableJob:
+        """The job this driver process was started for (by the operator or `finishable run`)."""
+        config, attempt, restore_from = config_from_env()
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        job = cls(
+            config,
+            attempt=attempt,
+            restore_from=restore_from,
+            token=os.environ.get(TOKEN_ENV) or None,
+            spark=spark,
+        )
+        job._report_uncaught_errors()
+        return job
+
+    def _report_uncaught_errors(self) -> None:
+        """A mistake in the program (an unknown source format, say) ends the driver with a
+        report that names it, so the status shows the reason and not just an exit code."""
+        previous = sys.excepthook
+
+        def report(kind: type[BaseException], error: BaseException, trace: Any) -> None:
+            if not isinstance(error, JobFailed | KeyboardInterrupt):
+                self._report(DriverState.FAILED, f"{kind.__name__}: {error}")
+            previous(kind, error, trace)
+
+        sys.excepthook = report
+
+    @property
+    def spark(self) -> SparkSession:
+        """The Spark session the job runs in."""
+        return self._spark
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    # -- building a Batch job ---------------------------------------------------------------
+
+    def read(self, source: Source, *, name: str | None = None) -> DataFrame:
+        """Batch: a DataFrame of ``source`` whose reader tasks pull splits from its coordinator.
+
+        Stage it (``job.stage``) through narrow transformations only (filter, select, withColumn):
+        a reader task's rows become exactly one result partition, so a finished task's splits
+        are never read again after a driver crash.
+        """
+        runtime = self._batch_runtime("read")
+        return runtime.read(source, name or f"source-{runtime.read_count}")
+
+    def stage(self, name: str, dataframe: DataFrame, *, promote: bool = False) -> DataFrame:
+        """Batch: materialise ``dataframe`` as dataset ``name`` on the shuffle servers.
+
+        Returns a DataFrame reading the dataset back, for the next stages. ``promote`` keeps the
+        dataset on the shuffle servers as a cluster partition once the job succeeds.
+        """
+        return self._batch_runtime("stage").stage(name, dataframe, promote=promote)
+
+    def write(self, dataframe: DataFrame, sink: TransactionalSink) -> None:
+        """Batch: the job's output, committed once on the final checkpoint."""
+        if not isinstance(sink, TransactionalFiles):
+            raise TypeError(
+                f"a Batch job writes to sinks.TransactionalFiles, got {type(sink).__name__}"
+            )
+        self._batch_runtime("write").write(dataframe, sink)
+
+    def _batch_runtime(self, what: str) -> BatchRuntime:
+        if self._batch is None:
+            raise ValueError(
+                f"job.{what}() builds Batch jobs, but spec.mode is {self.config.spec.mode.value}: "
+                "use read_stream/write_stream, or set spec.mode: Batch"
+            )
+        return self._batch
+
+    # -- building a Streaming job -----------------------------------------------------------
+
+    def read_stream(self, source: Source, *, name: str | None = None) -> DataFrame:
+        """A streaming DataFrame of ``source``, read through its coordinator in this driver.
+
+        ``name`` identifies the source in checkpoints and savepoints (default: ``source-<n>`` in
+        the order of the calls); keep it stable across versions of the program.
+        """
+        if self._batch is not None:
+            raise ValueError(
+                "read_stream builds Streaming jobs, but spec.mode is Batch: use job.read, "
+                "job.stage and job.write"
+            )
+        if not isinstance(source, Source):
+            raise TypeError(
+                f"read_stream takes a finishable source (sources.Files or sources.Range), "
+                f"got {type(source).__name__}"
+            )
+        coordinator_name = name or f"source-{len(self._sources)}"
+        if any(c.name == coordinator_name for c in self._sources):
+            raise ValueError(f"two sources are named {coordinator_name!r}; pass distinct names")
+        coordinator = SourceCoordinator(coordinator_name, source)
+        self._sources.append(coordinator)
+        return coordinator.stream(self._spark, self._endpoint.url, self._token)
+
+    def write_stream(
+        self, dataframe: DataFrame, sink: TransactionalSink, *, output_mode: str = "append"
+    ) -> None:
+        """Write ``dataframe`` exactly once into ``sink`` (one output per job)."""
+        if self._batch is not None:
+            raise ValueError(
+                "write_stream builds Streaming jobs, but spec.mode is Batch: use job.write"
+            )
+        if self._output is not None:
+            raise ValueError(
+                "this job already writes to a sink: a FinishableJob has one output (union the "
+                "DataFrames, or run a second job)"
+            )
+        if isinstance(sink, TransactionalCallback):
+            sink = sink.with_defaults(staging_url=self._default_staging())
+        elif isinstance(sink, TransactionalFiles):
+            sink = sink.with_defaults()
+        self._output = (dataframe, sink, output_mode)
+
+    # -- running ------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        """Run until stopped, drained or finished; raise ``JobFailed`` if the job fails."""
+        if self._batch is not None:
+            return self._run_batch(self._batch)
+        executor: StreamingExecutor | None = None
+        try:
+            executor = self._prepare()
+            outcome = executor.run()
+        except (JobFailed, SavepointError, ValueError, OSError) as error:
+            message = str(error)
+            log.error("job %s attempt %d failed: %s", self.name, self.attempt, message)
+            if executor is not None:
+                executor.report_failure(message)
+            else:
+                self._report(DriverState.FAILED, message)
+            raise JobFailed(message) from error
+        finally:
+            self._close()
+        log.info("job %s ended %s", self.name, outcome.state.value)
+        return outcome
+
+    def _run_batch(self, runtime: BatchRuntime) -> Outcome:
+        try:
+            outcome = runtime.run()
+        except (JobFailed, ValueError, OSError) as error:
+            message = str(error)
+            log.error("job %s attempt %d failed: %s", self.name, self.attempt, message)
+            runtime.report_failure(message)
+            raise JobFailed(message) from error
+        finally:
+            self._close()
+        log.info("job %s ended %s", self.name, outcome.state.value)
+        return outcome
+
+    def _prepare(self) -> StreamingExecutor:
+        if self._output is None:
+            raise JobFailed("the program called run() without write_stream(): nothing to run")
+        if not self._sources:
+            raise JobFailed("the program called run() without read_stream(): nothing to read")
+        dataframe, sink, output_mode = self._output
+        fingerprints = Fingerprints(
+            sources={c.name: c.source.fingerprint() for c in self._sources},
+            sinks={sink.sink_name: json.dumps(sink.fingerprint(), sort_keys=True)},
+        )
+        restored = find_restore(
+            self._store,
+            lineage=self._lineage,
+            restore_from=self.restore_from,
+            allow_drained=self.config.spec.restore_from.allow_drained,
+            fingerprints=fingerprints,
+        )
+        log.info("attempt %d starts from %s", self.attempt, restored.origin)
+        self._clear_work_dir()
+        restored.apply(self._checkpoint_dir)
+        for coordinator in self._sources:
+            coordinator.start(restored.restore_point(coordinator.name))
+            self._endpoint.add(coordinator.host)
+        keeper = CheckpointKeeper(
+            store=self._store,
+            job=self.name,
+            lineage=self._lineage,
+            checkpoint_dir=self._checkpoint_dir,
+            coordinators=self._sources,
+            fingerprints=fingerprints,
+            restored=restored,
+        )
+        self._endpoint.set_batch_hook(keeper.hook)
+        hook = BatchHookClient(self._endpoint.url, self._token, sink.sink_name)
+        interval = self.config.spec.checkpointing.interval.total_seconds()
+        writer = (
+            sink.write_stream(dataframe)
+            .option(HOOK_OPTION, hook.to_option())
+            .option("checkpointLocation", str(self._checkpoint_dir))
+            .outputMode(output_mode)
+            .queryName(self.name)
+            .trigger(processingTime=f"{int(interval * 1000)} milliseconds")
+        )
+        return StreamingExecutor(
+            job=self.name,
+            attempt=self.attempt,
+            writer=writer,
+            sink=sink,
+            coordinators=self._sources,
+            keeper=keeper,
+            checkpoint_dir=self._checkpoint_dir,
+            control=self._control,
+            stop_timeout=self.config.spec.stop_timeout.total_seconds(),
+        )
+
+    def _clear_work_dir(self) -> None:
+        """Each attempt starts in an empty directory: never from a live checkpoint."""
+        work = Path(self.config.work_dir)
+        if work.is_dir():
+            for child in work.iterdir():
+                if child.name.startswith("attempt-"):
+                    shutil.rmtree(child, ignore_errors=True)
+        self._attempt_dir.mkdir(parents=True, exist_ok=True)
+
+    def _default_staging(self) -> str:
+        """Where a callback sink stages: next to the state in object storage, else locally."""
+        url = self.config.state_url.rstrip("/")
+        scheme = urlsplit(url).scheme.lower()
+        if scheme in OBJECT_STORE_SCHEMES:
+            return f"{url}/staging"
+        if scheme == "configmap":
+            raise ValueError(
+                "TransactionalCallback needs staging_url when checkpoints are stored in "
+                "ConfigMaps: pass a location every executor and the driver can reach"
+            )
+        return str(Path(self.config.work_dir).parent / "staging")
+
+    def _report(self, state: DriverState, message: str) -> None:
+        try:
+            self._control.write_report(
+                DriverReport(attempt=self.attempt, state=state, message=message)
+            )
+        except Exception:  # the report is best effort; the failure itself is logged by caller
+            log.warning("cannot write the driver report", exc_info=True)
+
+    def _close(self) -> None:
+        self._endpoint.set_batch_hook(None)
+        self._endpoint.stop()
+        for coordinator in self._sources:
+            coordinator.close()
+
+
+def _open_control(config: JobConfig) -> ControlChannel:
+    if config.control is ControlType.LOCAL:
+        if not config.control_dir:
+            raise JobFailed("the job configuration has control: Local but no control_dir")
+        return LocalControlChannel(Path(config.control_dir))
+    from finishable.kube.api import KubeApi  # noqa: PLC0415 - cluster only
+    from finishable.kube.objects import JobRef, owner_reference  # noqa: PLC0415
+
+    api = KubeApi.from_environment(namespace=config.namespace)
+    namespace = config.namespace or api.namespace
+    # The report ConfigMap keeps the job as its owner, so it goes when the job goes; without
+    # blockOwnerDeletion, which the driver may not set (see owner_reference).
+    owners = []
+    if config.uid:
+        job = JobRef(config.name, namespace, config.uid)
+        owners = [owner_reference(job, block_owner_deletion=False)]
+    return ConfigMapControlChannel(api, config.name, namespace=namespace, owner_references=owners)
+
+
+def _spark_session(config: JobConfig) -> SparkSession:
+    """A session configured from the spec; local mode unless the spec or environment says not."""
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - heavy, and only for drivers
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf: dict[str, Any] = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.stopTimeout": "60s",
+    }
+    if config.spec.mode is JobMode.BATCH:
+        # A stage's tasks must be the same in every driver attempt: no adaptive re-planning.
+        conf["spark.sql.adaptive.enabled"] = "false"
+    conf.update(config.spec.application.spark_conf)
+    builder = SparkSession.builder.appName(config.name)
+    if "spark.master" not in conf and "SPARK_MASTER" not in os.environ:
+        builder = builder.master("local[2]")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -1,0 +1,387 @@
+"""The driver's checkpoint coordinator: checkpoints, savepoints and restores in the snapshot store.
+
+A checkpoint is Spark's checkpoint directory cut at a committed batch N plus every source
+coordinator's snapshot at N, stored as one blob (``encode_savepoint``) in the job's snapshot store
+(docs/streaming-runtime.md). The sink's batch hook drives it synchronously with Spark:
+
+* ``published(N)``: the sink published N; the coordinators finish N's splits and snapshot (before
+  Spark plans N + 1, so the snapshot holds nothing of N + 1);
+* ``prepare(N + 1)``: before the sink publishes N + 1, checkpoint N (committed by now) and the raw
+  ``offsets/N+1`` entry become durable, so that a restore to N replays exactly this N + 1.
+
+A driver never continues from a live checkpoint directory: every attempt unpacks the newest
+checkpoint of its *lineage* (the run it belongs to: the job and the savepoint it started from)
+into an empty directory, or the savepoint it was told to start from, or starts empty.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyspark
+
+from finishable.connectors.sources import CheckpointLog, RestorePoint, SourceCoordinator
+from finishable.driver.streaming.savepoints import (
+    Savepoint,
+    SavepointError,
+    SavepointManifest,
+    check_restorable,
+    committed_watermark,
+    decode_savepoint,
+    encode_savepoint,
+    latest_committed_batch,
+    pack_checkpoint,
+    unpack_checkpoint,
+)
+from finishable.state import (
+    ObjectNotFound,
+    SnapshotCorrupt,
+    SnapshotInfo,
+    SnapshotKind,
+    SnapshotNotFound,
+    SnapshotStore,
+    StateError,
+    open_backend,
+)
+from finishable.state.snapshots import decode_blob
+
+log = logging.getLogger(__name__)
+
+PENDING_OFFSETS = "pending/offsets"
+"""The raw offsets entry of the batch a sink is about to publish (one object, overwritten)."""
+LINEAGE_KEY = "lineage"
+_SNAPSHOT_NAME = re.compile(r"(?:^|[/.-])snapshots[/.](?P<tag>sp|chk)-(?P<id>\d+)\.blob$")
+
+
+def lineage_of(job: str, restore_from: str) -> str:
+    """The id of a run: checkpoints of one lineage continue each other."""
+    return hashlib.sha256(f"{job}\n{restore_from}".encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Fingerprints:
+    """What a savepoint must match to be restored: source and sink descriptions."""
+
+    sources: Mapping[str, str]
+    sinks: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Restored:
+    """Where a driver attempt starts from."""
+
+    origin: str
+    """For people: "checkpoint 12 (…)", "savepoint …" or "nothing"."""
+    savepoint: Savepoint | None
+    pending_offsets: bytes | None = None
+    """The raw ``offsets/N+1`` entry stored before a sink published N + 1, if any."""
+    stored: SnapshotInfo | None = None
+    """The checkpoint restored from, when it is one of this lineage's."""
+
+    @property
+    def batch_id(self) -> int:
+        return self.savepoint.manifest.batch_id if self.savepoint is not None else -1
+
+    def restore_point(self, coordinator: str) -> RestorePoint | None:
+        if self.savepoint is None:
+            return None
+        return RestorePoint(self.batch_id, self.savepoint.coordinators.get(coordinator))
+
+    def apply(self, checkpoint_dir: Path) -> None:
+        """Unpack into the empty ``checkpoint_dir`` and write back the pending offsets entry."""
+        if self.savepoint is None:
+            checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            return
+        unpack_checkpoint(self.savepoint.checkpoint, checkpoint_dir)
+        if self.pending_offsets is not None:
+            CheckpointLog(str(checkpoint_dir)).write_entry(
+                "offsets", self.batch_id + 1, self.pending_offsets
+            )
+            log.info("batch %d will replay from its stored offsets", self.batch_id + 1)
+
+
+def read_snapshot_location(location: str, store: SnapshotStore) -> tuple[bytes, str]:
+    """The payload of the snapshot blob at ``location`` (a savepoint or checkpoint location as
+    reported in status), verified; and a short description of it."""
+    match = _SNAPSHOT_NAME.search(location)
+    if match is not None:
+        kind = SnapshotKind.SAVEPOINT if match["tag"] == "sp" else SnapshotKind.CHECKPOINT
+        snapshot_id = int(match["id"])
+        name = f"{store.prefix}/{match['tag']}-{snapshot_id:012d}.blob"
+        if store.backend.location(name) == location:
+            try:
+                return store.get(kind, snapshot_id).data, f"{kind.value} {snapshot_id}"
+            except SnapshotNotFound:
+                raise SavepointError(f"no {kind.value} at {location}") from None
+    scheme = urlsplit(location).scheme.lower()
+    if scheme == "configmap":
+        raise SavepointError(
+            f"{location} is in the ConfigMaps of another job; copy it to object storage or "
+            "restore into the job that took it"
+        )
+    root, _, name = location.rpartition("/")
+    if not name:
+        raise SavepointError(f"{location!r} does not name a savepoint file")
+    try:
+        with open_backend(root or ".") as backend:
+            blob = backend.get(name)
+    except ObjectNotFound:
+        raise SavepointError(f"no savepoint at {location}") from None
+    except (StateError, OSError, ValueError) as error:
+        raise SavepointError(f"cannot read the savepoint at {location}: {error}") from None
+    try:
+        payload, _ = decode_blob(blob, what=location)
+    except SnapshotCorrupt as error:
+        raise SavepointError(str(error)) from None
+    return payload, location
+
+
+def find_restore(
+    store: SnapshotStore,
+    *,
+    lineage: str,
+    restore_from: str,
+    allow_drained: bool,
+    fingerprints: Fingerprints,
+) -> Restored:
+    """The newest readable checkpoint of ``lineage``, else the savepoint ``restore_from``, else
+    nothing. A damaged newest checkpoint falls back to the one before with a warning."""
+    checkpoints = [
+        info
+        for info in store.list(SnapshotKind.CHECKPOINT)
+        if info.metadata.get(LINEAGE_KEY) == lineage
+    ]
+    for info in reversed(checkpoints):
+        try:
+            savepoint = decode_savepoint(store.get(info.kind, info.id).data, info.location)
+        except (SnapshotCorrupt, SnapshotNotFound, SavepointError) as error:
+            log.warning("checkpoint %d is unusable (%s); trying the one before", info.id, error)
+            continue
+        return Restored(
+            f"checkpoint {info.id} ({info.location})",
+            savepoint,
+            _pending_offsets(store, lineage, info.id + 1),
+            info,
+        )
+    if not restore_from:
+        return Restored("nothing (a new run)", None)
+    payload, what = read_snapshot_location(restore_from, store)
+    savepoint = decode_savepoint(payload, restore_from)
+    check_restorable(
+        savepoint.manifest,
+        sources=fingerprints.sources,
+        sinks=fingerprints.sinks,
+        allow_drained=allow_drained,
+        location=restore_from,
+    )
+    return Restored(f"{what} at batch {savepoint.manifest.batch_id}", savepoint)
+
+
+def _pending_offsets(store: SnapshotStore, lineage: str, batch_id: int) -> bytes | None:
+    try:
+        document = json.loads(store.backend.get(PENDING_OFFSETS))
+    except ObjectNotFound:
+        return None
+    except (StateError, ValueError) as error:
+        log.warning("ignoring unreadable pending offsets: %s", error)
+        return None
+    if document.get(LINEAGE_KEY) != lineage or document.get("batch") != batch_id:
+        return None
+    return str(document["offsets"]).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """A completed checkpoint: batch id, location, watermark and when."""
+
+    batch_id: int
+    location: str
+    watermark_ms: int | None
+    time: datetime
+
+
+class CheckpointKeeper:
+    """Takes the coordinators' snapshots on publish and stores checkpoints and savepoints.
+
+    Thread-safe: the batch hook runs on the endpoint's worker threads, the executor's loop on the
+    main thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: SnapshotStore,
+        job: str,
+        lineage: str,
+        checkpoint_dir: Path,
+        coordinators: Sequence[SourceCoordinator],
+        fingerprints: Fingerprints,
+        restored: Restored,
+    ) -> None:
+        self._store = store
+        self._job = job
+        self._lineage = lineage
+        self._dir = checkpoint_dir
+        self._log = CheckpointLog(str(checkpoint_dir))
+        self._coordinators = list(coordinators)
+        self._fingerprints = fingerprints
+        self._lock = threading.RLock()
+        self._snapshots: dict[int, dict[str, bytes]] = {}
+        self._latest: StoredCheckpoint | None = None
+        if restored.savepoint is not None:
+            self._snapshots[restored.batch_id] = dict(restored.savepoint.coordinators)
+            if restored.stored is not None:
+                self._latest = StoredCheckpoint(
+                    restored.batch_id,
+                    restored.stored.location,
+                    restored.savepoint.manifest.watermark_ms,
+                    datetime.fromtimestamp(restored.stored.created_at, UTC),
+                )
+        self._stored_through = restored.batch_id if restored.stored is not None else -1
+
+    @property
+    def latest(self) -> StoredCheckpoint | None:
+        """The newest checkpoint stored by this attempt (or restored from)."""
+        with self._lock:
+            return self._latest
+
+    # -- the sink's batch hook --------------------------------------------------------------
+
+    def hook(self, stage: str, batch_id: int, sink: str) -> dict[str, Any]:
+        """For ``CoordinatorEndpoint.set_batch_hook``."""
+        if stage == "prepare":
+            return self.prepare(batch_id)
+        return self.published(batch_id)
+
+    def prepare(self, batch_id: int) -> dict[str, Any]:
+        """Before a sink publishes ``batch_id``: make N - 1 and the raw offsets of N durable."""
+        with self._lock:
+            previous = batch_id - 1
+            if previous > self._stored_through and self._log.read_entry("commits", previous):
+                self.checkpoint(previous)
+            raw = self._log.read_entry("offsets", batch_id)
+            if raw is None:
+                raise RuntimeError(f"batch {batch_id} has no offsets entry in {self._dir}")
+            document = {
+                LINEAGE_KEY: self._lineage,
+                "batch": batch_id,
+                "offsets": raw.decode("utf-8"),
+            }
+            self._store.backend.put(PENDING_OFFSETS, json.dumps(document).encode("utf-8"))
+            return {"stored_through": self._stored_through}
+
+    def published(self, batch_id: int) -> dict[str, Any]:
+        """A sink published ``batch_id``: finish its splits, snapshot every coordinator."""
+        with self._lock:
+            snapshots: dict[str, bytes] = {}
+            sentinel = False
+            for coordinator in self._coordinators:
+                committed = coordinator.finish_batch(batch_id)
+                snapshot = (
+                    committed.snapshot if committed is not None else coordinator.last_snapshot.data
+                )
+                sentinel = sentinel or (committed is not None and committed.sentinel)
+                if snapshot is not None:
+                    snapshots[coordinator.name] = snapshot
+            self._snapshots[batch_id] = snapshots
+            for old in [b for b in self._snapshots if b < batch_id - 8]:
+                del self._snapshots[old]
+            return {"sentinel": sentinel}
+
+    # -- checkpoints and savepoints ---------------------------------------------------------
+
+    def store_latest(self) -> StoredCheckpoint | None:
+        """Store the newest committed batch whose snapshots are known, if not stored yet."""
+        with self._lock:
+            committed = latest_committed_batch(self._dir)
+            if (
+                committed is not None
+                and committed > self._stored_through
+                and committed in self._snapshots
+            ):
+                self._store_checkpoint(committed)
+            return self._latest
+
+    def checkpoint(self, batch_id: int) -> StoredCheckpoint:
+        """Make sure committed ``batch_id`` is stored; return it."""
+        with self._lock:
+            latest = self._latest
+            if latest is not None and latest.batch_id == batch_id:
+                return latest
+            if batch_id not in self._snapshots:
+                # No sink commit reported it (a batch that wrote nothing): finish it from the
+                # offsets log; a batch planned after it is adopted from its stored offsets.
+                self.published(batch_id)
+            return self._store_checkpoint(batch_id)
+
+    def savepoint(
+        self,
+        batch_id: int,
+        *,
+        drained: bool,
+        request_id: str | None,
+        target: SnapshotStore | None = None,
+    ) -> tuple[SnapshotInfo, StoredCheckpoint]:
+        """Copy checkpoint ``batch_id`` as a savepoint (into ``target``, or the job's store)."""
+        with self._lock:
+            stored = self.checkpoint(batch_id)
+            blob = self._blob(batch_id, drained=drained)
+            store = target or self._store
+            savepoint_id = max(store.ids(SnapshotKind.SAVEPOINT), default=0) + 1
+            info = store.put_savepoint(
+                savepoint_id,
+                blob,
+                metadata={
+                    LINEAGE_KEY: self._lineage,
+                    "batch": batch_id,
+                    "drained": drained,
+                    "request": request_id or "",
+                },
+            )
+            log.info(
+                "savepoint %d at batch %d%s: %s",
+                savepoint_id,
+                batch_id,
+                " (drained)" if drained else "",
+                info.location,
+            )
+            return info, stored
+
+    def _blob(self, batch_id: int, *, drained: bool) -> bytes:
+        manifest = SavepointManifest(
+            job=self._job,
+            batch_id=batch_id,
+            watermark_ms=committed_watermark(self._dir, batch_id),
+            drained=drained,
+            sources=dict(self._fingerprints.sources),
+            sinks=dict(self._fingerprints.sinks),
+            spark_version=pyspark.__version__,
+        )
+        return encode_savepoint(
+            Savepoint(manifest, pack_checkpoint(self._dir, batch_id), self._snapshots[batch_id])
+        )
+
+    def _store_checkpoint(self, batch_id: int) -> StoredCheckpoint:
+        blob = self._blob(batch_id, drained=False)
+        info = self._store.put_checkpoint(
+            batch_id, blob, metadata={LINEAGE_KEY: self._lineage, "job": self._job}
+        )
+        self._stored_through = batch_id
+        self._latest = StoredCheckpoint(
+            batch_id,
+            info.location,
+            committed_watermark(self._dir, batch_id),
+            datetime.fromtimestamp(info.created_at, UTC),
+        )
+        log.info("checkpoint %d stored (%d bytes)", batch_id, info.size)
+        return self._latest

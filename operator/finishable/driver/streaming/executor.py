@@ -1,0 +1,511 @@
+"""The streaming executor: runs the job's query and walks it through the FLIP-147 lifecycle.
+
+Running, it stores a checkpoint per committed micro-batch (``CheckpointKeeper``), reports to the
+control channel and answers requests. Ending — a stop with savepoint, a stop with drain, or the
+final checkpoint once every bounded source is exhausted — is driven by the lifecycle table: one
+``TaskLifecycle`` per source task and one for the sink task, fed the events as they happen, and
+every action the table returns is performed by the handler registered for it below. Nothing
+about *what* happens when is decided here; only *how* each action is done on Spark
+(docs/streaming-runtime.md has the mapping and why it is exactly-once).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
+from finishable.api.models import (
+    CheckpointStatus,
+    ControlRequest,
+    CoordinatorStatus,
+    LifecycleStatus,
+    LifecycleTaskStatus,
+    RequestAction,
+    SavepointStatus,
+)
+from finishable.connectors.sinks import TransactionalSink
+from finishable.connectors.sources import CheckpointLog, SourceCoordinator, await_batch_boundary
+from finishable.driver.streaming.checkpoints import CheckpointKeeper, StoredCheckpoint
+from finishable.lifecycle.table import Action, LifecycleMode, TaskEvent, TaskKind
+from finishable.lifecycle.task import TaskLifecycle
+from finishable.state import SnapshotInfo, SnapshotStore, open_backend
+from finishable.state.control import ControlChannel
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.2
+REPORT_EVERY_SECONDS = 10.0
+SINK_TASK = "sink"
+
+
+class JobFailed(RuntimeError):
+    """The job cannot go on; the message says why (it is also in the driver's report)."""
+
+
+class StopFailed(RuntimeError):
+    """A stop or savepoint did not complete; the job keeps running."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How ``run`` ended."""
+
+    state: DriverState
+    savepoint: SavepointStatus | None
+    last_checkpoint: StoredCheckpoint | None
+
+
+@dataclass
+class _Termination:
+    """The tasks of one ending, as the lifecycle table sees them."""
+
+    mode: LifecycleMode
+    barrier: int
+    """The checkpoint id the tasks know the final checkpoint or savepoint by."""
+    sources: dict[str, TaskLifecycle]
+    sink: TaskLifecycle
+    batch: int = -1
+    """The committed batch the final checkpoint is cut at, once the boundary is reached."""
+    emitted: set[Action] = field(default_factory=set)
+
+    def status(self) -> LifecycleStatus:
+        tasks = [
+            LifecycleTaskStatus(
+                name=f"source {name}",
+                kind=TaskKind.SOURCE,
+                task_status=task.task_status,
+                operator_status=task.operator_status,
+            )
+            for name, task in self.sources.items()
+        ]
+        tasks.append(
+            LifecycleTaskStatus(
+                name=SINK_TASK,
+                kind=TaskKind.NON_SOURCE,
+                task_status=self.sink.task_status,
+                operator_status=self.sink.operator_status,
+            )
+        )
+        return LifecycleStatus(mode=self.mode, tasks=tasks)
+
+
+class StreamingExecutor:
+    """Runs one query of a job until it is stopped, drained, finished or fails."""
+
+    def __init__(
+        self,
+        *,
+        job: str,
+        attempt: int,
+        writer: DataStreamWriter,
+        sink: TransactionalSink,
+        coordinators: Sequence[SourceCoordinator],
+        keeper: CheckpointKeeper,
+        checkpoint_dir: Path,
+        control: ControlChannel,
+        stop_timeout: float,
+    ) -> None:
+        self._job = job
+        self._attempt = attempt
+        self._writer = writer
+        self._sink = sink
+        self._coordinators = list(coordinators)
+        self._keeper = keeper
+        self._dir = checkpoint_dir
+        self._log = CheckpointLog(str(checkpoint_dir))
+        self._control = control
+        self._stop_timeout = stop_timeout
+        self._query: StreamingQuery | None = None
+        self._termination: _Termination | None = None
+        self._savepoint: SavepointStatus | None = None
+        self._answer: RequestReport | None = None
+        self._answered: set[str] = set()
+        self._barriers = 0
+        self._deadline = 0.0
+        self._rest: int | None = None
+        self._reported_checkpoint: int | None = None
+        self._reported_at = 0.0
+        self._source_actions: dict[Action, Callable[[SourceCoordinator], None]] = {
+            Action.SUSPEND_SOURCE: lambda c: c.suspend(),
+            Action.ADVANCE_TO_MAX_WATERMARK: self._emit_sentinel,
+            Action.END_INPUT_AND_FINISH: lambda c: c.suspend(),
+        }
+        self._sink_actions: dict[Action, Callable[[], None]] = {
+            Action.ADVANCE_TO_MAX_WATERMARK: self._await_sentinels,
+            Action.END_INPUT_AND_FINISH: sink.finish,
+            Action.EMIT_CHECKPOINT_BARRIER: self._checkpoint_at_boundary,
+            Action.CLOSE: self._stop_query,
+        }
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        """Start the query and obey the control channel until the job ends."""
+        for coordinator in self._coordinators:
+            reconciliation = coordinator.begin_run(self._attempt, str(self._dir))
+            if reconciliation.in_flight_batch is not None:
+                log.info(
+                    "source %s: batch %d replays with %d adopted split(s)",
+                    coordinator.name,
+                    reconciliation.in_flight_batch,
+                    len(reconciliation.in_flight_splits),
+                )
+        self._query = self._writer.start()
+        log.info("query %s started (attempt %d)", self._job, self._attempt)
+        self._report(DriverState.RUNNING, force=True)
+        try:
+            return self._loop()
+        finally:
+            self._stop_query()
+            for coordinator in self._coordinators:
+                coordinator.end_run("query ended")
+
+    def _loop(self) -> Outcome:
+        while True:
+            self._check_query()
+            self._keeper.store_latest()
+            request = self._control.read_request(self._attempt)
+            if request is not None and request.id not in self._answered:
+                outcome = self._handle(request)
+                if outcome is not None:
+                    return outcome
+            if self._exhausted():
+                log.info("every source is bounded and exhausted: taking the final checkpoint")
+                self._terminate(LifecycleMode.FINAL_CHECKPOINT, None)
+                return self._ended(DriverState.FINISHED)
+            self._report(DriverState.RUNNING)
+            time.sleep(POLL_SECONDS)
+
+    def _check_query(self) -> None:
+        query = self._query
+        if query is None:
+            return
+        error = query.exception()
+        if error is not None:
+            raise JobFailed(f"the query failed: {_first_line(str(error))}")
+        if not query.isActive:
+            raise JobFailed("the query stopped by itself")
+
+    def _exhausted(self) -> bool:
+        return bool(self._coordinators) and all(
+            c.source.bounded and c.exhausted() for c in self._coordinators
+        )
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _handle(self, request: ControlRequest) -> Outcome | None:
+        self._answered.add(request.id)
+        self._answer = RequestReport(id=request.id, outcome=RequestOutcome.IN_PROGRESS)
+        stopping = request.action is RequestAction.STOP
+        self._report(DriverState.STOPPING if stopping else DriverState.RUNNING, force=True)
+        target = self._target_store(request)
+        try:
+            if stopping:
+                mode = (
+                    LifecycleMode.STOP_WITH_SAVEPOINT_DRAIN
+                    if request.drain
+                    else LifecycleMode.STOP_WITH_SAVEPOINT
+                )
+                self._terminate(mode, request, target)
+                self._answer = RequestReport(
+                    id=request.id,
+                    outcome=RequestOutcome.COMPLETED,
+                    message=self._savepoint.location if self._savepoint else "nothing to save",
+                )
+                return self._ended(DriverState.FINISHED if request.drain else DriverState.SUSPENDED)
+            self._savepoint_now(request, target)
+        except (StopFailed, TimeoutError) as error:
+            log.warning("request %s failed: %s; the job keeps running", request.id, error)
+            for coordinator in self._coordinators:
+                coordinator.resume()
+            self._termination = None
+            self._answer = RequestReport(
+                id=request.id, outcome=RequestOutcome.FAILED, message=str(error)
+            )
+            self._report(DriverState.RUNNING, force=True)
+            return None
+        self._answer = RequestReport(
+            id=request.id,
+            outcome=RequestOutcome.COMPLETED,
+            message=self._savepoint.location if self._savepoint else "",
+        )
+        self._report(DriverState.RUNNING, force=True)
+        return None
+
+    def _target_store(self, request: ControlRequest) -> SnapshotStore | None:
+        if not request.target_directory:
+            return None
+        return SnapshotStore(open_backend(request.target_directory, job=self._job))
+
+    def _savepoint_now(self, request: ControlRequest, target: SnapshotStore | None) -> None:
+        """A savepoint without stopping: the newest committed batch, once there is one."""
+        deadline = time.monotonic() + self._stop_timeout
+        while True:
+            self._check_query()
+            latest = self._keeper.store_latest()
+            if latest is not None:
+                self._record_savepoint(
+                    *self._keeper.savepoint(
+                        latest.batch_id, drained=False, request_id=request.id, target=target
+                    ),
+                    drained=False,
+                    request_id=request.id,
+                )
+                return
+            if time.monotonic() >= deadline:
+                raise StopFailed("no micro-batch completed, so there is nothing to save yet")
+            time.sleep(POLL_SECONDS)
+
+    def _record_savepoint(
+        self, info: SnapshotInfo, stored: StoredCheckpoint, *, drained: bool, request_id: str | None
+    ) -> None:
+        self._savepoint = SavepointStatus(
+            location=info.location,
+            drained=drained,
+            time=datetime.fromtimestamp(info.created_at, UTC),
+            request_id=request_id,
+        )
+        log.info("savepoint at batch %d: %s", stored.batch_id, info.location)
+
+    # -- ending, driven by the lifecycle table --------------------------------------------
+
+    def _terminate(
+        self,
+        mode: LifecycleMode,
+        request: ControlRequest | None,
+        target: SnapshotStore | None = None,
+    ) -> None:
+        """Walk every task through ``mode`` to CLOSED, performing the table's actions."""
+        stopping = mode is not LifecycleMode.FINAL_CHECKPOINT
+        self._barriers += 1
+        ending = _Termination(
+            mode=mode,
+            barrier=self._barriers,
+            sources={c.name: TaskLifecycle(TaskKind.SOURCE, mode) for c in self._coordinators},
+            sink=TaskLifecycle(TaskKind.NON_SOURCE, mode),
+        )
+        self._termination = ending
+        self._deadline = time.monotonic() + self._stop_timeout
+        self._rest = None
+
+        # 1. Every source: a savepoint trigger (stop modes) or the end of its input.
+        for coordinator in self._coordinators:
+            task = ending.sources[coordinator.name]
+            if stopping:
+                actions = task.handle(TaskEvent.SAVEPOINT_TRIGGER, ending.barrier, savepoint=True)
+            else:
+                actions = task.handle(TaskEvent.NO_MORE_RECORDS)
+            self._perform_source(coordinator, actions, ending)
+        self._report_ending()
+
+        # 2. The sink task hears MAX_WATERMARK (drain and final checkpoint) and EndOfData.
+        if Action.EMIT_MAX_WATERMARK in ending.emitted:
+            self._perform_sink(ending.sink.handle(TaskEvent.MAX_WATERMARK_ALIGNED), ending)
+        self._perform_sink(ending.sink.handle(TaskEvent.END_OF_USER_RECORDS_ALIGNED), ending)
+        self._report_ending()
+
+        # 3. The barrier is the batch boundary: nothing planned is uncommitted, nothing new comes.
+        ending.batch = self._boundary()
+        if not stopping:
+            ending.barrier = max(ending.batch, 0)
+            for coordinator in self._coordinators:
+                self._perform_source(
+                    coordinator,
+                    ending.sources[coordinator.name].handle(
+                        TaskEvent.CHECKPOINT_TRIGGERED, ending.barrier
+                    ),
+                    ending,
+                )
+        self._perform_sink(
+            ending.sink.handle(
+                TaskEvent.CHECKPOINT_BARRIER_ALIGNED, ending.barrier, savepoint=stopping
+            ),
+            ending,
+        )
+
+        # 4. The final checkpoint or savepoint completes; every task may close.
+        drained = mode is not LifecycleMode.STOP_WITH_SAVEPOINT
+        if ending.batch >= 0:
+            request_id = request.id if request is not None else None
+            info, stored = self._keeper.savepoint(
+                ending.batch, drained=drained, request_id=request_id, target=target
+            )
+            self._record_savepoint(info, stored, drained=drained, request_id=request_id)
+        for coordinator in self._coordinators:
+            task = ending.sources[coordinator.name]
+            self._perform_source(
+                coordinator,
+                task.handle(TaskEvent.CHECKPOINT_COMPLETED, ending.barrier, savepoint=stopping),
+                ending,
+            )
+        self._perform_sink(
+            ending.sink.handle(TaskEvent.CHECKPOINT_COMPLETED, ending.barrier, savepoint=stopping),
+            ending,
+        )
+        # The sink has no downstream task to acknowledge its EndOfData: it acknowledges itself;
+        # the sources' EndOfData is acknowledged by the sink, which received it.
+        self._perform_sink(ending.sink.handle(TaskEvent.END_OF_DATA_ACKNOWLEDGED), ending)
+        for coordinator in self._coordinators:
+            task = ending.sources[coordinator.name]
+            self._perform_source(
+                coordinator, task.handle(TaskEvent.END_OF_DATA_ACKNOWLEDGED), ending
+            )
+        self._perform_sink(ending.sink.handle(TaskEvent.END_OF_PARTITION_RECEIVED), ending)
+        if not ending.sink.closed or not all(t.closed for t in ending.sources.values()):
+            raise JobFailed(f"the {mode.value} ended with tasks still open: {ending.status()}")
+
+    def _perform_source(
+        self, coordinator: SourceCoordinator, actions: Sequence[Action], ending: _Termination
+    ) -> None:
+        for action in actions:
+            handler = self._source_actions.get(action)
+            if handler is not None:
+                handler(coordinator)
+            ending.emitted.add(action)
+
+    def _perform_sink(self, actions: Sequence[Action], ending: _Termination) -> None:
+        for action in actions:
+            handler = self._sink_actions.get(action)
+            if handler is not None:
+                handler()
+
+    def _emit_sentinel(self, coordinator: SourceCoordinator) -> None:
+        """MAX_WATERMARK, Spark style: one far-future row that sinks never publish."""
+        coordinator.emit_sentinel(f"drain-{self._job}")
+
+    def _await_sentinels(self) -> None:
+        """Every sentinel was read, and the batches after it moved the watermark and fired."""
+        while any(c.state().sentinel_pending for c in self._coordinators):
+            self._check_query()
+            if time.monotonic() >= self._deadline:
+                raise StopFailed("the drain's sentinel batch did not complete in time")
+            time.sleep(POLL_SECONDS / 2)
+        self._boundary()
+
+    def _boundary(self) -> int:
+        """The batch the suspended query rests at. A rest found before still holds if nothing
+        was planned since (the sources stay suspended and the sentinels are consumed), which
+        spares a drain a second wait for two held requests."""
+        self._check_query()
+        rest = self._rest
+        planned = max(self._log.batch_ids("offsets"), default=-1)
+        if rest is not None and planned == rest == self._log.last_committed():
+            return rest
+        remaining = max(1.0, self._deadline - time.monotonic())
+        try:
+            self._rest = await_batch_boundary(self._coordinators, self._log, timeout=remaining)
+        except TimeoutError as error:
+            raise StopFailed(str(error)) from None
+        return self._rest
+
+    def _checkpoint_at_boundary(self) -> None:
+        ending = self._termination
+        if ending is not None and ending.batch >= 0:
+            self._keeper.checkpoint(ending.batch)
+
+    def _stop_query(self) -> None:
+        query = self._query
+        if query is not None and query.isActive:
+            query.stop()
+
+    # -- reports ----------------------------------------------------------------------------
+
+    def _ended(self, state: DriverState) -> Outcome:
+        self._report(state, force=True)
+        return Outcome(state, self._savepoint, self._keeper.latest)
+
+    def _report_ending(self) -> None:
+        ending = self._termination
+        if ending is not None:
+            state = {
+                LifecycleMode.FINAL_CHECKPOINT: DriverState.FINISHING,
+                LifecycleMode.STOP_WITH_SAVEPOINT_DRAIN: DriverState.STOPPING,
+                LifecycleMode.STOP_WITH_SAVEPOINT: DriverState.STOPPING,
+            }[ending.mode]
+            self._report(state, force=True)
+
+    def report_failure(self, message: str) -> None:
+        """Tell the steering side why this attempt failed."""
+        if self._answer is not None and self._answer.outcome is RequestOutcome.IN_PROGRESS:
+            self._answer = RequestReport(
+                id=self._answer.id, outcome=RequestOutcome.FAILED, message=message
+            )
+        self._report(DriverState.FAILED, force=True, message=message)
+
+    def _report(self, state: DriverState, *, force: bool = False, message: str = "") -> None:
+        latest = self._keeper.latest
+        checkpoint = latest.batch_id if latest is not None else None
+        now = time.monotonic()
+        if (
+            not force
+            and checkpoint == self._reported_checkpoint
+            and now - self._reported_at < REPORT_EVERY_SECONDS
+        ):
+            return
+        self._reported_checkpoint = checkpoint
+        self._reported_at = now
+        ending = self._termination
+        self._control.write_report(
+            DriverReport(
+                attempt=self._attempt,
+                state=state,
+                lifecycle=ending.status() if ending is not None else None,
+                last_checkpoint=(
+                    CheckpointStatus(id=latest.batch_id, location=latest.location, time=latest.time)
+                    if latest is not None
+                    else None
+                ),
+                savepoint=self._savepoint,
+                request=self._answer,
+                coordinator=self._progress(latest),
+                message=message or self._skipped(),
+                updated_at=datetime.now(UTC),
+            )
+        )
+
+    def _skipped(self) -> str:
+        """Input a source skipped (``on_error="skip"``), named, for the status."""
+        skipped = {
+            split: reason
+            for coordinator in self._coordinators
+            for split, reason in coordinator.state().skipped.items()
+        }
+        if not skipped:
+            return ""
+        named = "; ".join(f"{split}: {reason}" for split, reason in sorted(skipped.items())[:5])
+        more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        return f"skipped {len(skipped)} unreadable input split(s): {named}{more}"
+
+    def _progress(self, latest: StoredCheckpoint | None) -> CoordinatorStatus:
+        total = finished = 0
+        for coordinator in self._coordinators:
+            try:
+                progress = coordinator.host.progress().result(5)
+            except Exception:  # a failed coordinator shows in the query's failure instead
+                continue
+            if progress is not None:
+                total += progress.splits_discovered
+                finished += progress.splits_finished
+        return CoordinatorStatus(
+            snapshot=latest.location if latest is not None else None,
+            splits_total=total,
+            splits_finished=finished,
+        )
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if "Error:" in line or "Exception:" in line:
+            return line
+    return lines[0] if lines else text

@@ -1,0 +1,1 @@
+"""``finishable run``: the operator's part played locally: runner, job files, shuffle servers."""

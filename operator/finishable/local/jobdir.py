@@ -1,0 +1,218 @@
+"""Local jobs: the files of a job run by ``finishable run``, and steering it from another shell.
+
+A local job lives in ``<state dir>/<job>/`` (``.finishable/<job>/`` by default). ``finishable run``
+plays the operator there: it reads the desired state, runs the driver process, and keeps the
+job's status with the same phase machine the operator uses. The other commands play ``kubectl``:
+``finishable stop`` edits the desired state (as ``kubectl patch ... state: Suspended`` would),
+``finishable savepoint`` bumps the savepoint nonce, ``finishable status`` reads the status and
+the driver's report. Files:
+
+* ``desired.json``  the spec fields a user changes while the job runs, with a generation;
+* ``status.json``   the job's status, written only by the runner (one writer);
+* ``control.json``, ``state.json``  the control channel between the runner and the driver;
+* ``job.json``      the job configuration handed to the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from finishable.api.control import DriverReport
+from finishable.api.models import (
+    ConditionStatus,
+    ConditionType,
+    DesiredState,
+    FinishableSparkJobStatus,
+    Phase,
+    is_valid_job_name,
+)
+from finishable.state.control import LocalControlChannel
+
+DEFAULT_STATE_DIR = Path(".finishable")
+SETTLED_PHASES = frozenset({Phase.SUSPENDED, Phase.FINISHED, Phase.FAILED})
+
+
+class LocalJobError(ValueError):
+    """A local job that does not exist or cannot be steered; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Desired:
+    """The user-editable part of a local job's spec, with the generation of the last edit."""
+
+    generation: int = 1
+    state: DesiredState | None = None
+    savepoint_trigger_nonce: int | None = None
+
+
+@dataclass(frozen=True)
+class LocalJob:
+    """A job's directory and the files in it."""
+
+    name: str
+    directory: Path
+
+    @property
+    def channel(self) -> LocalControlChannel:
+        return LocalControlChannel(self.directory)
+
+    @property
+    def status_file(self) -> Path:
+        return self.directory / "status.json"
+
+    @property
+    def desired_file(self) -> Path:
+        return self.directory / "desired.json"
+
+    @property
+    def config_file(self) -> Path:
+        return self.directory / "job.json"
+
+    # -- desired state (written by the steering commands) ---------------------------------
+
+    def read_desired(self) -> Desired:
+        document = _read_json(self.desired_file)
+        state = document.get("state")
+        nonce = document.get("savepointTriggerNonce")
+        return Desired(
+            generation=int(document.get("generation", 1)),
+            state=DesiredState(state) if state else None,
+            savepoint_trigger_nonce=int(nonce) if nonce is not None else None,
+        )
+
+    def edit_desired(self, **changes: Any) -> Desired:
+        """Apply a change the way ``kubectl patch`` does: a new generation."""
+        current = _read_json(self.desired_file)
+        updated = {**current, **changes, "generation": int(current.get("generation", 1)) + 1}
+        _write_json(self.desired_file, updated)
+        return self.read_desired()
+
+    # -- status (written by the runner only) ------------------------------------------------
+
+    def read_status(self) -> FinishableSparkJobStatus | None:
+        document = _read_json(self.status_file)
+        if not document:
+            return None
+        try:
+            return FinishableSparkJobStatus.model_validate(document)
+        except ValidationError:
+            return None
+
+    def write_status(self, status: FinishableSparkJobStatus) -> None:
+        _write_json(
+            self.status_file, status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def _write_json(path: Path, document: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(document, indent=2), encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def local_job(name: str, state_dir: Path | None = None, *, must_exist: bool = True) -> LocalJob:
+    """The local job ``name`` under ``state_dir``; refuses names that are not job names."""
+    if not is_valid_job_name(name):
+        raise LocalJobError(f"{name!r} is not a job name (metadata.name of a manifest)")
+    root = state_dir or DEFAULT_STATE_DIR
+    job = LocalJob(name, root / name)
+    if must_exist and not job.status_file.is_file():
+        raise LocalJobError(
+            f"no local job {name!r} under {root}/: start it with `finishable run MANIFEST`"
+            + ("" if state_dir else " or pass --state-dir")
+        )
+    return job
+
+
+def wait_for(
+    job: LocalJob,
+    settled: Callable[[FinishableSparkJobStatus], bool],
+    timeout: float,
+    *,
+    poll: float = 0.2,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> FinishableSparkJobStatus | None:
+    """The job's status once ``settled`` says so, or None when ``timeout`` passes first."""
+    deadline = clock() + timeout
+    while True:
+        status = job.read_status()
+        if status is not None and settled(status):
+            return status
+        if clock() >= deadline:
+            return None
+        sleep(poll)
+
+
+def degraded(status: FinishableSparkJobStatus, generation: int) -> str | None:
+    """The Degraded message set for ``generation`` (a failed or refused request), if any."""
+    for condition in status.conditions:
+        if (
+            condition.type is ConditionType.DEGRADED
+            and condition.status is ConditionStatus.TRUE
+            and condition.observed_generation == generation
+        ):
+            return condition.message
+    return None
+
+
+def report_document(job: LocalJob) -> dict[str, Any]:
+    """What ``finishable status --json`` prints: the phase and the driver's newest report."""
+    status = job.read_status()
+    report = job.channel.read_report()
+    document: dict[str, Any] = {}
+    if status is not None:
+        document["phase"] = status.phase.value
+        document["message"] = status.message
+        document["attempt"] = status.attempt
+        document["restarts"] = status.restarts
+        document["recovery"] = status.recovery.model_dump(
+            mode="json", by_alias=True, exclude_none=True
+        )
+    if report is not None:
+        document["driver"] = report.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return document
+
+
+def describe(status: FinishableSparkJobStatus, report: DriverReport | None) -> list[str]:
+    """The status and the report as lines for people."""
+    lines = [f"phase: {status.phase.value} (attempt {status.attempt}): {status.message}"]
+    if status.last_checkpoint is not None:
+        lines.append(f"last checkpoint: {status.last_checkpoint.id}")
+    if status.savepoint is not None:
+        drained = " (drained)" if status.savepoint.drained else ""
+        lines.append(f"savepoint: {status.savepoint.location}{drained}")
+    progress = status.coordinator
+    if progress.splits_total:
+        lines.append(f"splits: {progress.splits_finished} of {progress.splits_total} finished")
+    if status.lifecycle.mode is not None:
+        lines.append(f"lifecycle: {status.lifecycle.mode.value}")
+    recovery = status.recovery
+    if status.restarts:
+        lines.append(
+            f"recovery: {status.restarts} driver restarts; {recovery.tasks_skipped} tasks "
+            f"skipped, {recovery.tasks_rerun} re-run, {recovery.splits_reread} splits re-read"
+        )
+    for condition in status.conditions:
+        if condition.type is ConditionType.DEGRADED and condition.status is ConditionStatus.TRUE:
+            lines.append(f"degraded: {condition.message}")
+    if report is not None and report.message:
+        lines.append(f"driver: {report.message}")
+    return lines

@@ -1,0 +1,372 @@
+"""``finishable run``: the operator's job, done locally for one job.
+
+The runner is to a local job what the operator is to a FinishableSparkJob: it holds the desired
+state (the manifest plus the edits of ``finishable stop`` / ``savepoint`` in ``desired.json``),
+observes the driver (a child process instead of a pod) and its report, asks the same pure phase
+machine (:func:`finishable.lifecycle.phases.next_status`) what to do, does it, and is the one
+writer of ``status.json``. So stop, drain, savepoints and crash recovery behave locally exactly
+as they will in a cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, TextIO
+from urllib.parse import urlsplit
+
+from finishable.api.control import DriverReport
+from finishable.api.jobconfig import (
+    ATTEMPT_ENV,
+    CONFIG_ENV,
+    RESTORE_ENV,
+    TOKEN_ENV,
+    ControlType,
+    JobConfig,
+    write_config,
+)
+from finishable.api.models import (
+    DesiredState,
+    FinishableSparkJob,
+    FinishableSparkJobSpec,
+    FinishableSparkJobStatus,
+    JobMode,
+    Phase,
+)
+from finishable.lifecycle.phases import (
+    Action,
+    ActionKind,
+    Decision,
+    Observation,
+    PodPhase,
+    next_status,
+)
+from finishable.local.jobdir import SETTLED_PHASES, LocalJob, LocalJobError, describe
+from finishable.local.shuffle import LocalShuffle
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_SECONDS = 10.0
+
+
+def application_path(job: FinishableSparkJob, manifest: Path) -> Path:
+    """The program to run locally: paths resolve against the manifest's directory."""
+    target = job.spec.application.file
+    parts = urlsplit(target)
+    if parts.scheme in ("local", "file"):
+        path = Path(parts.path)
+    elif parts.scheme and len(parts.scheme) > 1:
+        raise LocalJobError(
+            f"spec.application.file: {target!r} is remote; `finishable run` runs a local "
+            "program (a path, file:// or local://)"
+        )
+    else:
+        path = Path(target)
+    if not path.is_absolute():
+        path = manifest.resolve().parent / path
+    if not path.is_file():
+        raise LocalJobError(f"spec.application.file: {str(path)!r} does not exist")
+    return path
+
+
+@dataclass
+class DriverProcess:
+    """One driver attempt as a child process."""
+
+    attempt: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    log_file: IO[bytes]
+
+    def observe(self) -> tuple[PodPhase, str]:
+        code = self.process.poll()
+        if code is None:
+            return PodPhase.RUNNING, ""
+        if code == 0:
+            return PodPhase.SUCCEEDED, ""
+        if code < 0:
+            return PodPhase.FAILED, f"killed by signal {-code}; see {self.log_path}"
+        return PodPhase.FAILED, f"exit code {code}; see {self.log_path}"
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Terminate, then kill what does not end within ``grace`` seconds."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log_file.close()
+
+
+@dataclass
+class LocalRunner:
+    """Runs one manifest locally until the job is Finished, Suspended or Failed."""
+
+    job: FinishableSparkJob
+    manifest: Path
+    state_dir: Path
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    poll_seconds: float = 0.5
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    driver: DriverProcess | None = None
+    _interrupts: int = 0
+    _last_progress: str = ""
+
+    @property
+    def shuffle(self) -> LocalShuffle | None:
+        """A Batch job's local shuffle servers (the StatefulSet of a cluster)."""
+        if self.job.spec.mode is not JobMode.BATCH:
+            return None
+        shuffle = self.job.spec.effective_shuffle
+        return LocalShuffle(
+            self.local.directory / "shuffle",
+            self.job.metadata.name,
+            shuffle.replicas,
+            str(shuffle.retain_timeout),
+        )
+
+    @property
+    def local(self) -> LocalJob:
+        return LocalJob(self.job.metadata.name, self.state_dir / self.job.metadata.name)
+
+    # -- entry point ------------------------------------------------------------------------
+
+    def run(self, *, resume: bool = False, fresh: bool = False) -> int:
+        """Run to a settled phase; the exit code is 0 for Finished or Suspended, 1 for Failed."""
+        program = application_path(self.job, self.manifest)
+        status = self._prepare(resume=resume, fresh=fresh)
+        if self.shuffle is not None and status.phase not in SETTLED_PHASES:
+            self.shuffle.ensure()
+        self._write_config()
+        previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        try:
+            return self._loop(status, program)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            if self.driver is not None:
+                self.driver.stop()
+
+    def _prepare(self, *, resume: bool, fresh: bool) -> FinishableSparkJobStatus:
+        local = self.local
+        self._kill_leftover_driver()
+        if fresh and local.directory.exists():
+            if self.shuffle is not None:
+                self.shuffle.stop()
+            shutil.rmtree(local.directory)
+        status = local.read_status()
+        if status is None:
+            local.directory.mkdir(parents=True, exist_ok=True)
+            local.edit_desired(state=self.job.spec.state.value)
+            return FinishableSparkJobStatus()
+        name = self.job.metadata.name
+        if status.phase is Phase.SUSPENDED:
+            if not resume:
+                raise LocalJobError(
+                    f"job {name!r} is suspended at {local.directory}: resume it with "
+                    "`finishable run FILE --resume`, or start over with --fresh"
+                )
+            local.edit_desired(state=DesiredState.RUNNING.value)
+            self._say(f"resuming {name} from its savepoint")
+            return status
+        if status.phase in (Phase.FINISHED, Phase.FAILED):
+            raise LocalJobError(
+                f"job {name!r} already ended {status.phase.value} at {local.directory}; "
+                "start it again with --fresh"
+            )
+        # A runner that died left the job mid-flight: its driver is gone, which is a crash.
+        self._say(f"{name} was {status.phase.value} when its runner stopped; recovering")
+        return status
+
+    def _kill_leftover_driver(self) -> None:
+        """A driver whose runner died keeps running (own session): end it before a new one."""
+        pid_file = self.local.directory / "driver.pid"
+        try:
+            pid = int(pid_file.read_text().split()[-1])
+        except (OSError, ValueError, IndexError):
+            return
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            raise LocalJobError(f"a driver (pid {pid}) of this job runs as another user") from None
+        self._say(f"killed the driver left running by a previous runner (pid {pid})")
+
+    def _write_config(self) -> None:
+        local = self.local
+        config = JobConfig(
+            name=self.job.metadata.name,
+            spec=self.job.spec,
+            state_url=str((local.directory / "state").resolve()),
+            work_dir=str((local.directory / "work").resolve()),
+            control=ControlType.LOCAL,
+            control_dir=str(local.directory.resolve()),
+            manifest_dir=str(self.manifest.resolve().parent),
+            shuffle_urls=self.shuffle.urls() if self.shuffle is not None else [],
+        )
+        write_config(config, local.config_file)
+
+    # -- the reconcile loop -----------------------------------------------------------------
+
+    def _loop(self, status: FinishableSparkJobStatus, program: Path) -> int:
+        local = self.local
+        while True:
+            desired = local.read_desired()
+            spec = self._spec(desired.state, desired.savepoint_trigger_nonce)
+            pod, message = self._observe_driver(status)
+            observation = Observation(
+                now=self.clock(),
+                generation=desired.generation,
+                driver_pod=pod,
+                driver_message=message,
+                report=local.channel.read_report(),
+            )
+            decision = next_status(status, spec, observation)
+            self._tell_stage_progress(observation.report)
+            self._perform(decision, program)
+            self._supervise_shuffle(decision.status)
+            self._tell(status, decision)
+            status = decision.status
+            local.write_status(status)
+            alive = self.driver is not None and self.driver.process.poll() is None
+            if status.phase in SETTLED_PHASES and not alive:
+                return self._farewell(status)
+            time.sleep(self.poll_seconds)
+
+    def _spec(self, state: DesiredState | None, nonce: int | None) -> FinishableSparkJobSpec:
+        update: dict[str, object] = {}
+        if state is not None:
+            update["state"] = state
+        if nonce is not None:
+            update["savepoint_trigger_nonce"] = nonce
+        return self.job.spec.model_copy(update=update)
+
+    def _observe_driver(self, status: FinishableSparkJobStatus) -> tuple[PodPhase, str]:
+        """The current attempt's driver process, as a pod phase would describe it."""
+        if self.driver is None or self.driver.attempt != status.attempt:
+            return PodPhase.ABSENT, ""
+        return self.driver.observe()
+
+    def _perform(self, decision: Decision, program: Path) -> None:
+        for action in decision.actions:
+            self._act(action, program)
+
+    def _act(self, action: Action, program: Path) -> None:
+        channel = self.local.channel
+        if action.kind is ActionKind.START_DRIVER:
+            self._start_driver(action.attempt, action.restore_from, program)
+        elif action.kind is ActionKind.SEND_REQUEST and action.request is not None:
+            channel.send(action.request)
+        elif action.kind is ActionKind.CANCEL_REQUEST and action.request is not None:
+            channel.cancel(action.request.id)
+        elif action.kind is ActionKind.DELETE_DRIVER:
+            if self.driver is not None and self.driver.attempt <= action.attempt:
+                self.driver.stop()
+        elif action.kind is ActionKind.DELETE_SHUFFLE and self.shuffle is not None:
+            self.shuffle.stop()
+            self._say("shuffle servers stopped and their partitions deleted")
+        # REQUEUE: the loop polls anyway.
+
+    def _supervise_shuffle(self, status: FinishableSparkJobStatus) -> None:
+        """Restart dead shuffle servers while a driver may need them (StatefulSet semantics)."""
+        shuffle = self.shuffle
+        if shuffle is None or status.phase in SETTLED_PHASES:
+            return
+        for index in shuffle.restart_dead():
+            self._say(f"shuffle server {index} was gone: started again on its port and data")
+
+    def _start_driver(self, attempt: int, restore_from: str, program: Path) -> None:
+        if self.driver is not None:
+            if self.driver.attempt == attempt and self.driver.process.poll() is None:
+                return
+            self.driver.stop()
+        local = self.local
+        log_path = local.directory / f"driver-{attempt}.log"
+        env = {
+            **os.environ,
+            CONFIG_ENV: str(local.config_file.resolve()),
+            ATTEMPT_ENV: str(attempt),
+            RESTORE_ENV: restore_from,
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "PYTHONUNBUFFERED": "1",
+        }
+        if self.shuffle is not None:
+            env[TOKEN_ENV] = self.shuffle.token
+        log_file = log_path.open("ab")
+        process = subprocess.Popen(
+            [sys.executable, str(program), *self.job.spec.application.args],
+            cwd=Path.cwd(),  # relative paths in args mean what they mean to the user
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches the runner, which stops the driver cleanly
+        )
+        self.driver = DriverProcess(attempt, process, log_path, log_file)
+        (local.directory / "driver.pid").write_text(f"{attempt} {process.pid}\n")
+        self._say(f"driver attempt {attempt} started (pid {process.pid}, log {log_path})")
+
+    # -- talking to the user ----------------------------------------------------------------
+
+    def _tell(self, before: FinishableSparkJobStatus, decision: Decision) -> None:
+        after = decision.status
+        for event in decision.events:
+            self._say(f"{event.reason}: {event.message}")
+        old_checkpoint = before.last_checkpoint.id if before.last_checkpoint else None
+        new_checkpoint = after.last_checkpoint.id if after.last_checkpoint else None
+        if new_checkpoint is not None and new_checkpoint != old_checkpoint:
+            progress = after.coordinator
+            splits = (
+                f", splits {progress.splits_finished}/{progress.splits_total}"
+                if progress.splits_total
+                else ""
+            )
+            self._say(f"checkpoint {new_checkpoint}{splits}")
+
+    def _tell_stage_progress(self, report: DriverReport | None) -> None:
+        """A Batch driver's stage progress ("stage paid: 3/8 tasks done"), once per change."""
+        if report is None or not report.message.startswith("stage "):
+            return
+        line = f"attempt {report.attempt}: {report.message}"
+        if line != self._last_progress:
+            self._last_progress = line
+            self._say(line)
+
+    def _farewell(self, status: FinishableSparkJobStatus) -> int:
+        shuffle = self.shuffle
+        if shuffle is not None and status.phase in (Phase.FINISHED, Phase.FAILED):
+            shuffle.stop()  # what the operator's DeleteShuffle does when the job ends
+        for line in describe(status, self.local.channel.read_report()):
+            self._say(line)
+        if status.phase is Phase.SUSPENDED:
+            self._say(f"resume with: finishable run {self.manifest} --resume")
+        return 1 if status.phase is Phase.FAILED else 0
+
+    def _say(self, text: str) -> None:
+        stamp = self.clock().strftime("%H:%M:%S")
+        self.out.write(f"{stamp} {self.job.metadata.name}: {text}\n")
+        self.out.flush()
+
+    def _on_interrupt(self, signum: int, frame: object) -> None:
+        """First Ctrl-C: stop with a savepoint. Second: stop the driver at once."""
+        self._interrupts += 1
+        if self._interrupts == 1:
+            self._say("stopping with a savepoint (Ctrl-C again to kill the driver)")
+            self.local.edit_desired(state=DesiredState.SUSPENDED.value)
+            return
+        self._say("killing the driver")
+        if self.driver is not None:
+            self.driver.stop(grace=0)
+        raise KeyboardInterrupt

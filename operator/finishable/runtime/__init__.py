@@ -1,1 +1,0 @@
-"""Driver side: the FinishableJob API, PySpark sources and sinks, executors, control channel."""

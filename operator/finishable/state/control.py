@@ -1,0 +1,216 @@
+"""The control channel between whoever steers a job and its driver (DESIGN.md section 6).
+
+The operator (or ``finishable stop`` locally) never calls into the driver: it writes a
+:class:`~finishable.api.models.ControlRequest`, and the driver answers with a
+:class:`~finishable.api.control.DriverReport` at least once per checkpoint. One writer per side:
+only the steering side writes the request, only the driver writes the report. Two backends:
+
+* ConfigMaps ``<job>-control`` (key ``request``, and ``cancelled`` holding a withdrawn request's
+  id) and ``<job>-state`` (key ``report``), in the job's namespace;
+* two files in the job's local directory, ``control.json`` and ``state.json``, replaced
+  atomically (write a temporary file, then rename), so a reader never sees half a document.
+
+What is read is validated with the API models; a document that does not parse is logged and read
+as absent, so a broken writer can stall a job but never steer it wrongly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from finishable.api.control import DriverReport
+from finishable.api.models import ControlRequest
+from finishable.kube.api import KubeApi, KubeApiError
+from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, job_label_value
+from finishable.state.configmap import upsert_configmap
+
+log = logging.getLogger(__name__)
+
+CONTROL_SUFFIX = "-control"
+STATE_SUFFIX = "-state"
+
+
+def _encode(model: ControlRequest | DriverReport) -> str:
+    return json.dumps(model.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+class ControlChannel(ABC):
+    """Requests one way, reports the other; both sides use the same object."""
+
+    # -- the steering side (operator, `finishable stop`) ------------------------------------
+
+    def send(self, request: ControlRequest) -> None:
+        """Ask the driver to stop or take a savepoint; replaces any earlier request."""
+        self._write_control({"request": _encode(request)})
+
+    def cancel(self, request_id: str) -> None:
+        """Withdraw a request (a stop that took too long); the driver abandons it if it can."""
+        current = self._read_control()
+        self._write_control({**current, "cancelled": request_id})
+
+    def read_report(self) -> DriverReport | None:
+        """The driver's newest report, or None if it has written none (or an unreadable one)."""
+        text = self._read_state().get("report")
+        if not text:
+            return None
+        try:
+            return DriverReport.model_validate_json(text)
+        except ValidationError as error:
+            log.warning("ignoring an unreadable driver report in %s: %s", self, error)
+            return None
+
+    # -- the driver side ------------------------------------------------------------------
+
+    def read_request(self, attempt: int | None = None) -> ControlRequest | None:
+        """The pending request for driver ``attempt``, unless it was cancelled.
+
+        A request names the attempt it was sent to, so a new attempt never acts on a request
+        its predecessor already answered (a resumed job must not stop again at once).
+        """
+        document = self._read_control()
+        text = document.get("request")
+        if not text:
+            return None
+        try:
+            request = ControlRequest.model_validate_json(text)
+        except ValidationError as error:
+            log.warning("ignoring an unreadable control request in %s: %s", self, error)
+            return None
+        if document.get("cancelled") == request.id:
+            return None
+        if attempt is not None and request.attempt is not None and request.attempt != attempt:
+            return None
+        return request
+
+    def write_report(self, report: DriverReport) -> None:
+        """Publish the driver's state; the steering side reads it on its next reconcile."""
+        self._write_state({"report": _encode(report)})
+
+    # -- storage --------------------------------------------------------------------------
+
+    @abstractmethod
+    def _read_control(self) -> dict[str, str]: ...
+
+    @abstractmethod
+    def _write_control(self, data: Mapping[str, str]) -> None: ...
+
+    @abstractmethod
+    def _read_state(self) -> dict[str, str]: ...
+
+    @abstractmethod
+    def _write_state(self, data: Mapping[str, str]) -> None: ...
+
+
+class LocalControlChannel(ControlChannel):
+    """Two JSON files in a local job directory (``finishable run``)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.control_file = directory / "control.json"
+        self.state_file = directory / "state.json"
+
+    def __repr__(self) -> str:
+        return f"LocalControlChannel({str(self.directory)!r})"
+
+    def _read(self, path: Path) -> dict[str, str]:
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as error:
+            log.warning("ignoring unreadable %s: %s", path, error)
+            return {}
+        if not isinstance(document, dict):
+            log.warning("ignoring %s: not a JSON object", path)
+            return {}
+        return {str(key): str(value) for key, value in document.items()}
+
+    def _write(self, path: Path, data: Mapping[str, str]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                json.dump(dict(data), stream)
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+    def _read_control(self) -> dict[str, str]:
+        return self._read(self.control_file)
+
+    def _write_control(self, data: Mapping[str, str]) -> None:
+        self._write(self.control_file, data)
+
+    def _read_state(self) -> dict[str, str]:
+        return self._read(self.state_file)
+
+    def _write_state(self, data: Mapping[str, str]) -> None:
+        self._write(self.state_file, data)
+
+
+class ConfigMapControlChannel(ControlChannel):
+    """``<job>-control`` and ``<job>-state`` ConfigMaps in the job's namespace."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        job: str,
+        *,
+        namespace: str | None = None,
+        owner_references: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        self.api = api
+        self.job = job
+        self.namespace = namespace or api.namespace
+        self.control_name = f"{job}{CONTROL_SUFFIX}"
+        self.state_name = f"{job}{STATE_SUFFIX}"
+        self.owner_references = [dict(reference) for reference in owner_references]
+
+    def __repr__(self) -> str:
+        return f"ConfigMapControlChannel({self.namespace}/{self.job})"
+
+    def _read(self, name: str) -> dict[str, str]:
+        response = self.api.request(
+            "GET", self.api.path("configmaps", name, namespace=self.namespace)
+        )
+        if response.status == 404:
+            return {}
+        if response.status != 200:
+            raise KubeApiError(f"cannot read ConfigMap {name}", response)
+        data = response.body.get("data") or {}
+        return {str(key): str(value) for key, value in data.items()}
+
+    def _write(self, name: str, component: str, data: Mapping[str, str]) -> None:
+        metadata: dict[str, Any] = {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": {LABEL_JOB: job_label_value(self.job), LABEL_COMPONENT: component},
+        }
+        if self.owner_references:
+            metadata["ownerReferences"] = self.owner_references
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": dict(data)}
+        upsert_configmap(self.api, body, namespace=self.namespace)
+
+    def _read_control(self) -> dict[str, str]:
+        return self._read(self.control_name)
+
+    def _write_control(self, data: Mapping[str, str]) -> None:
+        self._write(self.control_name, "control", data)
+
+    def _read_state(self) -> dict[str, str]:
+        return self._read(self.state_name)
+
+    def _write_state(self, data: Mapping[str, str]) -> None:
+        self._write(self.state_name, "control", data)

@@ -1,0 +1,1 @@
+"""Tests of the connectors: sources, sinks, the Python data sources and staging."""

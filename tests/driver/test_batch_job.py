@@ -1,0 +1,349 @@
+"""The batch runtime end to end: `finishable run` drives real drivers and real shuffle servers.
+
+The job is the batch example (``examples/batch/aggregate.py``: parse and filter order files, then
+total them by customer). Drivers and shuffle servers are killed with SIGKILL; the output is
+compared with a ground truth computed by pandas from the same files, and with an uninterrupted run.
+Every split a reader task reads is appended to an audit file (``FINISHABLE_SPLIT_AUDIT``), which is
+how re-reads are counted at the readers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from finishable.connectors.batch.datasources import AUDIT_ENV
+from finishable.connectors.sinks import TransactionalFiles
+from finishable.driver.batch.plan import TaskFinished, decode_event
+from finishable.state import LocalDirBackend
+from finishable.state.events import read_events
+from tests.support.batchlog import durable_at_crash
+from tests.support.processes import alive
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).parents[2]
+EXAMPLE = ROOT / "examples" / "batch"
+sys.path.insert(0, str(EXAMPLE))
+from orders import ground_truth  # noqa: E402
+
+FILES = 24
+ROWS = 4000
+
+
+class BatchJob:
+    """One Batch job run by `finishable run` in a subprocess, observed through its local files."""
+
+    def __init__(
+        self, tmp: Path, name: str, *, retain: str = "2m", files: int = FILES, attempts: int = 5
+    ) -> None:
+        self.name = name
+        self.files = files
+        self.input = tmp / "input"
+        self.output = tmp / "output"
+        self.state = tmp / "state"
+        self.audit = tmp / "audit.jsonl"
+        self.manifest = tmp / f"{name}.yaml"
+        tmp.mkdir(parents=True, exist_ok=True)
+        # The example's own manifest, pointed at this test's files, with short timeouts.
+        document = yaml.safe_load((EXAMPLE / "local.yaml").read_text())
+        document["metadata"]["name"] = name
+        spec = document["spec"]
+        spec["application"]["file"] = str(EXAMPLE / "aggregate.py")
+        spec["application"]["args"] = [
+            f"--input={self.input}",
+            f"--output={self.output}",
+            f"--files={files}",
+            f"--rows={ROWS}",
+        ]
+        spec["application"]["sparkConf"] = {"spark.sql.shuffle.partitions": "3"}
+        spec["recovery"].update(maxAttempts=attempts, eventStore={"flushInterval": "100ms"})
+        spec["shuffle"]["retainTimeout"] = retain
+        self.manifest.write_text(yaml.safe_dump(document))
+        self.runner: subprocess.Popen[str] | None = None
+
+    # -- running --------------------------------------------------------------------------------
+
+    def run(self, *extra: str) -> None:
+        self.runner = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "finishable.cli",
+                "run",
+                str(self.manifest),
+                "--state-dir",
+                str(self.state),
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, AUDIT_ENV: str(self.audit)},
+        )
+
+    def finish(self, timeout: float = 300, expect: int = 0) -> str:
+        assert self.runner is not None
+        output, _ = self.runner.communicate(timeout=timeout)
+        assert self.runner.returncode == expect, output + self.logs()
+        return output
+
+    def status(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.home / "status.json").read_text())  # type: ignore[no-any-return]
+        except (OSError, ValueError):
+            return {}
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "finishable.cli",
+                *args,
+                self.name,
+                "--state-dir",
+                str(self.state),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+            check=False,
+        )
+
+    def cli_status(self) -> dict[str, Any]:
+        done = self.cli("status", "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    def wait(
+        self, what: str, accept: Callable[[dict[str, Any]], bool], timeout: float = 240
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status()
+            if status and accept(status):
+                return
+            if self.runner is not None and self.runner.poll() is not None:
+                output = self.runner.stdout.read() if self.runner.stdout else ""
+                raise AssertionError(f"the runner ended before {what}: {output}{self.logs()}")
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}: {self.status()}{self.logs()}")
+
+    def wait_splits(self, finished: int) -> None:
+        def done(status: dict[str, Any]) -> bool:
+            progress = status.get("coordinator") or {}
+            return progress.get("splitsFinished", 0) >= finished
+
+        self.wait(f"{finished} splits finished", done)
+
+    @property
+    def home(self) -> Path:
+        return self.state / self.name
+
+    def kill_driver(self) -> None:
+        _attempt, pid = (self.home / "driver.pid").read_text().split()
+        os.kill(int(pid), signal.SIGKILL)
+
+    def shuffle_pid(self, index: int) -> int:
+        return int((self.home / "shuffle" / str(index) / "pid").read_text())
+
+    def logs(self) -> str:
+        logs = sorted(self.home.glob("driver-*.log")) + sorted(self.home.glob("shuffle/*/*.log"))
+        return "".join(f"\n--- {p}\n{p.read_text()[-4000:]}" for p in logs)
+
+    # -- what happened --------------------------------------------------------------------------
+
+    def published(self) -> dict[str, tuple[int, int]]:
+        table = TransactionalFiles(str(self.output), name="totals").read_committed()
+        rows = table.to_pylist()
+        customers = [row["customer"] for row in rows]
+        assert len(customers) == len(set(customers)), "a customer was published twice"
+        return {row["customer"]: (row["orders"], row["amount_cents"]) for row in rows}
+
+    def published_any(self) -> bool:
+        return bool(TransactionalFiles(str(self.output), name="totals").committed_batches())
+
+    def events(self) -> list[tuple[int, object]]:
+        backend = LocalDirBackend(self.home / "state")
+        return [
+            (event.seq, typed)
+            for event in read_events(backend, prefix="batch-events")
+            if (typed := decode_event(event.type, event.data)) is not None
+        ]
+
+    def reads(self) -> list[dict[str, Any]]:
+        if not self.audit.exists():
+            return []
+        return [json.loads(line) for line in self.audit.read_text().splitlines() if line]
+
+
+@pytest.fixture
+def jobs() -> Iterator[list[BatchJob]]:
+    started: list[BatchJob] = []
+    yield started
+    for job in started:
+        if job.runner is not None and job.runner.poll() is None:
+            job.runner.kill()
+            job.runner.wait(30)
+        with contextlib.suppress(OSError, ValueError):
+            _attempt, pid = (job.home / "driver.pid").read_text().split()
+            os.killpg(int(pid), signal.SIGKILL)
+        for index in (0, 1):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(job.shuffle_pid(index), signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def truth() -> dict[str, tuple[int, int]]:
+    return ground_truth(FILES, ROWS)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, int]]:
+    job = BatchJob(tmp_path_factory.mktemp("plain"), "plain")
+    try:
+        job.run()
+        output = job.finish()
+        assert "Finished" in output
+        reads = job.reads()
+        assert len(reads) == FILES, "an uninterrupted run reads every file exactly once"
+        assert not (job.home / "shuffle" / "0" / "pid").exists(), "servers stopped at the end"
+        return job.published()
+    finally:
+        if job.runner is not None and job.runner.poll() is None:
+            job.runner.kill()
+
+
+def test_driver_killed_half_way_re_reads_no_finished_split(
+    tmp_path: Path, jobs: list[BatchJob], truth: dict[str, Any], uninterrupted: dict[str, Any]
+) -> None:
+    job = BatchJob(tmp_path, "crash")
+    jobs.append(job)
+    job.run()
+    job.wait_splits(FILES // 2)
+    job.kill_driver()
+    output = job.finish()
+    assert "Finished" in output
+
+    assert job.published() == truth
+    assert job.published() == uninterrupted
+
+    finished_splits, finished_tasks = durable_at_crash(job.events())
+    assert finished_splits, "the crash came after some reader tasks had finished"
+    reread = {r["split"] for r in job.reads() if r["attempt"] >= 2} & finished_splits
+    assert reread == set(), f"finished splits read again: {sorted(reread)}"
+    redone = {
+        (e.stage, e.task) for _, e in job.events() if isinstance(e, TaskFinished) and e.attempt >= 2
+    } & finished_tasks
+    assert redone == set(), f"finished tasks run again: {sorted(redone)}"
+    later = [r for r in job.reads() if r["attempt"] >= 2]
+    assert len(later) < FILES, "the second attempt read less than everything"
+
+    status = job.cli_status()
+    assert status["restarts"] == 1
+    recovery = status["recovery"]
+    assert recovery["tasksSkipped"] >= len(finished_tasks)
+    assert recovery["splitsReread"] == 0
+
+
+def test_stop_suspends_a_batch_job_and_resuming_recovers_it(
+    tmp_path: Path, jobs: list[BatchJob], truth: dict[str, Any]
+) -> None:
+    job = BatchJob(tmp_path, "suspend")
+    jobs.append(job)
+    job.run()
+    job.wait_splits(FILES // 3)
+    stopped = job.cli("stop", "--timeout", "180")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    output = job.finish()
+    assert "Suspended" in output
+    assert alive(job.shuffle_pid(0)), "the shuffle servers keep the partitions for the resume"
+    finished_splits, _ = durable_at_crash(job.events())
+    assert finished_splits, "some reader tasks finished before the stop"
+
+    job.run("--resume")
+    output = job.finish()
+    assert "tasks done" in output, "the runner prints stage progress"
+    assert "Finished" in output
+    assert job.published() == truth
+    reread = {r["split"] for r in job.reads() if r["attempt"] >= 2} & finished_splits
+    assert reread == set(), f"finished splits read again after the resume: {sorted(reread)}"
+
+
+def test_a_lost_shuffle_server_and_a_corrupt_partition_are_recomputed(
+    tmp_path: Path, jobs: list[BatchJob], truth: dict[str, Any]
+) -> None:
+    job = BatchJob(tmp_path, "lost")
+    jobs.append(job)
+    job.run()
+    job.wait_splits(FILES // 2)
+    # server 0's machine is gone (process and volume); the runner starts it again, empty
+    os.kill(job.shuffle_pid(0), signal.SIGKILL)
+    shutil.rmtree(job.home / "shuffle" / "0" / "data", ignore_errors=True)
+    # and one committed partition on server 1 rots on disk
+    files = sorted((job.home / "shuffle" / "1" / "data").rglob("*.arrow"))
+    assert files, "server 1 holds committed partitions"
+    damaged = bytearray(files[0].read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    files[0].write_bytes(bytes(damaged))
+    job.kill_driver()  # the new attempt must notice both while recovering
+    output = job.finish()
+    assert "Finished" in output
+    assert job.published() == truth
+    server_log = (job.home / "shuffle" / "1" / "server.log").read_text()
+    assert "checksum" in server_log or "corrupt" in server_log.lower()
+
+
+def test_a_driver_after_the_retain_timeout_recomputes_everything(
+    tmp_path: Path, jobs: list[BatchJob], truth: dict[str, Any]
+) -> None:
+    job = BatchJob(tmp_path, "late", retain="3s")
+    jobs.append(job)
+    job.run()
+    job.wait_splits(FILES // 2)
+    assert job.runner is not None
+    job.runner.kill()  # the runner and its driver are gone; the servers stay, without heartbeat
+    job.runner.wait(30)
+    job.kill_driver()
+    pids = [job.shuffle_pid(index) for index in (0, 1)]
+    deadline = time.monotonic() + 60
+    while any(alive(pid) for pid in pids):  # they release and exit after 3 s without a driver
+        assert time.monotonic() < deadline, "shuffle servers outlived their retain timeout"
+        time.sleep(0.2)
+    job.run()  # the same command again: the next driver attempt
+    output = job.finish()
+    assert "Finished" in output
+    assert job.published() == truth
+    later = {r["split"] for r in job.reads() if r["attempt"] >= 2}
+    assert len(later) == FILES, "every split is read again: no partition survived"
+
+
+def test_an_unreadable_input_file_fails_the_job_naming_it(
+    tmp_path: Path, jobs: list[BatchJob]
+) -> None:
+    job = BatchJob(tmp_path, "broken", files=3, attempts=1)
+    jobs.append(job)
+    job.input.mkdir(parents=True)
+    (job.input / "orders-99999.json").write_bytes(b"\x00\x01 not json at all\n{{{\n")
+    job.run()
+    output = job.finish(expect=1)
+    assert "Failed" in output
+    status = job.status()
+    assert status["phase"] == "Failed"
+    assert "orders-99999.json" in json.dumps(status)
+    assert not job.published_any(), "nothing is published without all of the input"

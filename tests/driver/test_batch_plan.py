@@ -1,0 +1,190 @@
+"""The batch job event log and recovery decisions, without I/O (FLIP-383 steps 3 to 5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from finishable.driver.batch.plan import (
+    CoordinatorSnapshot,
+    Listed,
+    OutputCommitted,
+    PartitionRef,
+    StageInitialized,
+    StageKind,
+    StageShape,
+    TaskFinished,
+    TaskReset,
+    decode_event,
+    recover,
+    replay,
+    schedule,
+)
+from finishable.lifecycle.graph import TaskId
+
+READ = StageInitialized("paid", StageKind.READ.value, 4, source="orders")
+TOTALS = StageInitialized("totals", StageKind.STAGE.value, 2, inputs=("paid",))
+SINK = StageInitialized("sink-out", StageKind.SINK.value, 2, inputs=("totals",))
+
+
+def finished(stage: str, task: int, sha: str = "a", server: str = "s1") -> TaskFinished:
+    return TaskFinished(
+        stage=stage,
+        task=task,
+        attempt=1,
+        partitions=(PartitionRef(server, stage, task, sha),),
+    )
+
+
+def listed(*keys: tuple[str, int], sha: str = "a") -> dict[tuple[str, int], Listed]:
+    return {key: Listed("s1", sha) for key in keys}
+
+
+def no_staged(_: Any) -> bool:
+    return False
+
+
+def test_events_round_trip_through_their_json() -> None:
+    import dataclasses
+    import json
+
+    event = TaskFinished(
+        "paid",
+        3,
+        2,
+        task_attempt=1,
+        rows=10,
+        bytes=99,
+        partitions=(PartitionRef("http://x", "paid", 3, "abc", 10, 99),),
+        splits=("f1", "f2"),
+    )
+    data = json.loads(json.dumps(dataclasses.asdict(event)))
+    assert decode_event("TaskFinished", data) == event
+    init = StageInitialized("totals", "stage", 4, inputs=("paid",), narrow=False)
+    assert decode_event("StageInitialized", dataclasses.asdict(init)) == init
+    assert decode_event("SomethingNewer", {"x": 1}) is None
+
+
+def test_read_tasks_finished_before_the_newest_snapshot_survive() -> None:
+    log = replay(
+        [
+            (1, READ),
+            (2, finished("paid", 0)),
+            (3, finished("paid", 1)),
+            (4, CoordinatorSnapshot("orders", "c25hcA==")),
+            (5, finished("paid", 2)),  # after the snapshot: its splits are not finished there
+        ]
+    )
+    recovery = recover(log, listed(("paid", 0), ("paid", 1), ("paid", 2)), no_staged)
+    assert set(recovery.finished["paid"]) == {0, 1}
+    assert recovery.reset["paid"] == {2}
+    assert recovery.restore["orders"] == CoordinatorSnapshot("orders", "c25hcA==")
+
+
+def test_a_task_whose_partition_is_gone_or_different_is_not_finished() -> None:
+    log = replay(
+        [
+            (1, TOTALS),
+            (2, finished("totals", 0, sha="a")),
+            (3, finished("totals", 1, sha="b")),
+        ]
+    )
+    # partition 0 is gone; partition 1 is there but from another commit (checksum differs)
+    recovery = recover(log, {("totals", 1): Listed("s1", "other")}, no_staged)
+    assert recovery.finished["totals"] == {}
+    assert recovery.reset["totals"] == {0, 1}
+
+
+def test_the_last_task_finished_event_of_a_task_wins() -> None:
+    log = replay([(1, TOTALS), (2, finished("totals", 0, sha="old")), (3, finished("totals", 0))])
+    recovery = recover(log, listed(("totals", 0), sha="a"), no_staged)
+    assert set(recovery.finished["totals"]) == {0}
+
+
+def test_read_tasks_without_any_snapshot_all_run_again() -> None:
+    log = replay([(1, READ), (2, finished("paid", 0))])
+    recovery = recover(log, listed(("paid", 0)), no_staged)
+    assert recovery.finished["paid"] == {}
+    assert recovery.restore == {}
+
+
+def test_sink_tasks_survive_when_their_staged_file_does() -> None:
+    staged = {"path": "staging/x.parquet", "size": 10}
+    event = TaskFinished("sink-out", 1, 1, staged=staged)
+    log = replay([(1, SINK), (2, event), (3, OutputCommitted("out", 5))])
+    kept = recover(log, {}, lambda s: s["path"] == "staging/x.parquet")
+    assert set(kept.finished["sink-out"]) == {1}
+    assert kept.committed
+    lost = recover(log, {}, no_staged)
+    assert lost.finished["sink-out"] == {}
+
+
+def test_a_reset_task_is_not_revived_by_a_later_snapshot() -> None:
+    # attempt 2 reset task 1 (finished after the snapshot it restored) and its new run failed;
+    # attempt 2 then snapshotted after task 0: task 1's old partition is still listed.
+    log = replay(
+        [
+            (1, READ),
+            (2, finished("paid", 1)),
+            (3, TaskReset("paid", 1)),
+            (4, finished("paid", 0)),
+            (5, CoordinatorSnapshot("orders", "c25hcA==")),
+        ]
+    )
+    recovery = recover(log, listed(("paid", 0), ("paid", 1)), no_staged)
+    assert set(recovery.finished["paid"]) == {0}
+
+
+def test_task_finished_of_an_unknown_stage_is_ignored() -> None:
+    log = replay([(1, finished("ghost", 0))])
+    assert log.stages == {}
+
+
+SHAPES = [
+    StageShape("paid", StageKind.READ, 4),
+    StageShape("totals", StageKind.STAGE, 2, inputs=("paid",)),
+    StageShape("sink-out", StageKind.SINK, 2, inputs=("totals",)),
+]
+
+
+def tasks(stage: str, *subtasks: int) -> set[TaskId]:
+    return {TaskId(stage, s) for s in subtasks}
+
+
+def test_schedule_runs_everything_on_a_fresh_job() -> None:
+    assert schedule(SHAPES, set()) == {
+        "paid": [0, 1, 2, 3],
+        "totals": [0, 1],
+        "sink-out": [0, 1],
+    }
+
+
+def test_schedule_reuses_finished_output_and_walks_up_only_where_needed() -> None:
+    done = tasks("paid", 0, 1, 2, 3) | tasks("totals", 0)
+    assert schedule(SHAPES, done) == {"totals": [1], "sink-out": [0, 1]}
+    # the aggregate finished: the reads it consumed are not needed even where they are lost
+    assert schedule(SHAPES, tasks("totals", 0, 1) | tasks("sink-out", 0)) == {"sink-out": [1]}
+    everything = tasks("paid", 0, 1) | tasks("totals", 0, 1) | tasks("sink-out", 0, 1)
+    assert schedule(SHAPES, everything) == {}
+
+
+def test_schedule_of_an_unfinished_all_to_all_stage_needs_all_of_its_input() -> None:
+    done = tasks("paid", 0, 2) | tasks("sink-out", 1)
+    assert schedule(SHAPES, done) == {"paid": [1, 3], "totals": [0, 1], "sink-out": [0]}
+
+
+def test_schedule_narrow_stages_pointwise() -> None:
+    shapes = [
+        StageShape("paid", StageKind.READ, 4),
+        StageShape("clean", StageKind.STAGE, 4, inputs=("paid",), narrow=True),
+        StageShape("sink-out", StageKind.SINK, 4, inputs=("clean",), narrow=True),
+    ]
+    done = tasks("paid", 0, 1, 2, 3) | tasks("clean", 0, 1) | tasks("sink-out", 0, 2)
+    # sink 1 reuses clean 1; sink 3 needs clean 3, which reuses paid 3
+    assert schedule(shapes, done) == {"clean": [3], "sink-out": [1, 3]}
+
+
+@pytest.mark.parametrize("bad", [-1, 7])
+def test_schedule_ignores_finished_tasks_outside_a_stage(bad: int) -> None:
+    assert schedule(SHAPES, tasks("totals", bad))["totals"] == [0, 1]

@@ -1,0 +1,155 @@
+"""Batch programs in-process (one Spark session, two real shuffle servers): results and mistakes.
+
+The crash tests run through `finishable run` (test_batch_job.py); here a program runs inside the
+test process so that each mistake a user can make is shown to end in a clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
+
+from finishable import FinishableJob, sinks, sources
+from finishable.api.jobconfig import JobConfig
+from finishable.driver.streaming.executor import JobFailed
+from finishable.local.shuffle import LocalShuffle
+
+SCHEMA = "customer STRING, status STRING, cents LONG"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.shuffle.partitions", "3")
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def shuffle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalShuffle]:
+    servers = LocalShuffle(tmp_path_factory.mktemp("shuffle"), "program", 2, "5m")
+    servers.ensure()
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture(scope="module")
+def orders(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("orders")
+    for index in range(6):
+        lines = [
+            json.dumps(
+                {
+                    "customer": f"c{(index * 7 + n) % 5}",
+                    "status": ("paid", "open")[n % 2],
+                    "cents": n,
+                }
+            )
+            for n in range(50)
+        ]
+        (directory / f"orders-{index}.json").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+def make_job(
+    spark: SparkSession, tmp: Path, shuffle: LocalShuffle, *, mode: str = "Batch", urls: bool = True
+) -> FinishableJob:
+    config = JobConfig.model_validate(
+        {
+            "name": "program",
+            "spec": {
+                "mode": mode,
+                "application": {"file": "job.py"},
+                "recovery": {"snapshotMinPause": "1s"},
+            },
+            "stateUrl": str(tmp / "state"),
+            "workDir": str(tmp / "work"),
+            "control": "Local",
+            "controlDir": str(tmp / "control"),
+            "shuffleUrls": shuffle.urls() if urls and mode == "Batch" else [],
+        }
+    )
+    return FinishableJob(config, spark=spark, token=shuffle.token)
+
+
+def test_a_two_stage_job_publishes_what_pandas_computes(
+    spark: SparkSession, shuffle: LocalShuffle, orders: Path, tmp_path: Path
+) -> None:
+    job = make_job(spark, tmp_path, shuffle)
+    rows = job.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
+    paid = job.stage("paid", rows.where(F.col("status") == "paid").select("customer", "cents"))
+    totals = job.stage("totals", paid.groupBy("customer").agg(F.sum("cents").alias("cents")))
+    sink = sinks.TransactionalFiles(str(tmp_path / "out"), name="totals")
+    job.write(totals, sink)
+    job.run()
+
+    frame = pd.concat(pd.read_json(p, lines=True) for p in sorted(orders.glob("*.json")))
+    truth = frame[frame["status"] == "paid"].groupby("customer")["cents"].sum().to_dict()
+    published = {r["customer"]: r["cents"] for r in sink.read_committed().to_pylist()}
+    assert published == truth
+    listed = shuffle.servers[0]  # the staged datasets are on the servers, split between them
+    assert listed.alive()
+
+
+def test_a_shuffle_over_a_source_is_refused_with_what_to_do(
+    spark: SparkSession, shuffle: LocalShuffle, orders: Path, tmp_path: Path
+) -> None:
+    job = make_job(spark, tmp_path, shuffle)
+    rows = job.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
+    with pytest.raises(ValueError, match="stage each source's rows first"):
+        job.stage("totals", rows.groupBy("customer").count())
+    with pytest.raises(ValueError, match="straight into the sink"):
+        job.write(rows, sinks.TransactionalFiles(str(tmp_path / "out"), name="rows"))
+
+
+def test_names_sinks_and_sources_are_checked(
+    spark: SparkSession, shuffle: LocalShuffle, orders: Path, tmp_path: Path
+) -> None:
+    job = make_job(spark, tmp_path, shuffle)
+    rows = job.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
+    with pytest.raises(ValueError, match=r"stage name 'paid orders' is not accepted: use"):
+        job.stage("paid orders", rows)
+    with pytest.raises(ValueError, match="two reads are named 'orders'"):
+        job.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
+    with pytest.raises(ValueError, match="reads bounded sources"):
+        job.read(sources.Range(0, rows_per_second=10), name="endless")
+    staged = job.stage("paid", rows)
+    with pytest.raises(ValueError, match="two stages are named 'paid'"):
+        job.stage("paid", rows)
+    with pytest.raises(TypeError, match="TransactionalFiles"):
+        job.write(staged, sinks.TransactionalCallback(lambda batch, table: None, name="cb"))
+    with pytest.raises(ValueError, match="read_stream builds Streaming jobs"):
+        job.read_stream(sources.Files(str(orders), format="json", schema=SCHEMA))
+
+
+def test_run_without_a_sink_fails_naming_what_is_missing(
+    spark: SparkSession, shuffle: LocalShuffle, tmp_path: Path
+) -> None:
+    job = make_job(spark, tmp_path, shuffle)
+    with pytest.raises(JobFailed, match=r"without job.write\(\)"):
+        job.run()
+
+
+def test_batch_calls_in_a_streaming_job_and_a_batch_job_without_servers(
+    spark: SparkSession, shuffle: LocalShuffle, orders: Path, tmp_path: Path
+) -> None:
+    streaming = make_job(spark, tmp_path / "s", shuffle, mode="Streaming")
+    with pytest.raises(ValueError, match=r"job.read\(\) builds Batch jobs"):
+        streaming.read(sources.Files(str(orders), format="json", schema=SCHEMA))
+    with pytest.raises(JobFailed, match="needs shuffle servers"):
+        make_job(spark, tmp_path / "b", shuffle, urls=False)

@@ -1,0 +1,1 @@
+"""Tests of ``finishable run``: the local runner and the job files it keeps."""

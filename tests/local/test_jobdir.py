@@ -1,0 +1,72 @@
+"""Local job files and the job configuration handed to a driver."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from finishable.api.jobconfig import JobConfig, JobConfigError, config_from_env, write_config
+from finishable.api.models import (
+    DesiredState,
+    FinishableSparkJobSpec,
+    FinishableSparkJobStatus,
+    Phase,
+)
+from finishable.cli import main
+from finishable.local.jobdir import local_job
+
+
+def test_unknown_job_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "nosuchjob", "--state-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "no local job 'nosuchjob'" in err and "finishable run" in err
+    assert main(["stop", "Bad_Name"]) == 1
+    assert "is not a job name" in capsys.readouterr().err
+
+
+def test_desired_edits_bump_the_generation(tmp_path: Path) -> None:
+    job = local_job("clickstream", tmp_path, must_exist=False)
+    first = job.edit_desired(state="Running")
+    second = job.edit_desired(savepointTriggerNonce=1)
+    assert (first.generation, second.generation) == (2, 3)
+    assert second.state is DesiredState.RUNNING
+    assert second.savepoint_trigger_nonce == 1
+
+
+def test_status_round_trip_and_stop_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = local_job("clickstream", tmp_path, must_exist=False)
+    job.write_status(FinishableSparkJobStatus(phase=Phase.RUNNING, attempt=1))
+    status = job.read_status()
+    assert status is not None and status.phase is Phase.RUNNING
+    assert main(["stop", "clickstream", "--state-dir", str(tmp_path), "--timeout", "0.2"]) == 1
+    assert "not done within 0.2s" in capsys.readouterr().err
+    assert job.read_desired().state is DesiredState.SUSPENDED
+
+
+def test_job_config_round_trip(tmp_path: Path) -> None:
+    config = JobConfig(
+        name="clickstream",
+        spec=FinishableSparkJobSpec.model_validate({"application": {"file": "a.py"}}),
+        state_url=str(tmp_path / "state"),
+        work_dir=str(tmp_path / "work"),
+        control="Local",
+        control_dir=str(tmp_path),
+    )
+    path = tmp_path / "job.json"
+    write_config(config, path)
+    env = {
+        "FINISHABLE_JOB_CONFIG": str(path),
+        "FINISHABLE_ATTEMPT": "3",
+        "FINISHABLE_RESTORE_FROM": "sp-1",
+    }
+    assert config_from_env(env) == (config, 3, "sp-1")
+    with pytest.raises(JobConfigError, match="FINISHABLE_JOB_CONFIG is not set"):
+        config_from_env({})
+    with pytest.raises(JobConfigError, match="'x' is not a number"):
+        config_from_env({**env, "FINISHABLE_ATTEMPT": "x"})
+    path.write_text("{}")
+    with pytest.raises(JobConfigError, match="is invalid"):
+        config_from_env(env)

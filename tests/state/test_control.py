@@ -1,0 +1,152 @@
+"""The control channel on both backends: requests one way, reports the other, over real I/O."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
+from finishable.api.models import CheckpointStatus, ControlRequest, RequestAction
+from finishable.kube.api import KubeApi
+from finishable.state.control import (
+    ConfigMapControlChannel,
+    ControlChannel,
+    LocalControlChannel,
+)
+from tests.conftest import TOKEN
+from tests.support.k8s_emulator import EmulatorServer
+
+NAMESPACE = "control-tests"
+
+
+@pytest.fixture(params=["local", "configmap"])
+def channels(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[ControlChannel, ControlChannel]]:
+    """Two channel objects on the same storage: the steering side's and the driver's."""
+    if request.param == "local":
+        yield LocalControlChannel(tmp_path / "job"), LocalControlChannel(tmp_path / "job")
+        return
+    server: EmulatorServer = request.getfixturevalue("k8s_server")
+    job = f"job-{uuid.uuid4().hex[:8]}"
+    apis = [KubeApi.for_url(server.url, token=TOKEN, namespace=NAMESPACE) for _ in range(2)]
+    yield ConfigMapControlChannel(apis[0], job), ConfigMapControlChannel(apis[1], job)
+    for api in apis:
+        api.close()
+
+
+def stop(request_id: str = "stop-1", drain: bool = False) -> ControlRequest:
+    return ControlRequest(
+        id=request_id,
+        action=RequestAction.STOP,
+        drain=drain,
+        requested_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+
+
+def test_nothing_yet(channels: tuple[ControlChannel, ControlChannel]) -> None:
+    operator, driver = channels
+    assert operator.read_report() is None
+    assert driver.read_request() is None
+
+
+def test_request_reaches_the_driver_and_the_answer_comes_back(
+    channels: tuple[ControlChannel, ControlChannel],
+) -> None:
+    operator, driver = channels
+    operator.send(stop(drain=True))
+    received = driver.read_request()
+    assert received == stop(drain=True)
+    report = DriverReport(
+        attempt=2,
+        state=DriverState.FINISHED,
+        last_checkpoint=CheckpointStatus(id=17, location="cp/17"),
+        request=RequestReport(id="stop-1", outcome=RequestOutcome.COMPLETED),
+    )
+    driver.write_report(report)
+    assert operator.read_report() == report
+
+
+def test_a_new_request_replaces_the_old_one(
+    channels: tuple[ControlChannel, ControlChannel],
+) -> None:
+    operator, driver = channels
+    operator.send(stop("stop-1"))
+    operator.send(
+        ControlRequest(id="sp-2", action=RequestAction.SAVEPOINT, target_directory="/tmp/sp")
+    )
+    received = driver.read_request()
+    assert received is not None
+    assert (received.id, received.action, received.target_directory) == (
+        "sp-2",
+        RequestAction.SAVEPOINT,
+        "/tmp/sp",
+    )
+
+
+def test_cancelled_request_is_not_seen(channels: tuple[ControlChannel, ControlChannel]) -> None:
+    operator, driver = channels
+    operator.send(stop("stop-1"))
+    operator.cancel("stop-1")
+    assert driver.read_request() is None
+    operator.send(stop("stop-2"))
+    received = driver.read_request()
+    assert received is not None and received.id == "stop-2"
+
+
+def test_reports_overwrite(channels: tuple[ControlChannel, ControlChannel]) -> None:
+    operator, driver = channels
+    for checkpoint in range(3):
+        driver.write_report(
+            DriverReport(
+                attempt=1,
+                state=DriverState.RUNNING,
+                last_checkpoint=CheckpointStatus(id=checkpoint),
+            )
+        )
+    report = operator.read_report()
+    assert report is not None and report.last_checkpoint == CheckpointStatus(id=2)
+
+
+def test_garbage_is_read_as_absent(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    channel = LocalControlChannel(tmp_path)
+    channel.state_file.write_text("{not json")
+    channel.control_file.write_text('{"request": "{\\"id\\": \\"x\\", \\"action\\": \\"fly\\"}"}')
+    assert channel.read_report() is None
+    assert channel.read_request() is None
+    assert "unreadable" in caplog.text
+
+
+def test_configmaps_are_named_and_labelled(k8s_server: EmulatorServer) -> None:
+    api = KubeApi.for_url(k8s_server.url, token=TOKEN, namespace=NAMESPACE)
+    owner = {
+        "apiVersion": "finishable.dev/v1alpha1",
+        "kind": "FinishableSparkJob",
+        "name": "labelled",
+        "uid": "u-1",
+        "controller": True,
+    }
+    channel = ConfigMapControlChannel(api, "labelled", owner_references=[owner])
+    channel.send(stop())
+    channel.write_report(DriverReport(attempt=1, state=DriverState.RUNNING))
+    for name in ("labelled-control", "labelled-state"):
+        found = api.request("GET", api.path("configmaps", name))
+        assert found.status == 200, name
+        metadata = found.body["metadata"]
+        assert metadata["labels"]["finishable.dev/job"] == "labelled"
+        assert metadata["ownerReferences"][0]["uid"] == "u-1"
+    api.close()
+
+
+def test_a_request_for_another_attempt_is_ignored(
+    channels: tuple[ControlChannel, ControlChannel],
+) -> None:
+    operator, driver = channels
+    operator.send(ControlRequest(id="stop-a1", attempt=1, action=RequestAction.STOP))
+    assert driver.read_request(attempt=2) is None
+    received = driver.read_request(attempt=1)
+    assert received is not None and received.id == "stop-a1"

@@ -1,0 +1,104 @@
+"""The rooms of the code and the one direction imports may run between them (docs/architecture.md).
+
+A module may import from its own package and from packages of a lower rank, never upwards and
+never sideways into a package of the same rank: the pure decisions and the API stay importable
+without the runtimes, and the driver never needs the operator (or the operator the driver).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "operator" / "finishable"
+
+RANKS: dict[str, int] = {
+    "api": 0,
+    "transport": 0,
+    "lifecycle": 1,
+    "coordinator": 1,
+    "shuffle": 1,
+    "kube": 1,
+    "state": 2,
+    "connectors": 3,
+    "driver": 4,
+    "local": 5,
+    "controller": 5,
+    "cli": 6,
+}
+"""Each room's rank; ``finishable/__init__.py`` (the program's entry point) may import anything."""
+
+LEAVES = {"finishable.state.errors"}
+"""Modules every room may import: they import nothing of the project themselves. The state stores'
+error taxonomy is one: the Kubernetes client raises ``BackendError`` like any unreachable storage,
+and the operator and the CLI catch it."""
+
+LONG_MODULE_LINES = 500
+"""Beyond this a module must say in its docstring why it is one thing (``one cohesive``)."""
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "finishable" else None
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in ROOT.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.extend((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+    return found
+
+
+def _own_room(path: Path) -> str:
+    relative = path.relative_to(ROOT)
+    return relative.parts[0].removesuffix(".py")
+
+
+def test_every_room_has_a_rank() -> None:
+    rooms = {_own_room(path) for path in _modules()} - {"__init__"}
+    assert rooms <= set(RANKS), f"rank these rooms in RANKS: {sorted(rooms - set(RANKS))}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_import_runs_upwards_or_sideways(path: Path) -> None:
+    room = _own_room(path)
+    if room == "__init__":
+        return
+    wrong = []
+    for line, name in _imports(path):
+        target = _room(name)
+        if any(name == leaf or name.startswith(f"{leaf}.") for leaf in LEAVES):
+            continue
+        if target is None or target == room or target not in RANKS:
+            continue  # outside the package, or `from finishable import __version__`
+        if RANKS[target] >= RANKS[room]:
+            wrong.append(f"line {line}: {name} ({target}, rank {RANKS[target]})")
+    assert not wrong, f"{room} (rank {RANKS[room]}) may only import lower ranks: {wrong}"
+
+
+@pytest.mark.parametrize("leaf", sorted(LEAVES))
+def test_a_leaf_imports_nothing_of_the_project(leaf: str) -> None:
+    path = ROOT.joinpath(*leaf.split(".")[1:]).with_suffix(".py")
+    assert [name for _, name in _imports(path) if _room(name)] == []
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_long_module_says_why_it_is_one_thing(path: Path) -> None:
+    lines = path.read_text(encoding="utf-8").count("\n")
+    if lines <= LONG_MODULE_LINES:
+        return
+    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    assert "one cohesive" in docstring.lower(), (
+        f"{path.relative_to(ROOT)} has {lines} lines: split it, or say in its docstring why it "
+        "is one cohesive thing"
+    )

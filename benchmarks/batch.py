@@ -45,7 +45,7 @@ from aggregate import SCHEMA, build, paid_orders, totals_by_customer  # noqa: E4
 from orders import write_files  # noqa: E402
 
 from finishable.api.jobconfig import JobConfig  # noqa: E402
-from finishable.runtime.localshuffle import LocalShuffle  # noqa: E402
+from finishable.local.shuffle import LocalShuffle  # noqa: E402
 from finishable.shuffle.client import ShuffleClient  # noqa: E402
 
 # -- 1. shuffle server I/O -------------------------------------------------------------------------

@@ -34,9 +34,9 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from finishable.kube.api import KubeApi
 from finishable.state import JobEventStore, LocalDirBackend, ObjectBackend, read_events
 from finishable.state.configmap import ConfigMapBackend
-from finishable.state.kubeapi import KubeApi
 from finishable.state.objectstore import ObjectStoreBackend
 
 ROOT = Path(__file__).resolve().parent.parent

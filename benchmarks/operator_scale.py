@@ -31,7 +31,7 @@ import yaml
 from event_store import free_port, k8s_emulator  # the sibling benchmark's helpers
 
 from finishable.api.crd import build_crd
-from finishable.state.kubeapi import KubeApi
+from finishable.kube.api import KubeApi
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"

@@ -38,7 +38,7 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 from finishable import FinishableJob, sinks, sources
 from finishable.api.jobconfig import JobConfig
 from finishable.api.models import ControlRequest, RequestAction
-from finishable.runtime.control import LocalControlChannel
+from finishable.state.control import LocalControlChannel
 
 SCHEMA = "user STRING, page STRING, ts TIMESTAMP"
 START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -10,7 +10,7 @@ import pytest
 
 from e2e.localcluster.cluster import LocalCluster
 from e2e.support import E2ECluster, KubeconfigE2ECluster, LocalE2ECluster
-from finishable.state.kubeapi import KubeApi
+from finishable.kube.api import KubeApi
 
 NAMESPACE = os.environ.get("E2E_NAMESPACE", "finishable-e2e")
 # Where e2e/test_kubectl.py runs the README's kubectl commands (they name no namespace).

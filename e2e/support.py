@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
+from finishable.kube.api import KubeApi, KubeResponse
 from finishable.state.configmap import ConfigMapBackend
-from finishable.state.kubeapi import KubeApi, KubeResponse
 from tests.controller.cluster import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from e2e.support import ROOT, E2ECluster, batch_example, wait_for
-from finishable.runtime.batch import EVENT_PREFIX
-from finishable.runtime.batchplan import TaskFinished, decode_event
-from finishable.runtime.sinks import TransactionalFiles
+from finishable.connectors.sinks import TransactionalFiles
+from finishable.driver.batch.plan import TaskFinished, decode_event
+from finishable.driver.batch.runtime import EVENT_PREFIX
 from finishable.state.events import read_events
 from tests.support.batchlog import durable_at_crash
 

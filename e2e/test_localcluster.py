@@ -9,7 +9,7 @@ from typing import Any
 from e2e.localcluster.kubelet import Container, ProcessKubelet
 from e2e.localcluster.paths import PathMap
 from e2e.localcluster.statefulsets import orphaned, stateful_claim, stateful_pod
-from finishable.state.kubeapi import KubeApi
+from finishable.kube.api import KubeApi
 from tests.support.k8s_emulator import EmulatorServer
 
 PATHS = PathMap({"/data": "/h/data", "/tmp/finishable": "/h/work", "/opt/app/": "/repo/app"})

@@ -10,7 +10,7 @@ from datetime import datetime
 import pytest
 
 from e2e.support import ROOT, E2ECluster, example, wait_for
-from finishable.runtime.sinks import TransactionalFiles
+from finishable.connectors.sinks import TransactionalFiles
 
 sys.path.insert(0, str(ROOT / "examples" / "streaming"))
 from clicks import existing_files, window_counts

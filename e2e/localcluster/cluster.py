@@ -27,7 +27,7 @@ import yaml
 
 from e2e.localcluster.kubelet import ProcessKubelet, kubeconfig
 from e2e.localcluster.statefulsets import StatefulSetController
-from finishable.state.kubeapi import KubeApi
+from finishable.kube.api import KubeApi
 from tests.controller.cluster import OperatorProcess
 from tests.support.k8s_emulator import EmulatorServer
 

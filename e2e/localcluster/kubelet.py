@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.localcluster.paths import PathMap
-from finishable.state.kubeapi import KubeApi
+from finishable.kube.api import KubeApi
 
 log = logging.getLogger(__name__)
 

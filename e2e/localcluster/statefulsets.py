@@ -17,7 +17,7 @@ import logging
 import threading
 from typing import Any
 
-from finishable.state.kubeapi import KubeApi
+from finishable.kube.api import KubeApi
 
 log = logging.getLogger(__name__)
 

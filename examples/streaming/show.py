@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from finishable.runtime.sinks import TransactionalFiles
+from finishable.connectors.sinks import TransactionalFiles
 
 
 def main() -> None:

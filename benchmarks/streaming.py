@@ -37,7 +37,8 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 
 from finishable import FinishableJob, sinks, sources
 from finishable.api.jobconfig import JobConfig
-from finishable.api.models import ControlRequest, RequestAction
+from finishable.api.models import RequestAction
+from finishable.api.status import ControlRequest
 from finishable.state.control import LocalControlChannel
 
 SCHEMA = "user STRING, page STRING, ts TIMESTAMP"

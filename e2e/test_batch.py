@@ -11,7 +11,7 @@ from e2e.support import ROOT, E2ECluster, batch_example, wait_for
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.batch.plan import TaskFinished, decode_event
 from finishable.driver.batch.runtime import EVENT_PREFIX
-from finishable.state.events import read_events
+from finishable.state.eventlog import read_events
 from tests.support.batchlog import durable_at_crash
 
 sys.path.insert(0, str(ROOT / "examples" / "batch"))

@@ -1,5 +1,5 @@
 """The local cluster: the API emulator, a process kubelet, a StatefulSet controller and the
-operator, on one machine without containers (DESIGN.md section 10, tier 3).
+operator, on one machine without containers (the e2e tier that needs no container runtime).
 
 ``LocalCluster(directory).start()`` serves the Kubernetes API on a loopback port (the extended
 kmock emulator of ``tests/support``, checking custom resources against their CRD schema),

@@ -17,13 +17,13 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from finishable.connectors import sinks, sources
     from finishable.driver.job import FinishableJob
-    from finishable.driver.streaming.executor import JobFailed
+    from finishable.driver.outcome import JobFailed
 
 __all__ = ["FinishableJob", "JobFailed", "__version__", "sinks", "sources"]
 
 _LAZY = {
     "FinishableJob": ("finishable.driver.job", "FinishableJob"),
-    "JobFailed": ("finishable.driver.streaming.executor", "JobFailed"),
+    "JobFailed": ("finishable.driver.outcome", "JobFailed"),
     "sinks": ("finishable.connectors.sinks", None),
     "sources": ("finishable.connectors.sources", None),
 }

@@ -17,9 +17,10 @@ from typing import TextIO
 import yaml
 
 from finishable import __version__
-from finishable.api.models import DesiredState, FinishableSparkJobStatus, JobMode, Phase, dump
+from finishable.api.models import DesiredState, JobMode, Phase, dump
+from finishable.api.status import FinishableSparkJobStatus
 from finishable.api.validation import InvalidManifest, load_documents, load_job, parse_manifest
-from finishable.controller.builders import KUBERNETES_MASTER
+from finishable.controller.naming import KUBERNETES_MASTER
 from finishable.local.jobdir import (
     DEFAULT_STATE_DIR,
     SETTLED_PHASES,
@@ -266,7 +267,7 @@ def _driver(args: argparse.Namespace, out: TextIO) -> int:
 
 def _shuffle_server(args: argparse.Namespace, out: TextIO) -> int:
     """Serve a Batch job's result partitions (the operator's shuffle pods run this)."""
-    from finishable.shuffle.server import run_from_args  # noqa: PLC0415 - aiohttp is heavy
+    from finishable.shuffle.command import run_from_args  # noqa: PLC0415 - aiohttp is heavy
 
     return run_from_args(args)
 

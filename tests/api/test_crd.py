@@ -6,7 +6,8 @@ from typing import Any
 import yaml
 
 from finishable.api.crd import CRD_FILE, build_crd, render_crd
-from finishable.api.models import FinishableSparkJobSpec, Phase
+from finishable.api.models import Phase
+from finishable.api.spec import FinishableSparkJobSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,14 +4,8 @@ from typing import Any
 
 import pytest
 
-from finishable.api.models import (
-    DesiredState,
-    FinishableSparkJobSpec,
-    JobMode,
-    StorageType,
-    dump,
-    is_valid_job_name,
-)
+from finishable.api.models import DesiredState, JobMode, StorageType, dump, is_valid_job_name
+from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.validation import InvalidManifest, parse_spec
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from finishable.api.models import ApplicationSpec
+from finishable.api.spec import ApplicationSpec
 from finishable.api.volumes import VolumeConfError, driver_volumes
 
 P = "spark.kubernetes.driver.volumes."

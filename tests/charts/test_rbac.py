@@ -31,7 +31,8 @@ import pytest
 import yaml
 
 from finishable.api.control import DriverState
-from finishable.api.models import API_GROUP, API_VERSION, PLURAL, SavepointStatus
+from finishable.api.models import API_GROUP, API_VERSION, PLURAL
+from finishable.api.status import SavepointStatus
 from finishable.controller import builders
 from finishable.kube.objects import JobRef, owner_reference
 from tests.controller.cluster import Cluster, OperatorProcess, install, wait_for

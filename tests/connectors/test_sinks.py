@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from finishable.connectors.sink_store import SinkStore
 from finishable.connectors.sinks import (
     SENTINEL_COLUMN,
     SENTINEL_EVENT_TIME,
@@ -21,7 +22,6 @@ from finishable.connectors.sinks import (
     TransactionalCallback,
     TransactionalFiles,
 )
-from finishable.connectors.staging import SinkStore
 from tests.connectors.test_sinks_units import s3_url, staged_files, start_moto
 
 pytestmark = pytest.mark.slow
@@ -265,7 +265,7 @@ def test_files_sink_on_s3(spark: Any, tmp_path: Path) -> None:
 
 
 def test_bad_sink_settings_fail_with_the_value_named(spark: Any, tmp_path: Path) -> None:
-    from finishable.connectors.sinks import FilesDataSource
+    from finishable.connectors.streaming.sink import FilesDataSource
 
     source = tmp_path / "in"
     put_input(source, 0, [1])

@@ -20,8 +20,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from finishable.connectors.sink_store import STAGING_DIR
 from finishable.connectors.sinks import SENTINEL_COLUMN, SENTINEL_EVENT_TIME, TransactionalFiles
-from finishable.connectors.staging import STAGING_DIR
 
 pytestmark = pytest.mark.slow
 log = logging.getLogger(__name__)

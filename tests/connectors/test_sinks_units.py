@@ -26,26 +26,28 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from finishable.connectors import sinks, staging
+from finishable.connectors import sink_files, sink_store, sinks
+from finishable.connectors.sink_store import (
+    Manifest,
+    PublishedFile,
+    SinkStore,
+    batch_key,
+    parse_batch_key,
+    parse_manifest_file_name,
+)
 from finishable.connectors.sinks import (
     SENTINEL_COLUMN,
     SENTINEL_EVENT_TIME,
-    CallbackDataSource,
-    CallbackStreamWriter,
-    FilesDataSource,
-    FilesStreamWriter,
     SinkError,
     TransactionalCallback,
     TransactionalFiles,
 )
-from finishable.connectors.staging import (
-    Manifest,
-    PublishedFile,
-    SinkStore,
-    TaskIdentity,
-    batch_key,
-    parse_batch_key,
-    parse_manifest_file_name,
+from finishable.connectors.staging import TaskIdentity
+from finishable.connectors.streaming.sink import (
+    CallbackDataSource,
+    CallbackStreamWriter,
+    FilesDataSource,
+    FilesStreamWriter,
 )
 
 SPARK_SCHEMA = StructType(
@@ -96,7 +98,7 @@ def task(batch_id: int, partition: int, attempt_id: int = 0, attempt: int = 0) -
 def staged_files(store: SinkStore) -> list[str]:
     return [
         n
-        for n in store.list_names(staging.STAGING_DIR, recursive=True)
+        for n in store.list_names(sink_store.STAGING_DIR, recursive=True)
         if n.endswith((".parquet", ".json", ".arrow"))
     ]
 
@@ -120,11 +122,11 @@ def test_batch_keys_sort_like_numbers_and_round_trip() -> None:
 
 
 def test_staged_names_are_keyed_by_partition_and_attempt_published_names_are_not() -> None:
-    a = staging.staged_file_name(3, 17, 0, "aaa", "parquet")
-    b = staging.staged_file_name(3, 18, 1, "bbb", "parquet")
+    a = sink_store.staged_file_name(3, 17, 0, "aaa", "parquet")
+    b = sink_store.staged_file_name(3, 18, 1, "bbb", "parquet")
     assert a != b
     assert a.startswith("part-00003-t17-a0-")
-    assert staging.published_file_name(5, 3, "parquet") == (
+    assert sink_store.published_file_name(5, 3, "parquet") == (
         f"batch={batch_key(5)}/part-00003.parquet"
     )
 
@@ -132,7 +134,7 @@ def test_staged_names_are_keyed_by_partition_and_attempt_published_names_are_not
 @pytest.mark.parametrize("name", ["", "-x", "a/b", "a b", "x" * 129, "..", "é"])
 def test_invalid_sink_names_are_refused(name: str) -> None:
     with pytest.raises(ValueError, match="invalid sink name"):
-        staging.validate_sink_name(name)
+        sink_store.validate_sink_name(name)
 
 
 def test_manifest_round_trips_and_refuses_damage() -> None:
@@ -161,9 +163,9 @@ def test_manifest_round_trips_and_refuses_damage() -> None:
 
 def test_locations_in_messages_carry_no_credentials() -> None:
     url = "s3://KEY:SECRET@bucket/out?endpoint_override=h:9&secret_key=S2&region=x"
-    assert "SECRET" not in staging.redact_url(url)
-    assert "S2" not in staging.redact_url(url)
-    assert staging.display_location(url, "q") == "s3://bucket/out/q"
+    assert "SECRET" not in sink_store.redact_url(url)
+    assert "S2" not in sink_store.redact_url(url)
+    assert sink_store.display_location(url, "q") == "s3://bucket/out/q"
     fingerprinted = "s3://KEY:SECRET@bucket/out?endpoint_override=h:9&region=x"
     assert TransactionalFiles(fingerprinted, name="q").fingerprint() == {
         "kind": "TransactionalFiles",
@@ -203,13 +205,13 @@ def test_json_lines_round_trip_every_type_spark_writes() -> None:
         ],
         schema=schema,
     )
-    encoded = staging.encode_json_lines(table)
+    encoded = sink_files.encode_json_lines(table)
     lines = encoded.decode().splitlines()
     assert len(lines) == 2
     assert json.loads(lines[0])["ts"] == "2024-01-02T03:04:05.000006+00:00"
     assert json.loads(lines[0])["m"] == {"a": 1, "b": None}
     assert json.loads(lines[1]) == {}  # nulls are omitted, as Spark's JSON writer does
-    assert staging.decode_json_lines(encoded, schema).equals(table)
+    assert sink_files.decode_json_lines(encoded, schema).equals(table)
 
 
 # --- sentinels -----------------------------------------------------------------------------------
@@ -296,7 +298,7 @@ def test_a_crash_mid_publish_is_redone_by_the_replay(tmp_path: Path) -> None:
     old = [crashed.stage([rows_batch([1])], task(2, p, attempt_id=p)) for p in range(2)]
     # The earlier publish moved one file and died before its manifest; a stray file lies there.
     assert old[0].part.path is not None
-    store.move(old[0].part.path, staging.published_file_name(2, 0, "parquet"))
+    store.move(old[0].part.path, sink_store.published_file_name(2, 0, "parquet"))
     with store.open_output(f"batch={batch_key(2)}/part-00009.parquet") as out:
         out.write(b"junk")
     assert TransactionalFiles(url, name="q1").committed_batches() == []  # invisible

@@ -26,16 +26,11 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from finishable.connectors.sinks import SENTINEL_EVENT_TIME
-from finishable.connectors.sources import (
-    CheckpointLog,
-    Files,
-    Range,
-    RestorePoint,
-    Source,
-    SourceCoordinator,
-    await_batch_boundary,
-)
+from finishable.connectors.sources import Files, Range, Source
 from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.driver.checkpoint_log import CheckpointLog
+from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
+from finishable.driver.streaming.boundary import await_batch_boundary
 
 pytestmark = pytest.mark.slow
 

@@ -29,6 +29,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from finishable.connectors import reading
 from finishable.connectors.sinks import SENTINEL_COLUMN, SENTINEL_EVENT_TIME, is_sentinel_row
 from finishable.connectors.sources import RANGE_SCHEMA, Files, Range, sentinel_row
 from finishable.connectors.streaming import source as ds
@@ -42,10 +43,10 @@ SCHEMA = StructType(
         StructField("ts", TimestampType(), True),
     ]
 )
-ARROW = ds.arrow_schema_of(SCHEMA)
+ARROW = reading.arrow_schema_of(SCHEMA)
 
 
-def settings_for(**overrides: object) -> ds.ReaderSettings:
+def settings_for(**overrides: object) -> reading.ReaderSettings:
     values: dict[str, object] = {
         "coordinator": "clicks",
         "endpoint": "http://127.0.0.1:1",
@@ -54,7 +55,7 @@ def settings_for(**overrides: object) -> ds.ReaderSettings:
         "format": "json",
     }
     values.update(overrides)
-    return ds.ReaderSettings(**values)  # type: ignore[arg-type]
+    return reading.ReaderSettings(**values)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- offsets
@@ -133,9 +134,9 @@ def test_reader_settings_travel_as_options_with_the_token_apart() -> None:
     options = settings.to_options("s3cret")
     assert options["token"] == "s3cret"
     assert "s3cret" not in options["settings"]
-    assert ds.ReaderSettings.from_options(options) == (settings, "s3cret")
+    assert reading.ReaderSettings.from_options(options) == (settings, "s3cret")
     with pytest.raises(ValueError, match="needs the 'settings' and 'token' options"):
-        ds.ReaderSettings.from_options({"settings": options["settings"]})
+        reading.ReaderSettings.from_options({"settings": options["settings"]})
 
 
 @pytest.mark.parametrize(
@@ -210,7 +211,7 @@ def _lines_of_ranges(data: bytes, cuts: list[int]) -> list[bytes]:
     for start, end in itertools.pairwise(bounds):
         if end <= start:
             continue
-        first, stop = ds.line_range(read_at, start, end, len(data))
+        first, stop = reading.line_range(read_at, start, end, len(data))
         pieces.append(data[first:stop])
     return pieces
 
@@ -254,7 +255,7 @@ def _expected_ids() -> list[int]:
 
 def _read_all(url: str, size: int, split_size: int, file_format: str, **kw: bool) -> pa.Table:
     splits = plan_file_splits([ListedFile(url, size)], split_size)
-    tables = [ds.read_file_split(split, file_format, ARROW, **kw) for split in splits]
+    tables = [reading.read_file_split(split, file_format, ARROW, **kw) for split in splits]
     assert len(splits) > 1
     return pa.concat_tables(tables)
 
@@ -293,33 +294,35 @@ def test_parquet_byte_ranges_take_the_row_groups_whose_middle_they_hold(tmp_path
         ids = [
             value
             for split in splits
-            for value in ds.read_file_split(split, "parquet", ARROW)["id"].to_pylist()
+            for value in reading.read_file_split(split, "parquet", ARROW)["id"].to_pylist()
         ]
         assert ids == list(range(1000)), split_size
-    whole = ds.read_file_split(FileSplit(path.as_uri(), 0, size, size), "parquet", ARROW)
+    whole = reading.read_file_split(FileSplit(path.as_uri(), 0, size, size), "parquet", ARROW)
     assert whole["ts"].null_count == 1000  # a column the file lacks reads as nulls
 
 
 def test_conform_refuses_nulls_in_a_not_null_column() -> None:
     target = pa.schema([pa.field("n", pa.int64(), nullable=False)])
     with pytest.raises(ValueError, match="column 'n' has 1 null value"):
-        ds.conform(pa.table({"n": [1, None]}), target)
-    assert ds.conform(pa.table({"n": pa.array([1], pa.int32())}), target).schema == target
+        reading.conform(pa.table({"n": [1, None]}), target)
+    assert reading.conform(pa.table({"n": pa.array([1], pa.int32())}), target).schema == target
 
 
-def _partition(*splits: object) -> ds.SplitPartition:
-    return ds.SplitPartition(0, tuple(splits), attempt=None)  # type: ignore[arg-type]
+def _partition(*splits: object) -> reading.SplitPartition:
+    return reading.SplitPartition(0, tuple(splits), attempt=None)  # type: ignore[arg-type]
 
 
 def test_an_unreadable_file_fails_with_an_error_naming_it(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"id": 1}\n{"id": \n')
     split = FileSplit(bad.as_uri(), 0, bad.stat().st_size, bad.stat().st_size)
-    with pytest.raises(ds.SourceReadError, match=r"cannot read file://.*/bad\.json as json"):
-        list(ds.read_partition(_partition(split), settings_for(), "t", ARROW))
+    with pytest.raises(reading.SourceReadError, match=r"cannot read file://.*/bad\.json as json"):
+        list(reading.read_partition(_partition(split), settings_for(), "t", ARROW))
     missing = FileSplit((tmp_path / "gone.parquet").as_uri(), 0, 10, 10)
-    with pytest.raises(ds.SourceReadError, match=r"gone\.parquet as parquet"):
-        list(ds.read_partition(_partition(missing), settings_for(format="parquet"), "t", ARROW))
+    with pytest.raises(reading.SourceReadError, match=r"gone\.parquet as parquet"):
+        list(
+            reading.read_partition(_partition(missing), settings_for(format="parquet"), "t", ARROW)
+        )
 
 
 # ---------------------------------------------------------------------- ranges and sentinels
@@ -328,8 +331,8 @@ def test_an_unreadable_file_fails_with_an_error_naming_it(tmp_path: Path) -> Non
 def test_range_rows_carry_an_event_time_derived_from_the_value() -> None:
     source = Range(0, 100, event_time_step="10ms")
     settings = source._settings("r", "http://x", RANGE_SCHEMA, None, 2)
-    target = ds.arrow_schema_of(RANGE_SCHEMA)
-    batches = list(ds.read_partition(_partition(RangeSplit(5, 8)), settings, "t", target))
+    target = reading.arrow_schema_of(RANGE_SCHEMA)
+    batches = list(reading.read_partition(_partition(RangeSplit(5, 8)), settings, "t", target))
     rows = pa.Table.from_batches(batches).to_pylist()
     assert [row["value"] for row in rows] == [5, 6, 7]
     assert rows[2]["ts"] == datetime(2024, 1, 1, 0, 0, 0, 70_000, tzinfo=UTC)
@@ -351,10 +354,10 @@ def test_a_sentinel_row_is_recognisable_by_the_sinks() -> None:
     )
     assert row["n"] == -(2**31) and row["id"] is None and row[SENTINEL_COLUMN] is True
     split = SentinelSplit.of("drain-1", row)
-    batch = ds.sentinel_batch(split, ds.arrow_schema_of(schema))
+    batch = reading.sentinel_batch(split, reading.arrow_schema_of(schema))
     assert batch.num_rows == 1
     assert is_sentinel_row(batch.to_pylist()[0])
-    without_marker = ds.sentinel_batch(split, ARROW).to_pylist()[0]
+    without_marker = reading.sentinel_batch(split, ARROW).to_pylist()[0]
     assert is_sentinel_row(without_marker)  # the event time alone marks it
     assert SentinelSplit.of("drain-1", dict(reversed(row.items()))) == split
     with pytest.raises(ValueError, match="lacks"):

@@ -24,7 +24,7 @@ import yaml
 
 from finishable.api.control import DriverReport, DriverState, RequestReport
 from finishable.api.crd import build_crd
-from finishable.api.models import ControlRequest
+from finishable.api.status import ControlRequest
 from finishable.kube.api import KubeApi
 from finishable.state.control import ConfigMapControlChannel
 

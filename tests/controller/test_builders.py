@@ -7,8 +7,8 @@ import shlex
 from typing import Any
 
 from finishable.api.jobconfig import JobConfig
-from finishable.api.models import FinishableSparkJobSpec
-from finishable.controller import builders
+from finishable.api.spec import FinishableSparkJobSpec
+from finishable.controller import builders, driverconf, naming
 from finishable.kube.objects import JobRef
 
 JOB = JobRef(name="clicks", namespace="analytics", uid="uid-1")
@@ -179,7 +179,7 @@ def test_token_and_channel_golden() -> None:
         "type": "Opaque",
         "stringData": {"token": "s3cret"},
     }
-    assert builders.channel_config_map(JOB, builders.control_name("clicks")) == {
+    assert builders.channel_config_map(JOB, naming.control_name("clicks")) == {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": meta("clicks-control", "control"),
@@ -222,7 +222,7 @@ def test_job_config_carries_the_derived_spark_conf() -> None:
 
 
 def test_object_store_state_url() -> None:
-    config = builders.job_config(
+    config = driverconf.job_config(
         JOB, spec(checkpointing={"storage": {"type": "ObjectStore", "url": "gs://bucket/jobs"}})
     )
     assert config.state_url == "gs://bucket/jobs"
@@ -230,11 +230,11 @@ def test_object_store_state_url() -> None:
 
 def test_batch_drivers_find_the_shuffle_pods_by_their_stable_names() -> None:
     batch = spec(mode="Batch", shuffle={"replicas": 2})
-    assert builders.job_config(JOB, batch).shuffle_urls == [
+    assert driverconf.job_config(JOB, batch).shuffle_urls == [
         "http://clicks-shuffle-0.clicks-shuffle-headless.analytics.svc:7337",
         "http://clicks-shuffle-1.clicks-shuffle-headless.analytics.svc:7337",
     ]
-    assert builders.job_config(JOB, spec()).shuffle_urls == []
+    assert driverconf.job_config(JOB, spec()).shuffle_urls == []
 
 
 def test_batch_jobs_get_shuffle_owned_by_the_job() -> None:
@@ -284,9 +284,9 @@ def test_streaming_jobs_get_no_shuffle_and_names_fit() -> None:
     assert "StatefulSet" not in kinds
     longest = "j" * 40
     names = [
-        builders.shuffle_service_name(longest),
-        builders.driver_pod_name(longest, 100),
-        builders.rbac_name(longest),
+        naming.shuffle_service_name(longest),
+        naming.driver_pod_name(longest, 100),
+        naming.rbac_name(longest),
     ]
     assert all(len(name) <= 63 for name in names), "DNS labels for a 40-character job name"
     assert json.dumps(builders.driver_pod(JOB, spec(), 1, ""))  # plain JSON, nothing else
@@ -294,7 +294,7 @@ def test_streaming_jobs_get_no_shuffle_and_names_fit() -> None:
 
 def test_a_local_master_runs_spark_inside_the_driver_pod() -> None:
     """``--spark-master local[2]``: no executor pods, so no Kubernetes or driver-address conf."""
-    local = builders.spark_conf(JOB, spec(), "local[2]")
+    local = driverconf.spark_conf(JOB, spec(), "local[2]")
     assert local["spark.master"] == "local[2]"
     assert not [key for key in local if key.startswith("spark.kubernetes.")]
     assert "spark.driver.host" not in local and "spark.executor.instances" not in local

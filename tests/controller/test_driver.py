@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from finishable.api.jobconfig import write_config
-from finishable.api.models import FinishableSparkJobSpec
-from finishable.controller import builders
+from finishable.api.spec import FinishableSparkJobSpec
+from finishable.controller import driverconf
 from finishable.kube.objects import JobRef
 
 PROGRAM = """
@@ -36,7 +36,7 @@ def driver(tmp_path: Path, file: str, **env: str) -> subprocess.CompletedProcess
     spec = FinishableSparkJobSpec.model_validate(
         {"application": {"file": file, "args": ["--day", "7"]}}
     )
-    config = builders.job_config(JobRef("clicks", "ns", "uid"), spec)
+    config = driverconf.job_config(JobRef("clicks", "ns", "uid"), spec)
     config = config.model_copy(update={"work_dir": str(tmp_path / "work")})
     write_config(config, tmp_path / "job.json")
     environment = {

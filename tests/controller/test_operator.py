@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from finishable.api.control import DriverState
-from finishable.api.models import CheckpointStatus, SavepointStatus
+from finishable.api.status import CheckpointStatus, SavepointStatus
 from tests.charts.test_rbac import OPERATOR_CLIENTS
 from tests.controller.cluster import Cluster, OperatorProcess, install, wait_for
 from tests.support.k8s_emulator import CALLS_PATH, REFUSALS_PATH, EmulatorServer

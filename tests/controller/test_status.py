@@ -9,15 +9,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
-from finishable.api.models import (
-    CheckpointStatus,
-    DesiredState,
-    FinishableSparkJobSpec,
-    FinishableSparkJobStatus,
-    Phase,
-    SavepointStatus,
-    dump,
-)
+from finishable.api.models import DesiredState, Phase, dump
+from finishable.api.spec import FinishableSparkJobSpec
+from finishable.api.status import CheckpointStatus, FinishableSparkJobStatus, SavepointStatus
 from finishable.controller.metrics import Metrics
 from finishable.controller.reconcile import (
     StatusUnreadable,
@@ -27,7 +21,8 @@ from finishable.controller.reconcile import (
     read_status,
 )
 from finishable.controller.status import merge_patch
-from finishable.lifecycle.phases import Observation, PodPhase, next_status
+from finishable.lifecycle.decisions import Observation, PodPhase
+from finishable.lifecycle.phases import next_status
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KEY = ("ns", "job")

@@ -28,7 +28,7 @@ from finishable.connectors.batch.datasources import AUDIT_ENV
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.batch.plan import TaskFinished, decode_event
 from finishable.state import LocalDirBackend
-from finishable.state.events import read_events
+from finishable.state.eventlog import read_events
 from tests.support.batchlog import durable_at_crash
 from tests.support.processes import alive
 

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 
 from finishable import FinishableJob, sinks, sources
 from finishable.api.jobconfig import JobConfig
-from finishable.driver.streaming.executor import JobFailed
+from finishable.driver.outcome import JobFailed
 from finishable.local.shuffle import LocalShuffle
 
 SCHEMA = "customer STRING, status STRING, cents LONG"

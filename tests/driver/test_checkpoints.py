@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from finishable.connectors.sources import CheckpointLog
 from finishable.connectors.streaming.commit_hook import BatchHookClient, BatchHookError
 from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.driver.checkpoint_log import CheckpointLog
 from finishable.driver.streaming.checkpoints import (
     LINEAGE_KEY,
     PENDING_OFFSETS,

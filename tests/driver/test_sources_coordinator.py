@@ -11,14 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from finishable.connectors.sources import (
-    CheckpointLog,
-    Files,
-    Range,
-    RestorePoint,
-    SourceCoordinator,
-    sentinel_row,
-)
+from finishable.connectors import reading
+from finishable.connectors.sources import Files, Range, sentinel_row
 from finishable.connectors.streaming import source as ds
 from finishable.coordinator import (
     AddSplits,
@@ -36,6 +30,8 @@ from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.coordinator.enumerator import SplitEnumerator
 from finishable.coordinator.files import FileSplitEnumerator
 from finishable.coordinator.ranges import RangeSplitEnumerator
+from finishable.driver.checkpoint_log import CheckpointLog
+from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
 
 TIMEOUT = 10.0
 TOKEN = "t0ken"
@@ -223,7 +219,7 @@ def test_skip_mode_reports_the_unreadable_split_to_the_coordinator(
                 "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}],
             }
         )
-        settings = ds.ReaderSettings(
+        settings = reading.ReaderSettings(
             coordinator="files",
             endpoint=endpoint.url,
             kind="files",
@@ -231,14 +227,18 @@ def test_skip_mode_reports_the_unreadable_split_to_the_coordinator(
             format="json",
             on_error="skip",
         )
-        target = ds.arrow_schema_of(schema)
+        target = reading.arrow_schema_of(schema)
         splits = (
             FileSplit(bad.as_uri(), 0, bad.stat().st_size, bad.stat().st_size),
             FileSplit(good.as_uri(), 0, good.stat().st_size, good.stat().st_size),
         )
         # No attempt in the partition: the executor asks which attempt the driver made ready.
         rows = pa.Table.from_batches(
-            list(ds.read_partition(ds.SplitPartition(0, splits, None), settings, TOKEN, target)),
+            list(
+                reading.read_partition(
+                    reading.SplitPartition(0, splits, None), settings, TOKEN, target
+                )
+            ),
             schema=target,
         )
         assert rows["id"].to_pylist() == [1, 2]

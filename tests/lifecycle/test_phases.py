@@ -1,4 +1,4 @@
-"""The job phase machine: every transition of DESIGN.md section 5, refused changes, crashes."""
+"""The job phase machine: every transition of the phase table, refused changes, crashes."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -7,24 +7,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
-from finishable.api.models import (
-    CheckpointStatus,
-    ConditionStatus,
-    ConditionType,
-    FinishableSparkJobSpec,
-    FinishableSparkJobStatus,
-    Phase,
-    SavepointStatus,
-)
-from finishable.lifecycle.phases import (
+from finishable.api.models import ConditionStatus, ConditionType, Phase
+from finishable.api.spec import FinishableSparkJobSpec
+from finishable.api.status import CheckpointStatus, FinishableSparkJobStatus, SavepointStatus
+from finishable.lifecycle.decisions import (
     TRANSITIONS,
     ActionKind,
     Decision,
     Observation,
     PodPhase,
-    next_status,
     restart_backoff,
 )
+from finishable.lifecycle.phases import next_status
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
 from finishable.api.jobconfig import config_from_env
-from finishable.api.models import CheckpointStatus, RequestAction, SavepointStatus
+from finishable.api.models import RequestAction
+from finishable.api.status import CheckpointStatus, SavepointStatus
 from finishable.state.control import LocalControlChannel
 
 

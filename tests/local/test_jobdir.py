@@ -7,12 +7,9 @@ from pathlib import Path
 import pytest
 
 from finishable.api.jobconfig import JobConfig, JobConfigError, config_from_env, write_config
-from finishable.api.models import (
-    DesiredState,
-    FinishableSparkJobSpec,
-    FinishableSparkJobStatus,
-    Phase,
-)
+from finishable.api.models import DesiredState, Phase
+from finishable.api.spec import FinishableSparkJobSpec
+from finishable.api.status import FinishableSparkJobStatus
 from finishable.cli import main
 from finishable.local.jobdir import local_job
 

@@ -11,15 +11,15 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from finishable.shuffle.store import (
+from finishable.shuffle.records import (
     DatasetMissing,
     InvalidName,
     NotArrowStream,
     PartitionMissing,
-    PartitionStore,
     UnknownUpload,
     check_partition,
 )
+from finishable.shuffle.store import PartitionStore
 
 JOB = "etl"
 

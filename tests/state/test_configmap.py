@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from finishable.api.models import API_GROUP, API_VERSION, KIND, PLURAL
-from finishable.controller import builders
+from finishable.controller import builders, naming
 from finishable.kube.api import KubeApi, KubeApiError
 from finishable.kube.objects import (
     LABEL_COMPONENT,
@@ -278,7 +278,7 @@ def enforcing() -> Iterator[tuple[EmulatorServer, KubeApi, JobRef]]:
             response = admin.request("POST", admin.path(kind, api_version=group), body=child)
             assert response.status == 201, response.body
         assert server.emulator is not None
-        token = server.emulator.issue_token("guarded", builders.rbac_name("etl"))
+        token = server.emulator.issue_token("guarded", naming.rbac_name("etl"))
         driver = KubeApi.for_url(server.url, token=token, namespace="guarded")
         yield server, driver, job
         driver.close()

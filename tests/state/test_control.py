@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
-from finishable.api.models import CheckpointStatus, ControlRequest, RequestAction
+from finishable.api.models import RequestAction
+from finishable.api.status import CheckpointStatus, ControlRequest
 from finishable.kube.api import KubeApi
 from finishable.state.control import (
     ConfigMapControlChannel,

@@ -25,7 +25,7 @@ from finishable.state import (
     ObjectBackend,
     read_events,
 )
-from finishable.state.events import encode_segment
+from finishable.state.eventlog import encode_segment
 
 from .conftest import BackendCase
 
@@ -148,7 +148,7 @@ def test_torn_last_segment_is_skipped_then_removed(
         store.append({"type": "Kept", "n": 2})
     full = encode_segment(2, 3, [b'{"type":"Lost","time":1.0,"data":{}}\n'], "crashed")
     case.backend.put(seg(2), full[: len(full) // 2])  # a writer died in the middle
-    with caplog.at_level(logging.WARNING, logger="finishable.state.events"):
+    with caplog.at_level(logging.WARNING, logger="finishable.state.eventlog"):
         events = list(read_events(case.backend))
     assert [e.data["n"] for e in events] == [1, 2]
     assert "is torn" in caplog.text

@@ -1,6 +1,6 @@
 """The control channel's wire format: the driver's report and its answers to requests.
 
-The operator never calls into the driver. It writes a :class:`~finishable.api.models.ControlRequest`
+The operator never calls into the driver. It writes a :class:`~finishable.api.status.ControlRequest`
 to ``<job>-control``; the driver answers with a :class:`DriverReport` in ``<job>-state`` (locally:
 two files in the job's directory). Both sides validate what they read with these models, so a
 report written by a newer or broken driver is refused with a message instead of misread.
@@ -13,8 +13,8 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from finishable.api.models import (
-    ApiModel,
+from finishable.api.models import ApiModel
+from finishable.api.status import (
     CheckpointStatus,
     CoordinatorStatus,
     LifecycleStatus,

@@ -13,16 +13,9 @@ from typing import Any
 import yaml
 
 from finishable import __version__
-from finishable.api.models import (
-    API_GROUP,
-    API_VERSION,
-    KIND,
-    PLURAL,
-    SHORT_NAME,
-    SINGULAR,
-    FinishableSparkJobSpec,
-    FinishableSparkJobStatus,
-)
+from finishable.api.models import API_GROUP, API_VERSION, KIND, PLURAL, SHORT_NAME, SINGULAR
+from finishable.api.spec import FinishableSparkJobSpec
+from finishable.api.status import FinishableSparkJobStatus
 
 CRD_NAME = f"{PLURAL}.{API_GROUP}"
 CRD_FILE = f"crds/{CRD_NAME}.yaml"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
-from finishable.api.models import ApiModel, FinishableSparkJobSpec
+from finishable.api.models import ApiModel
+from finishable.api.spec import FinishableSparkJobSpec
 
 CONFIG_ENV = "FINISHABLE_JOB_CONFIG"
 ATTEMPT_ENV = "FINISHABLE_ATTEMPT"

@@ -1,6 +1,6 @@
 """The FLIP-147 lifecycle's vocabulary: termination modes, task kinds, task and operator statuses.
 
-The status a driver reports (``api.models.LifecycleStatus``) speaks it, and the lifecycle table
+The status a driver reports (``api.status.LifecycleStatus``) speaks it, and the lifecycle table
 (``finishable.lifecycle.table``) is written in it; it lives here, with the API, so the models need
 nothing from the decisions above them.
 """

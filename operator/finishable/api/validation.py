@@ -17,13 +17,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from finishable.api.models import (
-    API_GROUP,
-    API_VERSION,
-    KIND,
-    FinishableSparkJob,
-    FinishableSparkJobSpec,
-)
+from finishable.api.manifest import FinishableSparkJob
+from finishable.api.models import API_GROUP, API_VERSION, KIND
+from finishable.api.spec import FinishableSparkJobSpec
 
 
 @dataclass(frozen=True)

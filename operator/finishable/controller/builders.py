@@ -8,7 +8,8 @@ the job's name, so that "create if absent" is idempotent across reconciles and o
 The driver pod runs ``finishable driver``, which starts the user's program with the job
 configuration mounted from ``<job>-config``. Spark runs in client mode inside that pod: its
 Kubernetes master, executor labels and resources, and the driver's address (the headless Service
-``<job>-driver``) are derived here from the spec and override the user's ``sparkConf``.
+``<job>-driver``) are derived from the spec in :mod:`finishable.controller.driverconf`; the
+children's names, ports and paths are :mod:`finishable.controller.naming`.
 """
 
 from __future__ import annotations
@@ -16,101 +17,42 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from finishable.api.jobconfig import (
-    ATTEMPT_ENV,
-    CONFIG_ENV,
-    RESTORE_ENV,
-    TOKEN_ENV,
-    ControlType,
-    JobConfig,
-)
-from finishable.api.models import (
-    FinishableSparkJobSpec,
-    JobMode,
-    StorageType,
-)
+from finishable.api.jobconfig import ATTEMPT_ENV, CONFIG_ENV, RESTORE_ENV, TOKEN_ENV
+from finishable.api.models import JobMode
+from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.units import Quantity
 from finishable.api.volumes import driver_volumes
-from finishable.kube.objects import (
-    LABEL_ATTEMPT,
-    LABEL_COMPONENT,
-    LABEL_JOB,
-    LABEL_MANAGED_BY,
-    MANAGER,
-    JobRef,
-    job_label_value,
-    labels,
-    owner_reference,
-    selector,
+from finishable.controller.driverconf import is_kubernetes_master, job_config
+from finishable.controller.naming import (
+    BLOCK_MANAGER_PORT,
+    CONFIG_DIR,
+    CONTROL,
+    DRIVER,
+    DRIVER_PORT,
+    JOB_CONFIG_KEY,
+    KUBERNETES_MASTER,
+    SHUFFLE,
+    SHUFFLE_DATA_DIR,
+    SHUFFLE_PORT,
+    SPARK_DEFAULTS_KEY,
+    TOKEN_KEY,
+    WORK_DIR,
+    config_name,
+    control_name,
+    driver_host,
+    driver_pod_name,
+    driver_service_name,
+    rbac_name,
+    shuffle_name,
+    shuffle_service_name,
+    state_name,
+    token_name,
 )
-from finishable.state.control import CONTROL_SUFFIX, STATE_SUFFIX
-
-DRIVER = "driver"
-EXECUTOR = "executor"
-SHUFFLE = "shuffle"
-CONTROL = "control"  # the component label the control channel gives its ConfigMaps
-
-CONFIG_DIR = "/etc/finishable"
-JOB_CONFIG_KEY = "job.json"
-SPARK_DEFAULTS_KEY = "spark-defaults.conf"
-WORK_DIR = "/tmp/finishable"
-TOKEN_KEY = "token"
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-KUBERNETES_MASTER = "k8s://https://kubernetes.default.svc:443"
-
-DRIVER_PORT = 7078
-BLOCK_MANAGER_PORT = 7079
-SHUFFLE_PORT = 7337
-SHUFFLE_DATA_DIR = "/data"
+from finishable.kube.objects import LABEL_ATTEMPT, JobRef, labels, owner_reference, selector
 
 # Spark's default memory overhead of a JVM container: 10 %, at least 384 MiB.
 MEMORY_OVERHEAD_FACTOR = 0.10
 MEMORY_OVERHEAD_MIN = 384 * 1024**2
-
-
-# -- names ------------------------------------------------------------------------------------
-
-
-def driver_pod_name(job: str, attempt: int) -> str:
-    return f"{job}-driver-{attempt}"
-
-
-def driver_service_name(job: str) -> str:
-    return f"{job}-driver"
-
-
-def rbac_name(job: str) -> str:
-    """ServiceAccount, Role and RoleBinding of the driver share one name."""
-    return f"{job}-driver"
-
-
-def config_name(job: str) -> str:
-    return f"{job}-config"
-
-
-def control_name(job: str) -> str:
-    return f"{job}{CONTROL_SUFFIX}"
-
-
-def state_name(job: str) -> str:
-    return f"{job}{STATE_SUFFIX}"
-
-
-def token_name(job: str) -> str:
-    return f"{job}-token"
-
-
-def shuffle_name(job: str) -> str:
-    return f"{job}-shuffle"
-
-
-def shuffle_service_name(job: str) -> str:
-    return f"{job}-shuffle-headless"
-
-
-def driver_host(job: JobRef) -> str:
-    """The driver's DNS name: its headless Service resolves to the current driver pod."""
-    return f"{driver_service_name(job.name)}.{job.namespace}.svc"
 
 
 # -- metadata ---------------------------------------------------------------------------------
@@ -127,7 +69,7 @@ def metadata(
     }
 
 
-# -- Spark and the job configuration ------------------------------------------------------------
+# -- pod resources and configuration -----------------------------------------------------------
 
 
 def container_memory(memory: Quantity) -> str:
@@ -135,85 +77,6 @@ def container_memory(memory: Quantity) -> str:
     overhead = max(MEMORY_OVERHEAD_MIN, int(memory * MEMORY_OVERHEAD_FACTOR))
     mebibytes = -(-(int(memory) + overhead) // 1024**2)
     return f"{mebibytes}Mi"
-
-
-def is_kubernetes_master(master: str) -> bool:
-    return master.startswith("k8s://")
-
-
-def spark_conf(
-    job: JobRef, spec: FinishableSparkJobSpec, master: str = KUBERNETES_MASTER
-) -> dict[str, str]:
-    """The user's sparkConf, overridden by what the operator derives from the resource.
-
-    With a Kubernetes master (the default) Spark starts executor pods itself; with another master
-    (``finishable operator --spark-master local[2]``: small clusters, CI, the e2e local cluster)
-    Spark runs inside the driver pod and the Kubernetes and driver-address settings are left out.
-    """
-    derived = {
-        "spark.master": master,
-        "spark.submit.deployMode": "client",
-        "spark.app.name": job.name,
-        "spark.driver.cores": str(spec.driver.cores),
-        "spark.driver.memory": spec.driver.memory.spark_memory(),
-    }
-    if is_kubernetes_master(master):
-        executor_label = "spark.kubernetes.executor.label."
-        derived |= {
-            "spark.kubernetes.namespace": job.namespace,
-            "spark.kubernetes.container.image": spec.image,
-            "spark.kubernetes.authenticate.oauthTokenFile": f"{SERVICE_ACCOUNT_DIR}/token",
-            "spark.kubernetes.authenticate.caCertFile": f"{SERVICE_ACCOUNT_DIR}/ca.crt",
-            "spark.kubernetes.executor.podNamePrefix": job.name,
-            f"{executor_label}{LABEL_JOB}": job_label_value(job.name),
-            f"{executor_label}{LABEL_COMPONENT}": EXECUTOR,
-            f"{executor_label}{LABEL_MANAGED_BY}": MANAGER,
-            "spark.driver.host": driver_host(job),
-            "spark.driver.bindAddress": "0.0.0.0",
-            "spark.driver.port": str(DRIVER_PORT),
-            "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
-            "spark.executor.instances": str(spec.executor.instances),
-            "spark.executor.cores": str(spec.executor.cores),
-            "spark.executor.memory": spec.executor.memory.spark_memory(),
-        }
-    return {**spec.application.spark_conf, **derived}
-
-
-def state_url(spec: FinishableSparkJobSpec) -> str:
-    """Where the driver keeps checkpoints and savepoints (the runtime's snapshot store URL)."""
-    storage = spec.checkpointing.storage
-    if storage.type is StorageType.CONFIG_MAP:
-        return "configmap:"
-    return storage.url or f"{WORK_DIR}/state"
-
-
-def job_config(
-    job: JobRef, spec: FinishableSparkJobSpec, master: str = KUBERNETES_MASTER
-) -> JobConfig:
-    """What ``FinishableJob.from_env()`` reads in the driver: the spec with the derived conf."""
-    conf = spark_conf(job, spec, master)
-    application = spec.application.model_copy(update={"spark_conf": conf})
-    return JobConfig(
-        name=job.name,
-        namespace=job.namespace,
-        uid=job.uid,
-        spec=spec.model_copy(update={"application": application}),
-        state_url=state_url(spec),
-        work_dir=f"{WORK_DIR}/work",
-        control=ControlType.CONFIG_MAP,
-        shuffle_urls=shuffle_urls(job, spec),
-    )
-
-
-def shuffle_urls(job: JobRef, spec: FinishableSparkJobSpec) -> list[str]:
-    """The shuffle pods' stable addresses (StatefulSet pod names under the headless Service)."""
-    if spec.mode is not JobMode.BATCH:
-        return []
-    domain = f"{shuffle_service_name(job.name)}.{job.namespace}.svc"
-    return [
-        f"http://{shuffle_name(job.name)}-{index}.{domain}:{SHUFFLE_PORT}"
-        for index in range(spec.effective_shuffle.replicas)
-    ]
 
 
 def config_map(

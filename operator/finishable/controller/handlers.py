@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL
-from finishable.controller import builders
+from finishable.controller import naming
 from finishable.controller.metrics import JobKey
 from finishable.controller.reconcile import (
     DELETE_STATE_ANNOTATION,
@@ -30,7 +30,7 @@ from finishable.controller.reconcile import (
 )
 from finishable.controller.settings import OperatorOptions, configure
 from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, JobRef
-from finishable.lifecycle.phases import Event
+from finishable.lifecycle.decisions import Event
 from finishable.state.control import STATE_SUFFIX
 from finishable.state.errors import BackendError
 
@@ -39,11 +39,11 @@ log = logging.getLogger(__name__)
 registry = kopf.OperatorRegistry()
 JOBS = (API_GROUP, API_VERSION, PLURAL)
 DRIVER_PODS: dict[str, Any] = {
-    LABEL_COMPONENT: builders.DRIVER,
+    LABEL_COMPONENT: naming.DRIVER,
     LABEL_JOB: kopf.PRESENT,
 }
 CONTROL_MAPS: dict[str, Any] = {
-    LABEL_COMPONENT: builders.CONTROL,
+    LABEL_COMPONENT: naming.CONTROL,
     LABEL_JOB: kopf.PRESENT,
 }
 RETRY_SECONDS = 10.0

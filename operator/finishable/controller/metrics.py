@@ -13,7 +13,8 @@ from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from finishable.api.models import FinishableSparkJobStatus, Phase
+from finishable.api.models import Phase
+from finishable.api.status import FinishableSparkJobStatus
 
 JobKey = tuple[str, str]
 """(namespace, name) of a job."""

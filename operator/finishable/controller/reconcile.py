@@ -26,16 +26,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from finishable.api.control import DriverReport
-from finishable.api.models import (
-    JOB_NAME_MAX_LENGTH,
-    FinishableSparkJobSpec,
-    FinishableSparkJobStatus,
-    JobMode,
-    Phase,
-    is_valid_job_name,
-)
+from finishable.api.models import JOB_NAME_MAX_LENGTH, JobMode, Phase, is_valid_job_name
+from finishable.api.spec import FinishableSparkJobSpec
+from finishable.api.status import FinishableSparkJobStatus
 from finishable.api.validation import InvalidManifest, parse_spec
-from finishable.controller import builders
+from finishable.controller import builders, naming
 from finishable.controller.kube import Kube
 from finishable.controller.metrics import JobKey, Metrics
 from finishable.controller.status import EventPoster, StatusWriter
@@ -47,15 +42,15 @@ from finishable.kube.objects import (
     job_label_value,
     owner_reference,
 )
-from finishable.lifecycle.phases import (
+from finishable.lifecycle.decisions import (
     TERMINAL_PHASES,
     Action,
     ActionKind,
     Decision,
     Observation,
     PodPhase,
-    next_status,
 )
+from finishable.lifecycle.phases import next_status
 from finishable.state.configmap import COMPONENT as STATE_COMPONENT
 from finishable.state.control import ConfigMapControlChannel
 
@@ -167,7 +162,7 @@ class Controller:
     kube: Kube
     metrics: Metrics
     resync: float = 60.0
-    spark_master: str = builders.KUBERNETES_MASTER
+    spark_master: str = naming.KUBERNETES_MASTER
     wakers: dict[JobKey, asyncio.Event] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -309,7 +304,7 @@ class JobLoop:
             for child in builders.static_children(
                 self.job, spec, token, self.controller.spark_master
             ):
-                if child["metadata"]["name"] == builders.config_name(self.job.name):
+                if child["metadata"]["name"] == naming.config_name(self.job.name):
                     await self.kube.upsert_configmap(child)  # follows spec edits between attempts
                 elif await self.kube.create(child):
                     log.info("%s: created %s", self.key, builders.describe_child(child))
@@ -328,7 +323,7 @@ class JobLoop:
             await self.kube.delete("pods", pod.name, namespace=self.job.namespace)
             selector = {
                 LABEL_JOB: job_label_value(self.job.name),
-                LABEL_COMPONENT: builders.EXECUTOR,
+                LABEL_COMPONENT: naming.EXECUTOR,
                 LABEL_ATTEMPT: str(pod.attempt),
             }
             executors = await self.kube.list(
@@ -345,7 +340,7 @@ class JobLoop:
         """Delete the shuffle pods (their StatefulSet); a job that goes on gets fresh ones."""
         if self._shuffle_deleted:
             return
-        name = builders.shuffle_name(self.job.name)
+        name = naming.shuffle_name(self.job.name)
         if await self.kube.delete(
             "statefulsets", name, namespace=self.job.namespace, api_version="apps/v1"
         ):
@@ -362,16 +357,16 @@ DELETE_STATE_ANNOTATION = "finishable.dev/delete-state"
 """Set to "true" on a job to delete its checkpoints and savepoints (ConfigMap storage) with it."""
 
 _CHILDREN: tuple[tuple[str, str, Callable[[str], str]], ...] = (
-    ("apps/v1", "statefulsets", builders.shuffle_name),
-    ("v1", "services", builders.shuffle_service_name),
-    ("v1", "services", builders.driver_service_name),
-    ("v1", "configmaps", builders.config_name),
-    ("v1", "configmaps", builders.control_name),
-    ("v1", "configmaps", builders.state_name),
-    ("v1", "secrets", builders.token_name),
-    ("rbac.authorization.k8s.io/v1", "rolebindings", builders.rbac_name),
-    ("rbac.authorization.k8s.io/v1", "roles", builders.rbac_name),
-    ("v1", "serviceaccounts", builders.rbac_name),
+    ("apps/v1", "statefulsets", naming.shuffle_name),
+    ("v1", "services", naming.shuffle_service_name),
+    ("v1", "services", naming.driver_service_name),
+    ("v1", "configmaps", naming.config_name),
+    ("v1", "configmaps", naming.control_name),
+    ("v1", "configmaps", naming.state_name),
+    ("v1", "secrets", naming.token_name),
+    ("rbac.authorization.k8s.io/v1", "rolebindings", naming.rbac_name),
+    ("rbac.authorization.k8s.io/v1", "roles", naming.rbac_name),
+    ("v1", "serviceaccounts", naming.rbac_name),
 )
 
 
@@ -385,7 +380,7 @@ async def remove_children(kube: Kube, job: JobRef, *, delete_state: bool) -> int
     """
     deleted = 0
     job_label = f"{LABEL_JOB}={job_label_value(job.name)}"
-    for component in (builders.DRIVER, builders.EXECUTOR):
+    for component in (naming.DRIVER, naming.EXECUTOR):
         pods = await kube.list(
             "pods", namespace=job.namespace, selector=f"{job_label},{LABEL_COMPONENT}={component}"
         )

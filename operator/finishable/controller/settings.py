@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import kopf
 
-from finishable.controller.builders import CONTROL, DRIVER, KUBERNETES_MASTER
+from finishable.controller.naming import CONTROL, DRIVER, KUBERNETES_MASTER
 from finishable.kube.objects import LABEL_COMPONENT
 
 ANNOTATION_PREFIX = "finishable.dev"
@@ -35,7 +35,7 @@ class OperatorOptions:
     watch_timeout_seconds: int = 300
     request_timeout_seconds: float = 30.0
     event_level: int = logging.INFO
-    spark_master: str = KUBERNETES_MASTER  # what drivers run Spark on (see builders.spark_conf)
+    spark_master: str = KUBERNETES_MASTER  # what drivers run Spark on (see driverconf.spark_conf)
 
     @property
     def clusterwide(self) -> bool:

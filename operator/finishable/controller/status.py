@@ -15,11 +15,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from finishable.api.models import API_GROUP, API_VERSION, PLURAL, FinishableSparkJobStatus, dump
+from finishable.api.models import API_GROUP, API_VERSION, PLURAL, dump
+from finishable.api.status import FinishableSparkJobStatus
 from finishable.controller.kube import Kube
 from finishable.controller.metrics import Metrics
 from finishable.kube.objects import JobRef
-from finishable.lifecycle.phases import Decision, Event
+from finishable.lifecycle.decisions import Decision, Event
 
 log = logging.getLogger(__name__)
 

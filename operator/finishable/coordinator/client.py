@@ -1,9 +1,8 @@
 """A small synchronous client of the coordinator endpoint, for Spark's Python workers.
 
-It runs inside executors and the planner worker, so it uses only the standard library:
-``http.client`` with one keep-alive connection per thread (``http.client`` connections are not
-thread-safe). Connection errors, timeouts and 5xx answers are retried with exponential backoff
-and jitter until ``retries`` or ``deadline`` run out.
+It runs inside executors and the planner worker, so it speaks HTTP through ``transport`` (standard
+library only, one keep-alive connection per thread): connection errors, timeouts and 5xx answers
+are retried with backoff and jitter until ``retries`` or ``deadline`` run out.
 
 Retrying is safe because every mutating call carries a request id, generated once per logical
 call and resent unchanged on each retry: the coordinator host answers a repeated id with the
@@ -16,15 +15,9 @@ The client pickles without its connections, so a Spark reader can carry it to ex
 
 from __future__ import annotations
 
-import http.client
-import json
-import logging
-import random
-import threading
-import time
 import uuid
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from finishable.coordinator.events import (
     OperatorEvent,
@@ -33,8 +26,7 @@ from finishable.coordinator.events import (
     SplitSkipped,
     event_from_json,
 )
-
-logger = logging.getLogger(__name__)
+from finishable.transport import HttpAnswerError, Policy, Transport, Unreachable
 
 
 class CoordinatorRequestError(Exception):
@@ -55,9 +47,6 @@ class CoordinatorUnavailable(Exception):
     """Retries ran out: the request may or may not have taken effect; fail the task."""
 
 
-_RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
-
-
 class CoordinatorClient:
     """Calls the endpoint at ``url`` with ``token``; safe to share between threads."""
 
@@ -72,17 +61,8 @@ class CoordinatorClient:
         max_backoff: float = 2.0,
         deadline: float = 60.0,
     ) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{url!r} is not an http(s) URL of a coordinator endpoint")
-        self._url = url
-        self._token = token
-        self._timeout = timeout
-        self._retries = retries
-        self._backoff = backoff
-        self._max_backoff = max_backoff
-        self._deadline = deadline
-        self._local = threading.local()
+        policy = Policy(timeout, retries, backoff, max_backoff, deadline)
+        self._transport = Transport(url, token, policy, what="a coordinator endpoint")
 
     # ------------------------------------------------------------------ the calls
 
@@ -173,7 +153,7 @@ class CoordinatorClient:
 
     def close(self) -> None:
         """Close this thread's connection."""
-        self._drop_connection()
+        self._transport.close()
 
     def __enter__(self) -> CoordinatorClient:
         return self
@@ -181,16 +161,7 @@ class CoordinatorClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        del state["_local"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._local = threading.local()
-
-    # ------------------------------------------------------------------ transport
+    # ------------------------------------------------------------------ requests
 
     @staticmethod
     def _attempt_path(coordinator: str, subtask: int, attempt: int, action: str) -> str:
@@ -199,87 +170,15 @@ class CoordinatorClient:
             f"/attempts/{int(attempt)}/{action}"
         )
 
-    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
-        connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
-        if connection is not None:
-            return connection, True
-        parts = urlsplit(self._url)
-        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        connection = cls(parts.hostname or "127.0.0.1", parts.port, timeout=self._timeout)
-        self._local.connection = connection
-        return connection, False
-
-    def _drop_connection(self) -> None:
-        connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
-        self._local.connection = None
-        if connection is not None:
-            connection.close()
-
     def _call(
         self, method: str, path: str, body: dict[str, Any] | None, *, retries: int | None = None
     ) -> dict[str, Any]:
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
-        headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        prefix = urlsplit(self._url).path.rstrip("/")
-        max_retries = self._retries if retries is None else retries
-        give_up_at = time.monotonic() + self._deadline
-        failures = 0
-        delay = self._backoff
-        while True:
-            connection, reused = self._connection()
-            try:
-                connection.request(method, prefix + path, body=data, headers=headers)
-                response = connection.getresponse()
-                raw = response.read()
-                status = response.status
-                if response.will_close:
-                    self._drop_connection()
-            except (OSError, http.client.HTTPException) as error:
-                self._drop_connection()
-                problem: Exception = error
-                # A kept-alive connection the server has closed in the meantime: reconnect now.
-                if (
-                    reused
-                    and failures == 0
-                    and isinstance(
-                        error,
-                        http.client.RemoteDisconnected | BrokenPipeError | ConnectionResetError,
-                    )
-                ):
-                    failures += 1
-                    continue
-            else:
-                payload = self._decode(raw, status)
-                if 200 <= status < 300:
-                    return payload
-                problem = CoordinatorRequestError(status, payload)
-                if status not in _RETRYABLE_STATUS or payload.get("retryable") is False:
-                    raise problem
-            failures += 1
-            if failures > max_retries or time.monotonic() + delay > give_up_at:
-                raise CoordinatorUnavailable(
-                    f"{method} {self._url}{path} failed {failures} time(s), giving up: {problem}"
-                ) from problem
-            logger.debug(
-                "coordinator call %s %s failed (%s); retrying in %.3f s",
-                method,
-                path,
-                problem,
-                delay,
-            )
-            time.sleep(delay * (0.5 + random.random() / 2))
-            delay = min(delay * 2, self._max_backoff)
-
-    @staticmethod
-    def _decode(raw: bytes, status: int) -> dict[str, Any]:
-        if not raw:
-            return {}
         try:
-            payload = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return {"error": raw[:200].decode("utf-8", "replace"), "kind": "not-json"}
-        if not isinstance(payload, dict):
-            return {"error": f"unexpected reply {payload!r:.200}", "kind": "not-json"}
-        return payload
+            reply = self._transport.request_json(method, path, body, retries=retries)
+        except HttpAnswerError as error:
+            raise CoordinatorRequestError(error.status, error.payload) from None
+        except Unreachable as error:
+            raise CoordinatorUnavailable(str(error)) from error.problem
+        if not isinstance(reply, dict):
+            raise CoordinatorRequestError(200, {"error": f"unexpected reply {reply!r:.200}"})
+        return reply

@@ -1,9 +1,10 @@
 """The coordinator endpoint: a small authenticated HTTP server in the driver process.
 
-No Python Data Source method runs in the driver's own process (DESIGN 11): Spark's planner
-worker and the executors' readers reach the coordinators over HTTP. The server runs aiohttp on a
-thread and event loop of its own, so the driver's main thread stays free; every request becomes a
-call on the named coordinator's host and is awaited without blocking the loop.
+No Python Data Source method runs in the driver's own process (docs/architecture.md, *PySpark
+facts*): Spark's planner worker and the executors' readers reach the coordinators over HTTP. The
+server runs aiohttp on a thread and event loop of its own, so the driver's main thread stays free;
+every request becomes a call on the named coordinator's host and is awaited without blocking the
+loop.
 
 API (JSON bodies; every route but ``/v1/health`` needs ``Authorization: Bearer <token>``)::
 

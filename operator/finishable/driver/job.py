@@ -14,7 +14,7 @@ checkpoint of its run, else the savepoint it was told to start from, else nothin
 coordinator endpoint and a Spark session. ``run`` hands everything to the streaming executor.
 
 A ``spec.mode: Batch`` job is built with ``read`` / ``stage`` / ``write`` instead, and ``run``
-hands it to the batch runtime (``runtime/batch.py``): stages as result partitions on shuffle
+hands it to the batch runtime (``driver/batch/``): stages as result partitions on shuffle
 servers, recovered after a driver crash from the job event log.
 """
 
@@ -34,17 +34,19 @@ from finishable.api.control import DriverReport, DriverState
 from finishable.api.jobconfig import TOKEN_ENV, ControlType, JobConfig, config_from_env
 from finishable.api.models import OBJECT_STORE_SCHEMES, JobMode
 from finishable.connectors.sinks import TransactionalCallback, TransactionalFiles, TransactionalSink
-from finishable.connectors.sources import Source, SourceCoordinator
+from finishable.connectors.sources import Source
 from finishable.connectors.streaming.commit_hook import HOOK_OPTION, BatchHookClient
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.batch.runtime import BatchRuntime
+from finishable.driver.outcome import JobFailed, Outcome
+from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.streaming.checkpoints import (
     CheckpointKeeper,
     Fingerprints,
     find_restore,
     lineage_of,
 )
-from finishable.driver.streaming.executor import JobFailed, Outcome, StreamingExecutor
+from finishable.driver.streaming.executor import StreamingExecutor
 from finishable.driver.streaming.savepoints import SavepointError
 from finishable.state import SnapshotStore, open_backend
 from finishable.state.control import (

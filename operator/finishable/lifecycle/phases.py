@@ -1,168 +1,47 @@
-"""The job phase machine (DESIGN.md section 5): a table of transitions and a pure ``next_status``.
+"""The job phase machine (DESIGN.md section 5): a pure ``next_status``, one handler per phase.
 
 The operator and the local runner both call :func:`next_status` with what they observe (the
 driver pod, the driver's report from the ``<job>-state`` ConfigMap or file) and act on the
-:class:`Decision` it returns: the new status for the one status writer, the side effects to
-perform, and the Kubernetes Events to post. It is level-based: calling it again with the same
-inputs yields the same decision, so a restarted operator simply carries on.
+:class:`~finishable.lifecycle.decisions.Decision` it returns: the new status for the one status
+writer, the side effects to perform, and the Kubernetes Events to post. It is level-based: calling
+it again with the same inputs yields the same decision, so a restarted operator simply carries on.
+
+What a step reads and returns (and the transition table) is :mod:`finishable.lifecycle.decisions`;
+the conditions each step ends with are :mod:`finishable.lifecycle.conditions`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from enum import StrEnum
+from datetime import timedelta
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
 from finishable.api.models import (
-    Condition,
     ConditionStatus,
     ConditionType,
-    ControlRequest,
     DesiredState,
-    FinishableSparkJobSpec,
-    FinishableSparkJobStatus,
     JobMode,
     Phase,
-    RecoveryStatus,
     RequestAction,
+)
+from finishable.api.spec import FinishableSparkJobSpec
+from finishable.api.status import ControlRequest, FinishableSparkJobStatus, RecoveryStatus
+from finishable.lifecycle.conditions import conditions_for
+from finishable.lifecycle.decisions import (
+    TERMINAL_PHASES,
+    TRANSITIONS,
+    Action,
+    ActionKind,
+    Decision,
+    Event,
+    IllegalPhaseTransition,
+    Observation,
+    PodPhase,
+    illegal_state_change,
+    restart_backoff,
 )
 from finishable.lifecycle.table import LifecycleMode
 
 P = Phase
-
-TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
-    P.PENDING: frozenset({P.SUBMITTED, P.SUSPENDED, P.FAILED}),
-    P.SUBMITTED: frozenset({P.RUNNING, P.FINISHING, P.FINISHED, P.RECOVERING, P.FAILED}),
-    P.RUNNING: frozenset(
-        {P.SAVEPOINTING, P.DRAINING, P.FINISHING, P.FINISHED, P.RECOVERING, P.FAILED}
-    ),
-    P.SAVEPOINTING: frozenset({P.SUSPENDED, P.RUNNING, P.RECOVERING, P.FAILED}),
-    P.DRAINING: frozenset({P.FINISHED, P.RUNNING, P.RECOVERING, P.FAILED}),
-    P.FINISHING: frozenset({P.FINISHED, P.RECOVERING, P.FAILED}),
-    P.RECOVERING: frozenset({P.RUNNING, P.FINISHING, P.FINISHED, P.FAILED}),
-    P.SUSPENDED: frozenset({P.SUBMITTED, P.FAILED}),
-    P.FINISHED: frozenset(),
-    P.FAILED: frozenset({P.PENDING}),
-}
-"""Every phase change the machine may make; :func:`next_status` never leaves this table."""
-
-TERMINAL_PHASES = frozenset({P.FINISHED, P.FAILED})
-STOPPING_PHASES = frozenset({P.SAVEPOINTING, P.DRAINING})
-# Phases in which a driver pod of the current attempt is expected to exist and be alive.
-DRIVER_PHASES = frozenset(
-    {P.SUBMITTED, P.RUNNING, P.SAVEPOINTING, P.DRAINING, P.FINISHING, P.RECOVERING}
-)
-
-RESTART_BACKOFF_BASE = timedelta(seconds=1)
-"""Short: a new attempt reuses what survived (shuffle partitions, checkpoints); maxAttempts bounds
-the loop of a driver that keeps crashing."""
-RESTART_BACKOFF_MAX = timedelta(minutes=2)
-
-
-class PodPhase(StrEnum):
-    """The driver pod of the current attempt, as observed (ABSENT: no such pod)."""
-
-    ABSENT = "Absent"
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What the caller saw just now. ``spec_problems`` lists why the spec cannot run, if so."""
-
-    now: datetime
-    generation: int
-    driver_pod: PodPhase = PodPhase.ABSENT
-    driver_message: str = ""
-    report: DriverReport | None = None
-    spec_problems: tuple[str, ...] = ()
-
-
-class ActionKind(StrEnum):
-    """Side effects the caller performs; each is idempotent."""
-
-    START_DRIVER = "StartDriver"  # create the children and the driver pod of `attempt`
-    SEND_REQUEST = "SendRequest"  # write `request` to <job>-control
-    CANCEL_REQUEST = "CancelRequest"  # withdraw the request in <job>-control
-    DELETE_DRIVER = "DeleteDriver"  # delete the driver pod(s) and executors
-    DELETE_SHUFFLE = "DeleteShuffle"  # delete the shuffle StatefulSet (its data goes)
-    REQUEUE = "Requeue"  # call again after `after` even if nothing changes
-
-
-@dataclass(frozen=True)
-class Action:
-    """One side effect with the arguments it needs."""
-
-    kind: ActionKind
-    attempt: int = 0
-    restore_from: str = ""
-    request: ControlRequest | None = None
-    after: timedelta | None = None
-
-
-@dataclass(frozen=True)
-class Event:
-    """A Kubernetes Event to post on the custom resource."""
-
-    type: str  # Normal or Warning
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The outcome of one step: the next status, what to do, what to tell."""
-
-    status: FinishableSparkJobStatus
-    actions: tuple[Action, ...] = ()
-    events: tuple[Event, ...] = ()
-
-    @property
-    def phase_changed(self) -> bool:
-        return any(event.reason == "PhaseChanged" for event in self.events)
-
-
-class IllegalPhaseTransition(AssertionError):
-    """The machine tried a transition outside :data:`TRANSITIONS`: a bug, never a user error."""
-
-
-def restart_backoff(restarts: int) -> timedelta:
-    """Exponential backoff before driver restart number ``restarts`` (1-based)."""
-    delay: timedelta = RESTART_BACKOFF_BASE * 2 ** max(0, restarts - 1)
-    return min(delay, RESTART_BACKOFF_MAX)
-
-
-def illegal_state_change(
-    phase: Phase, desired: DesiredState, *, input_ended: bool = False
-) -> str | None:
-    """Why ``desired`` cannot be honoured from ``phase``, or None when it can (now or later).
-
-    ``input_ended``: the job finished because its bounded input ended (final checkpoint), which
-    is what ``Running`` asks of a bounded job, so staying Finished honours it.
-    """
-    if phase is P.FINISHED and desired is DesiredState.RUNNING and input_ended:
-        return None
-    if phase is P.FINISHED and desired is not DesiredState.FINISHED:
-        return (
-            f"the job is Finished and cannot become {desired.value}; create a new job "
-            "(spec.restoreFrom can start it from this job's savepoint)"
-        )
-    if phase is P.DRAINING and desired is not DesiredState.FINISHED:
-        return (
-            f"a stop with drain is in progress and cannot be turned into {desired.value}: "
-            "event time has been advanced to the end; the job will be Finished"
-        )
-    if phase is P.FINISHING and desired is DesiredState.SUSPENDED:
-        return (
-            "the bounded input has ended and the final checkpoint is in progress; "
-            "the job can no longer be Suspended and will be Finished"
-        )
-    return None
 
 
 class _Step:
@@ -611,75 +490,7 @@ _HANDLERS = {
 }
 
 
-# ---------------------------------------------------------------------------------------------
-# conditions
-
-_READY_PHASES = frozenset({P.RUNNING, P.SAVEPOINTING, P.DRAINING, P.FINISHING})
-_PROGRESSING_PHASES = frozenset(
-    {P.PENDING, P.SUBMITTED, P.SAVEPOINTING, P.DRAINING, P.FINISHING, P.RECOVERING}
-)
-
-
-@dataclass
-class _ConditionSpec:
-    type: ConditionType
-    status: ConditionStatus
-    reason: str
-    message: str
-    generation: int | None = field(default=None)
-
-
 def _set_conditions(step: _Step) -> None:
-    phase = step.status.phase
-    message = step.status.message
-    ready = phase in _READY_PHASES
-    progressing = phase in _PROGRESSING_PHASES
-    wanted = [
-        _ConditionSpec(
-            ConditionType.READY,
-            ConditionStatus.TRUE if ready else ConditionStatus.FALSE,
-            "Running" if ready else phase.value,
-            message,
-        ),
-        _ConditionSpec(
-            ConditionType.PROGRESSING,
-            ConditionStatus.TRUE if progressing else ConditionStatus.FALSE,
-            phase.value,
-            message,
-        ),
-    ]
-    if step.degraded is not None:
-        reason, text = step.degraded
-        wanted.append(
-            _ConditionSpec(
-                ConditionType.DEGRADED, ConditionStatus.TRUE, reason, text, step.obs.generation
-            )
-        )
-    else:
-        wanted.append(
-            _ConditionSpec(ConditionType.DEGRADED, ConditionStatus.FALSE, "AsExpected", "")
-        )
-    previous = {condition.type: condition for condition in step.before.conditions}
-    conditions: list[Condition] = []
-    for item in wanted:
-        old = previous.get(item.type)
-        changed = old is None or old.status is not item.status
-        conditions.append(
-            Condition(
-                type=item.type,
-                status=item.status,
-                reason=item.reason,
-                message=item.message,
-                last_transition_time=step.obs.now
-                if changed or old is None
-                else old.last_transition_time,
-                observed_generation=item.generation,
-            )
-        )
-        if (
-            item.type is ConditionType.DEGRADED
-            and item.status is ConditionStatus.TRUE
-            and (changed or (old is not None and old.reason != item.reason))
-        ):
-            step.events.append(Event("Warning", item.reason, item.message))
+    conditions, events = conditions_for(step.before, step.status, step.obs, step.degraded)
     step.status.conditions = conditions
+    step.events.extend(events)

@@ -27,6 +27,10 @@ How the FLIP's tables were read (their text lost its cell alignment, so this is 
 Rows the FLIP leaves implicit (normal checkpoints of a running task, aborted checkpoints, late
 completions after close, failure) are marked :attr:`Origin.DERIVED` so documentation and tests can
 tell them apart from the FLIP's own rows.
+
+The module is one cohesive thing: the row vocabulary (events, actions, :class:`Row`), the two
+tables written in it and their Markdown rendering are read side by side against the FLIP, and
+splitting them would put a table's rows in one file and the meaning of its cells in another.
 """
 
 from __future__ import annotations

@@ -30,10 +30,10 @@ from finishable.api.models import (
     ConditionStatus,
     ConditionType,
     DesiredState,
-    FinishableSparkJobStatus,
     Phase,
     is_valid_job_name,
 )
+from finishable.api.status import FinishableSparkJobStatus
 from finishable.state.control import LocalControlChannel
 
 DEFAULT_STATE_DIR = Path(".finishable")

@@ -34,22 +34,12 @@ from finishable.api.jobconfig import (
     JobConfig,
     write_config,
 )
-from finishable.api.models import (
-    DesiredState,
-    FinishableSparkJob,
-    FinishableSparkJobSpec,
-    FinishableSparkJobStatus,
-    JobMode,
-    Phase,
-)
-from finishable.lifecycle.phases import (
-    Action,
-    ActionKind,
-    Decision,
-    Observation,
-    PodPhase,
-    next_status,
-)
+from finishable.api.manifest import FinishableSparkJob
+from finishable.api.models import DesiredState, JobMode, Phase
+from finishable.api.spec import FinishableSparkJobSpec
+from finishable.api.status import FinishableSparkJobStatus
+from finishable.lifecycle.decisions import Action, ActionKind, Decision, Observation, PodPhase
+from finishable.lifecycle.phases import next_status
 from finishable.local.jobdir import SETTLED_PHASES, LocalJob, LocalJobError, describe
 from finishable.local.shuffle import LocalShuffle
 

@@ -6,22 +6,27 @@ partitions for the retain timeout, so the next driver attempt reuses what surviv
 only the rest (Flink's FLIP-383); promoted datasets (cluster partitions, FLIP-67) stay until they
 are deleted explicitly.
 
-* ``store``: the on-disk partition store (atomic commits, checksums, crash recovery);
-* ``server``: ``finishable shuffle-server``, the authenticated HTTP server around a store;
-* ``client``: the standard-library client the driver and executors use, re-exported here.
+* ``store``: the on-disk partition store (atomic commits, checksums, crash recovery), speaking
+  the names, errors and records of ``records`` and writing through ``files``;
+* ``server``: the authenticated HTTP server around a store, with its ``metrics``; ``command``
+  runs it as ``finishable shuffle-server``;
+* ``client``: the standard-library client of one server the driver and executors use, with its
+  ``errors`` and the ``answers`` it hands out; ``cluster``: all of a job's servers as one. All
+  are re-exported here.
 """
 
-from finishable.shuffle.client import (
-    ClusterListing,
+from finishable.shuffle.answers import (
     CorruptEntry,
-    CorruptPartition,
     DatasetInfo,
     Listing,
     PartitionInfo,
-    PartitionNotFound,
     Registration,
-    ShuffleClient,
-    ShuffleCluster,
+)
+from finishable.shuffle.client import ShuffleClient
+from finishable.shuffle.cluster import ClusterListing, ShuffleCluster
+from finishable.shuffle.errors import (
+    CorruptPartition,
+    PartitionNotFound,
     ShuffleError,
     ShuffleRequestError,
     ShuffleUnauthorized,

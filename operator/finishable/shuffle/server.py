@@ -1,4 +1,4 @@
-"""The shuffle server (``finishable shuffle-server``): one job's result partitions over HTTP.
+"""The shuffle server: one job's result partitions over HTTP (run by ``finishable shuffle-server``).
 
 A Batch job's driver materialises datasets as result partitions on shuffle pods, one server per
 pod. The pods outlive the driver, so a new driver attempt lists what survived and recomputes only
@@ -21,11 +21,12 @@ API (JSON; every route under ``/v1/`` needs ``Authorization: Bearer <token>``)::
     GET    /v1/datasets                                   per-dataset totals
 
 Disk I/O runs in worker threads; uploads are read in chunks and never held whole in memory.
+This module is the HTTP face and the retain timeout; the command around it (options, signals,
+exit codes) is :mod:`finishable.shuffle.command`, the metrics :mod:`finishable.shuffle.metrics`.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import errno
@@ -33,33 +34,26 @@ import hmac
 import json
 import logging
 import os
-import signal
-import sys
 import time
-import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge
-from prometheus_client.exposition import generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from finishable.api.jobconfig import TOKEN_ENV
-from finishable.api.units import Duration
-from finishable.shuffle.store import (
+from finishable.shuffle.metrics import ShuffleMetrics
+from finishable.shuffle.records import (
     DatasetMissing,
     InvalidName,
     NotArrowStream,
     PartitionMissing,
-    PartitionStore,
     UnknownUpload,
     check_attempt,
     check_dataset,
-    check_job,
     check_partition,
 )
+from finishable.shuffle.store import PartitionStore
 
 logger = logging.getLogger(__name__)
 
@@ -67,9 +61,7 @@ CHUNK_SIZE = 1 << 20
 """Bytes per disk write and per read of a download: big enough to amortise a thread hop."""
 UPLOAD_IDLE_SECONDS = 600.0
 """A finished upload nobody committed for this long is deleted (its client is gone)."""
-SHUTDOWN_SECONDS = 10.0
 ARROW_STREAM_TYPE = "application/vnd.apache.arrow.stream"
-METRIC_PREFIX = "finishable_shuffle_"
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -107,68 +99,6 @@ def _error(status: int, message: str) -> web.Response:
     return response
 
 
-class ShuffleMetrics:
-    """The server's metrics in a registry of its own, so several servers fit in one process."""
-
-    def __init__(self, server: ShuffleServer) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        registry = self.registry
-        store = server.store
-        Gauge(
-            METRIC_PREFIX + "partitions",
-            "Committed partitions stored.",
-            registry=registry,
-        ).set_function(lambda: float(store.totals()[0]))
-        Gauge(
-            METRIC_PREFIX + "stored_bytes",
-            "Bytes of committed partitions stored.",
-            registry=registry,
-        ).set_function(lambda: float(store.totals()[1]))
-        Gauge(
-            METRIC_PREFIX + "promoted_datasets",
-            "Datasets promoted to cluster partitions.",
-            registry=registry,
-        ).set_function(lambda: float(len(store.promoted())))
-        Gauge(
-            METRIC_PREFIX + "seconds_since_driver_heartbeat",
-            "Seconds since a driver last registered or heartbeated (since start when none did).",
-            registry=registry,
-        ).set_function(server.seconds_since_heartbeat)
-        self.puts = Counter(METRIC_PREFIX + "puts", "Partitions committed.", registry=registry)
-        self.gets = Counter(
-            METRIC_PREFIX + "gets", "Partitions served completely.", registry=registry
-        )
-        self.received_bytes = Counter(
-            METRIC_PREFIX + "received_bytes", "Bytes of partitions uploaded.", registry=registry
-        )
-        self.sent_bytes = Counter(
-            METRIC_PREFIX + "sent_bytes", "Bytes of partitions served.", registry=registry
-        )
-        self.releases = Counter(
-            METRIC_PREFIX + "releases",
-            "Releases of the job's partitions (or of a dataset), by reason.",
-            ["reason"],
-            registry=registry,
-        )
-        self.released_partitions = Counter(
-            METRIC_PREFIX + "released_partitions",
-            "Partitions deleted by releases, by reason.",
-            ["reason"],
-            registry=registry,
-        )
-        self.corrupt = Counter(
-            METRIC_PREFIX + "corrupt_partitions",
-            "Partitions found corrupt (and deleted) by verification.",
-            registry=registry,
-        )
-        for reason in ("request", "retain_timeout"):
-            self.releases.labels(reason)
-            self.released_partitions.labels(reason)
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
-
-
 class ShuffleServer:
     """The HTTP face of a ``PartitionStore``, with the driver heartbeat and retain timeout."""
 
@@ -194,7 +124,7 @@ class ShuffleServer:
         self.driver_attempt: int | None = None
         self._released_for_idle = False
         self._on_retain_release = on_retain_release
-        self.metrics = ShuffleMetrics(self)
+        self.metrics = ShuffleMetrics(store, self.seconds_since_heartbeat)
 
     def seconds_since_heartbeat(self) -> float:
         return max(0.0, self._clock() - self.last_heartbeat)
@@ -512,134 +442,3 @@ class ShuffleServer:
 def create_app(store: PartitionStore, token: str, retain_timeout: float) -> web.Application:
     """An application serving ``store``; for embedding (tests, a local runner)."""
     return ShuffleServer(store, token, retain_timeout).app()
-
-
-# ---------------------------------------------------------------------------------- running
-
-
-@dataclass(frozen=True)
-class ServerOptions:
-    """How to run a shuffle server; ``port=0`` picks a free port (see ``port_file``)."""
-
-    data_dir: Path
-    job: str
-    token: str
-    retain_timeout: float
-    host: str = "0.0.0.0"
-    port: int = 7337
-    port_file: Path | None = None
-    exit_when_released: bool = False
-    """Stop after the retain timeout released the job (local runs: no process left behind)."""
-
-
-def open_store(options: ServerOptions) -> PartitionStore:
-    """Check the options and open the store; ``StartupError`` says what to fix."""
-    if not options.token:
-        raise StartupError(
-            f"the bearer token is missing: set ${TOKEN_ENV} to the job's token "
-            "(the operator takes it from the Secret <job>-token)"
-        )
-    if not 0 <= options.port <= 65535:
-        raise StartupError(f"--port {options.port} is not valid: expected 0 to 65535")
-    if options.retain_timeout <= 0:
-        raise StartupError(
-            f"--retain-timeout {options.retain_timeout:g}s is not valid: it must be positive"
-        )
-    try:
-        check_job(options.job)
-    except InvalidName as error:
-        raise StartupError(f"--job: {error}") from None
-    try:
-        options.data_dir.mkdir(parents=True, exist_ok=True)
-        return PartitionStore(options.data_dir, options.job)
-    except OSError as error:
-        raise StartupError(
-            f"cannot create or open the data directory {str(options.data_dir)!r}: "
-            f"{error.strerror or error}"
-        ) from None
-
-
-async def serve(
-    store: PartitionStore, options: ServerOptions, stop: asyncio.Event | None = None
-) -> None:
-    """Serve until ``stop`` is set, or SIGTERM / SIGINT; then finish in-flight requests."""
-    stop = stop or asyncio.Event()
-    server = ShuffleServer(
-        store,
-        options.token,
-        options.retain_timeout,
-        on_retain_release=stop.set if options.exit_when_released else None,
-    )
-    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, options.host, options.port, reuse_address=True)
-        try:
-            await site.start()
-        except OSError as error:
-            raise BindError(
-                f"cannot listen on {options.host}:{options.port}: {error.strerror or error}"
-            ) from None
-        port = int(runner.addresses[0][1])
-        if options.port_file is not None:
-            _write_port_file(options.port_file, port)
-        logger.info(
-            "shuffle server of job %r listening on %s:%d, data in %s, retain timeout %.1f s",
-            store.job,
-            options.host,
-            port,
-            store.directory,
-            options.retain_timeout,
-        )
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            # Outside the main thread there are no signal handlers: the caller sets ``stop``.
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signum, stop.set)
-        await stop.wait()
-        logger.info("shuffle server of job %r stopping", store.job)
-    finally:
-        await runner.cleanup()
-        store.close()
-
-
-def _write_port_file(path: Path, port: int) -> None:
-    """Write the bound port atomically: a reader never sees a half-written number."""
-    temp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    try:
-        temp.write_text(f"{port}\n", encoding="ascii")
-        os.replace(temp, path)
-    except OSError as error:
-        temp.unlink(missing_ok=True)
-        raise StartupError(f"cannot write the port file {str(path)!r}: {error}") from None
-
-
-def run_server(options: ServerOptions) -> int:
-    """Run a shuffle server in this thread until SIGTERM; the process's exit code."""
-    try:
-        store = open_store(options)
-        asyncio.run(serve(store, options))
-    except StartupError as error:
-        sys.stderr.write(f"finishable shuffle-server: {error}\n")
-        return error.exit_code
-    return 0
-
-
-def run_from_args(args: argparse.Namespace) -> int:
-    """``finishable shuffle-server``: options from the command line, the token from the env."""
-    try:
-        retain = Duration.parse(args.retain_timeout)
-    except ValueError as error:
-        sys.stderr.write(f"finishable shuffle-server: --retain-timeout: {error}\n")
-        return 2
-    options = ServerOptions(
-        data_dir=Path(args.data_dir),
-        job=args.job,
-        token=os.environ.get(TOKEN_ENV, "").strip(),
-        retain_timeout=retain.total_seconds(),
-        host=args.host,
-        port=args.port,
-        port_file=Path(args.port_file) if args.port_file else None,
-        exit_when_released=bool(getattr(args, "exit_when_released", False)),
-    )
-    return run_server(options)

@@ -16,6 +16,10 @@ whatever a crash left behind (temporary files, data files without a sidecar).
 The store is synchronous and thread-safe: the server calls it from worker threads so that disk
 I/O never blocks its event loop. Long operations (validating an upload, re-hashing a partition)
 run outside the lock; only renames and the in-memory index are guarded by it.
+
+The names, errors and records the store speaks are in :mod:`finishable.shuffle.records`; its
+file-system primitives (uploads, fsynced writes, the Arrow check) in
+:mod:`finishable.shuffle.files`.
 """
 
 from __future__ import annotations
@@ -25,281 +29,42 @@ import hashlib
 import json
 import logging
 import os
-import re
 import threading
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-import pyarrow as pa
-import pyarrow.ipc
+from finishable.shuffle.files import (
+    TEMP_SUFFIX,
+    Upload,
+    count_rows,
+    fsync_directory,
+    write_new_file,
+    write_synced,
+)
+from finishable.shuffle.records import (
+    DATASET_PATTERN,
+    CorruptReport,
+    DatasetMissing,
+    DatasetSummary,
+    PartitionMeta,
+    PartitionMissing,
+    UnknownUpload,
+    check_attempt,
+    check_dataset,
+    check_job,
+    check_partition,
+)
 
 logger = logging.getLogger(__name__)
 
-DATASET_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-ATTEMPT_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-JOB_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
-MAX_PARTITION = 1_000_000
 PROMOTED_MARKER = ".promoted"
 DATA_SUFFIX = ".arrow"
 SIDECAR_SUFFIX = ".json"
-TEMP_SUFFIX = ".tmp"
 HASH_CHUNK = 1 << 20
-
-DATASET_HELP = (
-    "1 to 128 letters, digits, '_', '.' or '-', starting with a letter or digit "
-    "(regular expression ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$)"
-)
-PARTITION_HELP = f"a non-negative integer below {MAX_PARTITION:_}"
-ATTEMPT_HELP = (
-    "1 to 64 letters, digits, '_', '.' or '-' (regular expression ^[A-Za-z0-9_.-]{1,64}$)"
-)
-JOB_HELP = "1 to 253 letters, digits, '_', '.' or '-', starting with a letter or digit"
-
-
-# ---------------------------------------------------------------------------------- errors
-
-
-class StoreError(Exception):
-    """Base of the store's errors; the message is meant for the caller as it is."""
-
-
-class InvalidName(StoreError, ValueError):
-    """A dataset, partition, attempt or job name the store refuses (it becomes a path)."""
-
-    def __init__(self, name: str, value: object, accepted: str) -> None:
-        super().__init__(f"{name} {value!r} is not valid: expected {accepted}")
-        self.field = name
-        self.value = value
-
-
-class NotArrowStream(StoreError):
-    """An upload whose bytes are not an Arrow IPC stream; nothing was committed."""
-
-    def __init__(self, dataset: str, partition: int, detail: str) -> None:
-        super().__init__(
-            f"the body uploaded for dataset {dataset!r} partition {partition} is not an "
-            f"Arrow IPC stream (write it with pyarrow.ipc.new_stream): {detail}"
-        )
-        self.dataset = dataset
-        self.partition = partition
-
-
-class UnknownUpload(StoreError):
-    """A commit named an upload the store does not hold (never started, committed or expired)."""
-
-    def __init__(self, upload_id: str, dataset: str, partition: int) -> None:
-        super().__init__(
-            f"no pending upload {upload_id!r} for dataset {dataset!r} partition {partition} "
-            "(it was never started, is already committed, or expired)"
-        )
-        self.upload_id = upload_id
-
-
-class PartitionMissing(StoreError):
-    """The asked-for partition is not committed on this server."""
-
-    def __init__(self, dataset: str, partition: int) -> None:
-        super().__init__(f"dataset {dataset!r} has no committed partition {partition}")
-        self.dataset = dataset
-        self.partition = partition
-
-
-class DatasetMissing(StoreError):
-    """The asked-for dataset has no committed partition on this server."""
-
-    def __init__(self, dataset: str) -> None:
-        super().__init__(f"dataset {dataset!r} has no committed partitions")
-        self.dataset = dataset
-
-
-# ---------------------------------------------------------------------------------- names
-
-
-def check_dataset(value: str) -> str:
-    """``value`` if it is a valid dataset name, else ``InvalidName``."""
-    if not isinstance(value, str) or not DATASET_PATTERN.fullmatch(value):
-        raise InvalidName("dataset", value, DATASET_HELP)
-    return value
-
-
-def check_partition(value: object) -> int:
-    """The partition number from an ``int`` or its decimal text, else ``InvalidName``."""
-    if isinstance(value, bool):
-        raise InvalidName("partition", value, PARTITION_HELP)
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 7:
-        number = int(value)
-    else:
-        raise InvalidName("partition", value, PARTITION_HELP)
-    if not 0 <= number < MAX_PARTITION:
-        raise InvalidName("partition", value, PARTITION_HELP)
-    return number
-
-
-def check_attempt(value: str) -> str:
-    """``value`` if it is a valid attempt label, else ``InvalidName``."""
-    if not isinstance(value, str) or not ATTEMPT_PATTERN.fullmatch(value):
-        raise InvalidName("attempt", value, ATTEMPT_HELP)
-    return value
-
-
-def check_job(value: str) -> str:
-    """``value`` if it can name the job's directory under the data dir, else ``InvalidName``."""
-    if not isinstance(value, str) or not JOB_PATTERN.fullmatch(value) or value in (".", ".."):
-        raise InvalidName("job", value, JOB_HELP)
-    return value
-
-
-# ---------------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True)
-class PartitionMeta:
-    """What the sidecar of a committed partition says about it."""
-
-    dataset: str
-    partition: int
-    bytes: int
-    rows: int
-    attempt: str
-    committed_at: datetime
-    sha256: str
-
-    def to_json(self) -> dict[str, Any]:
-        """The sidecar document, also the server's answer for a partition."""
-        return {
-            "dataset": self.dataset,
-            "partition": self.partition,
-            "bytes": self.bytes,
-            "rows": self.rows,
-            "attempt": self.attempt,
-            "committedAt": format_time(self.committed_at),
-            "sha256": self.sha256,
-        }
-
-    @classmethod
-    def from_json(cls, document: object) -> PartitionMeta:
-        """Read a sidecar; ``ValueError`` (naming the field) when it is damaged."""
-        if not isinstance(document, dict):
-            raise ValueError("the sidecar is not a JSON object")
-        try:
-            dataset = check_dataset(document["dataset"])
-            partition = check_partition(document["partition"])
-            attempt = check_attempt(document["attempt"])
-            size = document["bytes"]
-            rows = document["rows"]
-            digest = document["sha256"]
-            committed_at = parse_time(document["committedAt"])
-        except KeyError as missing:
-            raise ValueError(f"the sidecar lacks the field {missing}") from None
-        for name, number in (("bytes", size), ("rows", rows)):
-            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-                raise ValueError(f"the sidecar's {name} is not a non-negative integer")
-        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
-            raise ValueError("the sidecar's sha256 is not 64 lowercase hex digits")
-        return cls(dataset, partition, size, rows, attempt, committed_at, digest)
-
-
-@dataclass(frozen=True)
-class CorruptReport:
-    """A partition whose bytes no longer match its sidecar; the store has deleted it."""
-
-    dataset: str
-    partition: int
-    error: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dataset": self.dataset, "partition": self.partition, "error": self.error}
-
-
-@dataclass(frozen=True)
-class DatasetSummary:
-    """One dataset's totals, as ``GET /v1/datasets`` lists them."""
-
-    dataset: str
-    partitions: int
-    bytes: int
-    rows: int
-    promoted: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "dataset": self.dataset,
-            "partitions": self.partitions,
-            "bytes": self.bytes,
-            "rows": self.rows,
-            "promoted": self.promoted,
-        }
-
-
-def format_time(moment: datetime) -> str:
-    """ISO 8601 in UTC with a ``Z``, the form sidecars and answers carry."""
-    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def parse_time(text: object) -> datetime:
-    """The inverse of ``format_time``; ``ValueError`` when ``text`` is not such a time."""
-    if not isinstance(text, str):
-        raise ValueError(f"{text!r} is not an ISO 8601 time")
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        raise ValueError(f"{text!r} has no time zone")
-    return moment.astimezone(UTC)
-
-
-# ---------------------------------------------------------------------------------- uploads
-
-
-@dataclass(eq=False)
-class Upload:
-    """An upload being written to its temporary file; hashed as the bytes arrive."""
-
-    id: str
-    dataset: str
-    partition: int
-    attempt: str
-    path: Path
-    _file: BinaryIO
-    _hash: Any = field(default_factory=hashlib.sha256)
-    size: int = 0
-    finished: bool = False
-    touched: float = field(default_factory=time.monotonic)
-
-    def write(self, chunk: bytes | bytearray | memoryview) -> None:
-        """Append ``chunk`` (blocking: call it from a worker thread in async code)."""
-        if self.finished:
-            raise StoreError(f"upload {self.id!r} is finished; it takes no more bytes")
-        self._file.write(chunk)
-        self._hash.update(chunk)
-        self.size += len(chunk)
-        self.touched = time.monotonic()
-
-    def finish(self) -> None:
-        """Flush and fsync the bytes: after this the upload can be committed."""
-        if self.finished:
-            return
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        self.finished = True
-        self.touched = time.monotonic()
-
-    @property
-    def sha256(self) -> str:
-        return str(self._hash.hexdigest())
-
-    def discard(self) -> None:
-        """Close and delete the temporary file."""
-        with contextlib.suppress(OSError):
-            self._file.close()
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
 
 
 # ---------------------------------------------------------------------------------- the store
@@ -499,7 +264,7 @@ class PartitionStore:
         sidecar_temp = directory / f".{upload.partition}.{upload.id}.json{TEMP_SUFFIX}"
         key = (upload.dataset, upload.partition)
         try:
-            _write_new_file(sidecar_temp, sidecar_bytes)  # the slow fsync, outside the lock
+            write_new_file(sidecar_temp, sidecar_bytes)  # the slow fsync, outside the lock
         except BaseException:
             sidecar_temp.unlink(missing_ok=True)
             self.abort(upload)
@@ -517,7 +282,7 @@ class PartitionStore:
                 raise
             replaced = self._index.get(key)
             self._index[key] = meta
-        _fsync_directory(directory)  # the renames are durable before the caller hears of them
+        fsync_directory(directory)  # the renames are durable before the caller hears of them
         if replaced is not None:
             logger.info(
                 "shuffle store: %s/%d of attempt %s replaced by attempt %s",
@@ -643,8 +408,8 @@ class PartitionStore:
             if not any(key[0] == dataset for key in self._index):
                 raise DatasetMissing(dataset)
             marker = self._dataset_dir(dataset) / PROMOTED_MARKER
-            _write_synced(marker, b"")
-            _fsync_directory(marker.parent)
+            write_synced(marker, b"")
+            fsync_directory(marker.parent)
             self._promoted.add(dataset)
         return next(summary for summary in self.datasets() if summary.dataset == dataset)
 
@@ -689,56 +454,5 @@ class PartitionStore:
             upload.discard()
 
 
-# ---------------------------------------------------------------------------------- helpers
-
-
-def count_rows(path: Path, dataset: str, partition: int) -> int:
-    """Rows of the Arrow IPC stream at ``path``; ``NotArrowStream`` when it is not one."""
-    if path.stat().st_size == 0:
-        raise NotArrowStream(dataset, partition, "the body is empty")
-    try:
-        with pa.memory_map(str(path), "r") as source:
-            reader = pyarrow.ipc.open_stream(source)
-            rows = 0
-            for batch in reader:
-                rows += batch.num_rows
-            return rows
-    except (pa.ArrowException, OSError, ValueError) as error:
-        raise NotArrowStream(dataset, partition, str(error) or type(error).__name__) from None
-
-
 def _is_number(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 7
-
-
-def _write_new_file(path: Path, data: bytes) -> None:
-    """Create ``path`` holding ``data`` and fsync it (it must not exist yet)."""
-    with path.open("xb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync it and rename it into place."""
-    temp = path.parent / f".{path.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}"
-    try:
-        _write_new_file(temp, data)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make renames in ``directory`` durable (a no-op where directories cannot be opened)."""
-    try:
-        descriptor = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)

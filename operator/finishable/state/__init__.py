@@ -19,14 +19,8 @@ from finishable.state.errors import (
     SnapshotTooLarge,
     StateError,
 )
-from finishable.state.events import (
-    EventLog,
-    FlushedSegment,
-    JobEvent,
-    JobEventStore,
-    event_type_name,
-    read_events,
-)
+from finishable.state.eventlog import EventLog, JobEvent, read_events
+from finishable.state.events import FlushedSegment, JobEventStore, event_type_name
 from finishable.state.local import LocalDirBackend
 from finishable.state.snapshots import Snapshot, SnapshotInfo, SnapshotKind, SnapshotStore
 from finishable.state.throttle import NO_CHECKPOINT, SnapshotThrottle

@@ -1,7 +1,7 @@
-"""The control channel between whoever steers a job and its driver (DESIGN.md section 6).
+"""The control channel between whoever steers a job and its driver (docs/architecture.md).
 
 The operator (or ``finishable stop`` locally) never calls into the driver: it writes a
-:class:`~finishable.api.models.ControlRequest`, and the driver answers with a
+:class:`~finishable.api.status.ControlRequest`, and the driver answers with a
 :class:`~finishable.api.control.DriverReport` at least once per checkpoint. One writer per side:
 only the steering side writes the request, only the driver writes the report. Two backends:
 
@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from finishable.api.control import DriverReport
-from finishable.api.models import ControlRequest
+from finishable.api.status import ControlRequest
 from finishable.kube.api import KubeApi, KubeApiError
 from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, job_label_value
 from finishable.state.configmap import upsert_configmap

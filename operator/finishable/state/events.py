@@ -1,23 +1,12 @@
-"""The job event store (FLIP-383): an append-only log of job events in segments on any backend.
+"""The job event store (FLIP-383): buffered, ordered, durable append of job events.
 
 ``append`` serialises the event, gives it the next sequence number and puts it in an in-memory
 buffer: no I/O, so the driver's scheduling thread never waits on storage. A flusher thread of its
 own writes the buffer out as one *segment* object when it reaches ``write_buffer_size`` bytes or
 when its oldest event has waited ``flush_interval`` seconds, one segment at a time, in order, so
-the durable log is always a prefix of what was appended.
-
-Segment ``<prefix>/seg-000000000042`` is UTF-8 JSON lines::
-
-    {"format":"finishable-job-events","version":1,"segment":42,"first_seq":..,"count":N,..}
-    {"type":"TaskFinished","time":1700000000.1,"data":{...}}        N record lines
-    {"sha256":"<hex of everything above>","size":<bytes above>}
-
-Backends publish an object atomically, but a segment can still be damaged (a file system without
-atomic rename, a truncated copy, a ConfigMap whose parts were lost). ``replay`` checks every
-segment and the continuity of sequence numbers; a damaged *last* segment was never acknowledged
-(its flush callback never ran), so replay stops cleanly before it with a warning, while a damaged
-earlier segment is an ``EventLogCorrupt`` error. Opening a store for writing removes a damaged
-last segment, so the next segment does not bury it in the middle of the log.
+the durable log is always a prefix of what was appended. The segments' format and the replay that
+reads them back are in :mod:`finishable.state.eventlog`. Opening a store for writing removes a
+damaged last segment, so the next segment does not bury it in the middle of the log.
 
 Backend down: the flusher retries the same segment with exponential backoff (up to
 ``max_retry_delay``), logging warnings, while ``append`` keeps buffering. Memory is bounded by
@@ -31,70 +20,36 @@ still flushed once the backend is back. ``append`` never blocks on I/O and never
 from __future__ import annotations
 
 import dataclasses
-import enum
-import hashlib
-import json
 import logging
-import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from finishable.state.backends import ObjectBackend, validate_name
+from finishable.state.backends import ObjectBackend
 from finishable.state.errors import (
     EventLogCorrupt,
     EventStoreClosed,
     EventStoreError,
     EventStoreOverflow,
-    ObjectCorrupt,
-    ObjectNotFound,
     ObjectTooLarge,
+)
+from finishable.state.eventlog import (
+    FIRST_SEQ,
+    EventLog,
+    JobEvent,
+    TornSegment,
+    encode_json,
+    encode_segment,
 )
 
 log = logging.getLogger(__name__)
 
-SEGMENT_FORMAT = "finishable-job-events"
-SEGMENT_VERSION = 1
-FIRST_SEQ = 1
-
 DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
 DEFAULT_FLUSH_INTERVAL = 1.0
 DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
-
-T = TypeVar("T")
-
-
-def _default(value: Any) -> Any:
-    """JSON for the small value types events carry besides plain JSON (shallow, no deepcopy)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, set | frozenset):
-        return sorted(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable in a job event")
-
-
-# One encoder, built once: json.dumps with options builds a new encoder on every call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_default)
-_encode = _ENCODER.encode
-
-
-@dataclass(frozen=True, slots=True)
-class JobEvent:
-    """One replayed event: its sequence number, type name, payload and append time (epoch s)."""
-
-    seq: int
-    type: str
-    data: dict[str, Any]
-    time: float
-
-    def as_(self, cls: Callable[..., T]) -> T:
-        """Rebuild the typed event, e.g. ``event.as_(TaskFinished)`` (keyword construction)."""
-        return cls(**self.data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,146 +79,6 @@ def _split_event(event: object, type_name: str | None) -> tuple[str, Any]:
             raise ValueError("a mapping event needs a non-empty string 'type' key (or type=...)")
         return event_type, {k: v for k, v in event.items() if k != "type"}
     raise TypeError(f"an event is a dataclass instance or a mapping, got {type(event).__name__}")
-
-
-# -- segment codec ------------------------------------------------------------------------------
-
-
-class _TornSegment(Exception):
-    """A segment fails validation; whether that is fatal depends on where it sits."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Segment:
-    number: int
-    first_seq: int
-    records: list[bytes]
-
-
-def encode_segment(number: int, first_seq: int, records: list[bytes], writer: str) -> bytes:
-    """Header line, the record lines as appended, footer with the sha256 of all of it."""
-    header = _encode(
-        {
-            "format": SEGMENT_FORMAT,
-            "version": SEGMENT_VERSION,
-            "segment": number,
-            "first_seq": first_seq,
-            "count": len(records),
-            "writer": writer,
-            "created_at": time.time(),
-        }
-    )
-    body = b"".join([header.encode(), b"\n", *records])
-    footer = _encode({"sha256": hashlib.sha256(body).hexdigest(), "size": len(body)})
-    return body + footer.encode() + b"\n"
-
-
-def decode_segment(number: int, raw: bytes) -> _Segment:
-    """Validate framing, checksum and count; raise ``_TornSegment`` saying what is wrong."""
-    if not raw.endswith(b"\n"):
-        raise _TornSegment("it does not end with a newline")
-    cut = raw.rfind(b"\n", 0, len(raw) - 1) + 1
-    body, footer_line = raw[:cut], raw[cut:]
-    try:
-        footer = json.loads(footer_line)
-        expected_sha, expected_size = str(footer["sha256"]), int(footer["size"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise _TornSegment(f"no valid footer ({exc})") from None
-    if len(body) != expected_size or hashlib.sha256(body).hexdigest() != expected_sha:
-        raise _TornSegment("its sha256 or size does not match the footer")
-    lines = body.split(b"\n")[:-1]
-    try:
-        header = json.loads(lines[0])
-        if header.get("format") != SEGMENT_FORMAT or header.get("version") != SEGMENT_VERSION:
-            raise ValueError(f"unknown format {header.get('format')!r} v{header.get('version')!r}")
-        if int(header["segment"]) != number:
-            raise ValueError(f"its header says segment {header['segment']}")
-        first_seq, count = int(header["first_seq"]), int(header["count"])
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
-        raise _TornSegment(f"bad header ({exc})") from None
-    records = lines[1:]
-    if len(records) != count:
-        raise _TornSegment(f"{len(records)} records, the header says {count}")
-    return _Segment(number, first_seq, records)
-
-
-def _decode_record(segment: _Segment, index: int) -> JobEvent:
-    try:
-        record = json.loads(segment.records[index])
-        return JobEvent(
-            seq=segment.first_seq + index,
-            type=str(record["type"]),
-            data=dict(record["data"]),
-            time=float(record["time"]),
-        )
-    except (ValueError, KeyError, TypeError) as exc:
-        # The checksum matched, so the writer itself wrote this: not a tear, a real corruption.
-        raise EventLogCorrupt(
-            f"segment {segment.number}: record {segment.first_seq + index} is unreadable: {exc}"
-        ) from exc
-
-
-class EventLog:
-    """Read side of the log: listing and validated replay of segments under one prefix."""
-
-    def __init__(self, backend: ObjectBackend, *, prefix: str = "events") -> None:
-        self.backend = backend
-        self.prefix = validate_name(prefix)
-        self._pattern = re.compile(rf"{re.escape(self.prefix)}/seg-(\d+)")
-
-    def segment_name(self, number: int) -> str:
-        return f"{self.prefix}/seg-{number:012d}"
-
-    def segment_numbers(self) -> list[int]:
-        numbers = []
-        for name in self.backend.list(self.prefix + "/seg-"):
-            match = self._pattern.fullmatch(name)
-            if match:
-                numbers.append(int(match.group(1)))
-        return sorted(numbers)
-
-    def read_segment(self, number: int) -> _Segment:
-        name = self.segment_name(number)
-        try:
-            raw = self.backend.get(name)
-        except ObjectNotFound as exc:
-            raise _TornSegment(f"it vanished ({exc})") from None
-        except ObjectCorrupt as exc:
-            raise _TornSegment(str(exc)) from None
-        return decode_segment(number, raw)
-
-    def replay(self) -> Iterator[JobEvent]:
-        """Every durable event in sequence order; stops cleanly before a torn last segment."""
-        numbers = self.segment_numbers()
-        expected = FIRST_SEQ
-        for position, number in enumerate(numbers):
-            try:
-                segment = self.read_segment(number)
-            except _TornSegment as exc:
-                if position == len(numbers) - 1:
-                    log.warning(
-                        "the last event segment %s is torn (%s); replay stops before it",
-                        self.backend.location(self.segment_name(number)),
-                        exc,
-                    )
-                    return
-                raise EventLogCorrupt(
-                    f"event segment {self.backend.location(self.segment_name(number))} is damaged "
-                    f"({exc}) and is not the last one: the log cannot be replayed past it"
-                ) from None
-            if segment.first_seq != expected:
-                raise EventLogCorrupt(
-                    f"event segment {number} starts at sequence {segment.first_seq}, expected "
-                    f"{expected}: a segment before it is missing"
-                )
-            for index in range(len(segment.records)):
-                yield _decode_record(segment, index)
-            expected = segment.first_seq + len(segment.records)
-
-
-def read_events(backend: ObjectBackend, *, prefix: str = "events") -> Iterator[JobEvent]:
-    """Replay a log without opening it for writing (no recovery side effects)."""
-    return EventLog(backend, prefix=prefix).replay()
 
 
 # -- the writer ---------------------------------------------------------------------------------
@@ -337,7 +152,7 @@ class JobEventStore:
         last = numbers[-1]
         try:
             segment = self.log.read_segment(last)
-        except _TornSegment as exc:
+        except TornSegment as exc:
             name = self.log.segment_name(last)
             log.warning(
                 "removing the torn last event segment %s (%s): it was never acknowledged",
@@ -350,7 +165,7 @@ class JobEventStore:
             previous = numbers[-2]
             try:
                 segment = self.log.read_segment(previous)
-            except _TornSegment as inner:
+            except TornSegment as inner:
                 raise EventLogCorrupt(
                     f"event segments {previous} and {last} are both damaged ({inner})"
                 ) from None
@@ -368,7 +183,9 @@ class JobEventStore:
         is hit, ``EventStoreClosed`` after ``close``.
         """
         type_name, data = _split_event(event, type)
-        record = (_encode({"type": type_name, "time": time.time(), "data": data}) + "\n").encode()
+        record = (
+            encode_json({"type": type_name, "time": time.time(), "data": data}) + "\n"
+        ).encode()
         size = len(record)
         with self._wake:
             if self._closing:

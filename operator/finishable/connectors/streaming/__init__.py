@@ -1,1 +1,2 @@
-"""Structured Streaming connectors: the split-reading stream source and the sink's commit hook."""
+"""Structured Streaming connectors: the split-reading stream source, the sinks' stream writers and
+their commit hook."""

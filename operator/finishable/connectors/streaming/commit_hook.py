@@ -10,22 +10,24 @@ driver process (DESIGN 11), so it reaches the runtime over the coordinator endpo
   finishes N's splits and snapshots the coordinators at N, before ``commits/N`` exists.
 
 Both calls block the commit until the runtime answered: that is what makes them synchronous with
-Spark's own protocol. Standard library only, because it runs in every worker.
+Spark's own protocol. Standard library only (``transport``), because it runs in every worker.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger(__name__)
+from finishable.transport import (
+    RETRY_NONE,
+    UNTIL_DEADLINE,
+    HttpAnswerError,
+    Policy,
+    Transport,
+    Unreachable,
+)
 
 HOOK_OPTION = "batch_hook"
 """The sink option carrying the hook's address and token (JSON)."""
@@ -87,30 +89,20 @@ def post_json(
 ) -> dict[str, Any]:
     """POST ``body`` to the driver's endpoint from a Spark worker; retry while it is unreachable.
 
-    An HTTP error answer is final (``refused(code, message)`` is raised); connection errors are
-    retried with backoff for ``connect_retries`` seconds, then ``unreachable(error)`` is raised.
+    Any HTTP answer is final, because the driver has decided (``refused(code, message)`` is
+    raised); connection errors and timeouts are retried with backoff for ``connect_retries``
+    seconds, as a restarting driver comes back, then ``unreachable(error)`` is raised.
     """
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    deadline = time.monotonic() + connect_retries
-    delay = 0.2
-    while True:
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                reply: dict[str, Any] = json.loads(response.read() or b"{}")
-                return reply
-        except urllib.error.HTTPError as error:
-            text = error.read().decode("utf-8", "replace")
-            with contextlib.suppress(ValueError, AttributeError):
-                text = json.loads(text).get("error", text)
-            raise refused(error.code, text) from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
-            if time.monotonic() >= deadline:
-                raise unreachable(error) from None
-            log.warning("the driver at %s is unreachable (%s); retrying", url, error)
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+    patience = Policy(timeout, UNTIL_DEADLINE, 0.2, 2.0, connect_retries, RETRY_NONE)
+    transport = Transport(url, token, patience, what="the driver's endpoint")
+    try:
+        reply = transport.request_json("POST", "", body)
+    except HttpAnswerError as error:
+        raise refused(error.status, error.message) from None
+    except Unreachable as error:
+        raise unreachable(error.problem) from None
+    finally:
+        transport.close()  # one call per commit or task event: no connection to keep
+    if not isinstance(reply, dict):
+        raise refused(200, f"unexpected reply {reply!r:.200}")
+    return reply

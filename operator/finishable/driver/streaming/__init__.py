@@ -1,1 +1,2 @@
-"""Streaming jobs in the driver: the FLIP-147 executor, checkpoints and the savepoint format."""
+"""Streaming jobs in the driver: the FLIP-147 executor, the batch-boundary stop, checkpoints and
+the savepoint format."""

@@ -30,7 +30,8 @@ from urllib.parse import urlsplit
 
 import pyspark
 
-from finishable.connectors.sources import CheckpointLog, RestorePoint, SourceCoordinator
+from finishable.driver.checkpoint_log import CheckpointLog
+from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
 from finishable.driver.streaming.savepoints import (
     Savepoint,
     SavepointError,

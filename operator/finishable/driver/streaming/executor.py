@@ -14,24 +14,25 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
-from finishable.api.models import (
+from finishable.api.models import RequestAction
+from finishable.api.status import (
     CheckpointStatus,
     ControlRequest,
     CoordinatorStatus,
-    LifecycleStatus,
-    LifecycleTaskStatus,
-    RequestAction,
     SavepointStatus,
 )
 from finishable.connectors.sinks import TransactionalSink
-from finishable.connectors.sources import CheckpointLog, SourceCoordinator, await_batch_boundary
+from finishable.driver.checkpoint_log import CheckpointLog
+from finishable.driver.outcome import JobFailed, Outcome
+from finishable.driver.source_coordinator import SourceCoordinator
+from finishable.driver.streaming.boundary import await_batch_boundary
 from finishable.driver.streaming.checkpoints import CheckpointKeeper, StoredCheckpoint
+from finishable.driver.streaming.termination import Termination
 from finishable.lifecycle.table import Action, LifecycleMode, TaskEvent, TaskKind
 from finishable.lifecycle.task import TaskLifecycle
 from finishable.state import SnapshotInfo, SnapshotStore, open_backend
@@ -45,58 +46,10 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.2
 REPORT_EVERY_SECONDS = 10.0
-SINK_TASK = "sink"
-
-
-class JobFailed(RuntimeError):
-    """The job cannot go on; the message says why (it is also in the driver's report)."""
 
 
 class StopFailed(RuntimeError):
     """A stop or savepoint did not complete; the job keeps running."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How ``run`` ended."""
-
-    state: DriverState
-    savepoint: SavepointStatus | None
-    last_checkpoint: StoredCheckpoint | None
-
-
-@dataclass
-class _Termination:
-    """The tasks of one ending, as the lifecycle table sees them."""
-
-    mode: LifecycleMode
-    barrier: int
-    """The checkpoint id the tasks know the final checkpoint or savepoint by."""
-    sources: dict[str, TaskLifecycle]
-    sink: TaskLifecycle
-    batch: int = -1
-    """The committed batch the final checkpoint is cut at, once the boundary is reached."""
-    emitted: set[Action] = field(default_factory=set)
-
-    def status(self) -> LifecycleStatus:
-        tasks = [
-            LifecycleTaskStatus(
-                name=f"source {name}",
-                kind=TaskKind.SOURCE,
-                task_status=task.task_status,
-                operator_status=task.operator_status,
-            )
-            for name, task in self.sources.items()
-        ]
-        tasks.append(
-            LifecycleTaskStatus(
-                name=SINK_TASK,
-                kind=TaskKind.NON_SOURCE,
-                task_status=self.sink.task_status,
-                operator_status=self.sink.operator_status,
-            )
-        )
-        return LifecycleStatus(mode=self.mode, tasks=tasks)
 
 
 class StreamingExecutor:
@@ -126,7 +79,7 @@ class StreamingExecutor:
         self._control = control
         self._stop_timeout = stop_timeout
         self._query: StreamingQuery | None = None
-        self._termination: _Termination | None = None
+        self._termination: Termination | None = None
         self._savepoint: SavepointStatus | None = None
         self._answer: RequestReport | None = None
         self._answered: set[str] = set()
@@ -288,7 +241,7 @@ class StreamingExecutor:
         """Walk every task through ``mode`` to CLOSED, performing the table's actions."""
         stopping = mode is not LifecycleMode.FINAL_CHECKPOINT
         self._barriers += 1
-        ending = _Termination(
+        ending = Termination(
             mode=mode,
             barrier=self._barriers,
             sources={c.name: TaskLifecycle(TaskKind.SOURCE, mode) for c in self._coordinators},
@@ -365,7 +318,7 @@ class StreamingExecutor:
             raise JobFailed(f"the {mode.value} ended with tasks still open: {ending.status()}")
 
     def _perform_source(
-        self, coordinator: SourceCoordinator, actions: Sequence[Action], ending: _Termination
+        self, coordinator: SourceCoordinator, actions: Sequence[Action], ending: Termination
     ) -> None:
         for action in actions:
             handler = self._source_actions.get(action)
@@ -373,7 +326,7 @@ class StreamingExecutor:
                 handler(coordinator)
             ending.emitted.add(action)
 
-    def _perform_sink(self, actions: Sequence[Action], ending: _Termination) -> None:
+    def _perform_sink(self, actions: Sequence[Action], ending: Termination) -> None:
         for action in actions:
             handler = self._sink_actions.get(action)
             if handler is not None:

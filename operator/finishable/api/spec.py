@@ -1,0 +1,335 @@
+"""The ``spec`` of a FinishableSparkJob: what the user asks for, as pydantic v2 models.
+
+The program and its resources, the desired state, where snapshots are stored, how a lost driver
+is recovered, and a Batch job's shuffle pods. Validators reject what can never run (an unknown
+URL scheme, a ConfigMap store with a URL, shuffle pods in Streaming mode) with a message that says
+what to write instead; the CRD's schema is generated from these models.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+from urllib.parse import urlsplit
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from finishable.api.models import (
+    OBJECT_STORE_SCHEMES,
+    ApiModel,
+    DesiredState,
+    JobMode,
+    StorageType,
+)
+from finishable.api.units import Duration, Quantity
+from finishable.api.volumes import driver_volumes
+
+APPLICATION_SCHEMES = ("local", "file", "s3", "s3a", "gs", "hdfs", "http", "https")
+
+
+class ApplicationSpec(ApiModel):
+    """The PySpark program the driver runs."""
+
+    file: str = Field(
+        min_length=1,
+        description=(
+            "The PySpark program: local:///path inside the image, a path relative to the "
+            "manifest for `finishable run`, or a URL (file, s3, s3a, gs, hdfs, http, https)."
+        ),
+    )
+    args: list[str] = Field(
+        default_factory=list, description="Arguments passed to the program after its file name."
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Extra Spark configuration (spark.* keys). Settings the operator derives from this "
+            "resource (master, memory, cores, instances) take precedence."
+        ),
+    )
+
+    @field_validator("file")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        scheme = urlsplit(value).scheme
+        if scheme and len(scheme) > 1 and scheme not in APPLICATION_SCHEMES:
+            raise ValueError(
+                f"{value!r} has the unknown scheme {scheme!r}; use one of "
+                f"{', '.join(APPLICATION_SCHEMES)} or a plain path"
+            )
+        return value
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _spark_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [key for key in value if not key.startswith("spark.")]
+        if bad:
+            raise ValueError(
+                f"keys must start with 'spark.'; got {', '.join(repr(key) for key in bad)}"
+            )
+        driver_volumes(value)  # a VolumeConfError (a ValueError) names the key
+        return value
+
+
+class DriverSpec(ApiModel):
+    """Resources of the Spark driver pod, which also hosts the split coordinators."""
+
+    cores: int = Field(default=1, ge=1, le=64, description="CPU cores for the driver.")
+    memory: Quantity = Field(
+        default=Quantity(1024**3),
+        description="Driver memory (spark.driver.memory), for example 1g or 1536Mi.",
+    )
+
+
+class ExecutorSpec(ApiModel):
+    """Resources of the Spark executors."""
+
+    instances: int = Field(default=2, ge=1, le=1000, description="Number of executor pods.")
+    cores: int = Field(default=1, ge=1, le=64, description="CPU cores per executor.")
+    memory: Quantity = Field(
+        default=Quantity(2 * 1024**3),
+        description="Memory per executor (spark.executor.memory), for example 2g or 4Gi.",
+    )
+
+
+class RestoreSpec(ApiModel):
+    """Where a new job starts from."""
+
+    savepoint: str = Field(
+        default="",
+        description=(
+            "Location of a savepoint to start from (as reported in status.savepoint.location); "
+            "empty starts fresh."
+        ),
+    )
+    allow_drained: bool = Field(
+        default=False,
+        description=(
+            "Start from a drained savepoint anyway. A drained savepoint marks the end of the "
+            "stream (event time at its maximum), so a job started from it emits no more windows."
+        ),
+    )
+
+
+class StorageSpec(ApiModel):
+    """The backend of the snapshot store."""
+
+    type: StorageType = Field(
+        default=StorageType.CONFIG_MAP,
+        description=(
+            "ConfigMap keeps snapshots in ConfigMaps of the job's namespace (small state, no "
+            "setup); ObjectStore in a bucket addressed by url; Local in a directory (local runs)."
+        ),
+    )
+    url: str | None = Field(
+        default=None,
+        description=(
+            "For ObjectStore: s3://bucket/prefix, gs://bucket/prefix, hdfs://... or file:///path. "
+            "For Local: a directory. Not used with ConfigMap."
+        ),
+    )
+    secret_ref: str | None = Field(
+        default=None,
+        description=(
+            "For ObjectStore: a Secret in the job's namespace whose keys (for example "
+            "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) become the driver's environment."
+        ),
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url_fits_type(cls, value: str | None, info: ValidationInfo) -> str | None:
+        storage_type = info.data.get("type")
+        if value is None:
+            return value
+        if storage_type is StorageType.CONFIG_MAP:
+            raise ValueError("type ConfigMap takes no url; use type ObjectStore or Local")
+        if storage_type is StorageType.OBJECT_STORE:
+            scheme = urlsplit(value).scheme
+            if scheme not in OBJECT_STORE_SCHEMES:
+                raise ValueError(
+                    f"{value!r} has the scheme {scheme or '(none)'!r}; ObjectStore accepts "
+                    f"{', '.join(OBJECT_STORE_SCHEMES)}, for example s3://bucket/prefix"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _object_store_needs_url(self) -> Self:
+        if self.type is StorageType.OBJECT_STORE and not self.url:
+            raise ValueError(
+                "type ObjectStore needs url, for example s3://bucket/prefix "
+                f"(schemes: {', '.join(OBJECT_STORE_SCHEMES)})"
+            )
+        if self.type is StorageType.CONFIG_MAP and self.secret_ref:
+            raise ValueError("type ConfigMap takes no secretRef; use type ObjectStore")
+        return self
+
+
+class CheckpointingSpec(ApiModel):
+    """Periodic checkpoints: one per micro-batch, at most this often."""
+
+    interval: Duration = Field(
+        default=Duration(seconds=10),
+        description="Trigger interval of micro-batches (each committed batch is a checkpoint).",
+    )
+    storage: StorageSpec = Field(
+        default_factory=StorageSpec, description="Where checkpoints and savepoints are stored."
+    )
+    retained: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description="How many completed checkpoints to keep; savepoints stay until disposed.",
+    )
+
+    @field_validator("interval")
+    @classmethod
+    def _positive_interval(cls, value: Duration) -> Duration:
+        if value.total_seconds() <= 0:
+            raise ValueError(f"must be longer than zero, got {str(value)!r}")
+        return value
+
+
+class EventStoreSpec(ApiModel):
+    """Buffering of the batch job event log (FLIP-383)."""
+
+    write_buffer_size: Quantity = Field(
+        default=Quantity(1024**2),
+        description="Flush the buffered job events when they reach this size.",
+    )
+    flush_interval: Duration = Field(
+        default=Duration(seconds=1),
+        description="Flush the buffered job events at least this often.",
+    )
+
+
+class RecoverySpec(ApiModel):
+    """What happens when the driver is lost."""
+
+    enabled: bool = Field(default=True, description="Start a new driver attempt after a crash.")
+    max_attempts: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="Driver restarts allowed before the job is Failed.",
+    )
+    previous_worker_recovery_timeout: Duration = Field(
+        default=Duration(seconds=30),
+        description=(
+            "Batch: how long a new driver waits for surviving shuffle pods to re-register "
+            "their partitions before it recomputes what is missing."
+        ),
+    )
+    snapshot_min_pause: Duration = Field(
+        default=Duration(minutes=3),
+        description="Batch: minimum pause between coordinator snapshots in the job event log.",
+    )
+    event_store: EventStoreSpec = Field(
+        default_factory=EventStoreSpec, description="Batch: buffering of the job event log."
+    )
+
+
+class ShuffleStorageSpec(ApiModel):
+    """The volume of each shuffle pod."""
+
+    size: Quantity = Field(
+        default=Quantity(10 * 1024**3), description="Volume size per shuffle pod, such as 10Gi."
+    )
+    storage_class_name: str | None = Field(
+        default=None, description="StorageClass of the volume; the cluster default when unset."
+    )
+
+    @field_validator("size")
+    @classmethod
+    def _positive_size(cls, value: Quantity) -> Quantity:
+        if value <= 0:
+            raise ValueError("must be larger than zero")
+        return value
+
+
+class ShuffleSpec(ApiModel):
+    """Shuffle pods that keep result partitions alive across driver crashes (Batch mode only)."""
+
+    replicas: int = Field(default=2, ge=1, le=100, description="Number of shuffle pods.")
+    storage: ShuffleStorageSpec = Field(
+        default_factory=ShuffleStorageSpec, description="Volume of each shuffle pod."
+    )
+    retain_timeout: Duration = Field(
+        default=Duration(minutes=5),
+        description=(
+            "How long shuffle pods keep a job's partitions after its driver stopped "
+            "heartbeating; the reconnect window of a new driver attempt."
+        ),
+    )
+
+    @field_validator("retain_timeout")
+    @classmethod
+    def _positive_timeout(cls, value: Duration) -> Duration:
+        if value.total_seconds() <= 0:
+            raise ValueError(f"must be longer than zero, got {str(value)!r}")
+        return value
+
+
+class FinishableSparkJobSpec(ApiModel):
+    """The desired state of a FinishableSparkJob."""
+
+    image: str = Field(
+        default="finishable-spark-operator:0.1.0",
+        min_length=1,
+        description="Container image for the driver, executors and shuffle pods.",
+    )
+    mode: JobMode = Field(default=JobMode.STREAMING, description="Streaming or Batch.")
+    application: ApplicationSpec = Field(description="The PySpark program to run.")
+    driver: DriverSpec = Field(default_factory=DriverSpec, description="Driver resources.")
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec, description="Executor resources.")
+    state: DesiredState = Field(
+        default=DesiredState.RUNNING,
+        description=(
+            "Running; Suspended stops with a savepoint (resume by setting Running again); "
+            "Finished stops with a savepoint and drain: every pending window fires, sinks "
+            "commit and the job ends."
+        ),
+    )
+    savepoint_trigger_nonce: int = Field(
+        default=0,
+        ge=0,
+        description="Change this number to take a savepoint without stopping the job.",
+    )
+    restore_from: RestoreSpec = Field(
+        default_factory=RestoreSpec, description="Start from a savepoint."
+    )
+    checkpointing: CheckpointingSpec = Field(
+        default_factory=CheckpointingSpec, description="Checkpoints and their storage."
+    )
+    recovery: RecoverySpec = Field(
+        default_factory=RecoverySpec, description="Driver crash recovery."
+    )
+    shuffle: ShuffleSpec | None = Field(
+        default=None,
+        description=(
+            "Shuffle pods (Batch mode only; two pods of 10Gi with a 5m retain timeout when unset)."
+        ),
+    )
+    stop_timeout: Duration = Field(
+        default=Duration(minutes=10),
+        description=(
+            "How long a stop with savepoint or a drain may take before it is cancelled, the job "
+            "is marked Degraded and keeps running."
+        ),
+    )
+
+    @field_validator("shuffle")
+    @classmethod
+    def _shuffle_only_in_batch(
+        cls, value: ShuffleSpec | None, info: ValidationInfo
+    ) -> ShuffleSpec | None:
+        if value is not None and info.data.get("mode", JobMode.STREAMING) is JobMode.STREAMING:
+            raise ValueError(
+                "shuffle pods are only used in Batch mode; remove spec.shuffle or set "
+                "spec.mode: Batch"
+            )
+        return value
+
+    @property
+    def effective_shuffle(self) -> ShuffleSpec:
+        """The shuffle settings a Batch job runs with (the defaults when unset)."""
+        return self.shuffle if self.shuffle is not None else ShuffleSpec()

@@ -1,0 +1,157 @@
+"""The ``status`` of a FinishableSparkJob: what the operator observed, as pydantic v2 models.
+
+The phase and its conditions, the FLIP-147 lifecycle of the tasks, the newest checkpoint and
+savepoint, split progress, what the last driver crash cost, and the control request in flight
+(which is also what the operator writes to ``<job>-control``). The operator is the one writer of
+the status; the driver reports the parts it knows (:mod:`finishable.api.control`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from finishable.api.lifecycle import LifecycleMode, OperatorStatus, TaskKind, TaskStatus
+from finishable.api.models import (
+    ApiModel,
+    ConditionStatus,
+    ConditionType,
+    Phase,
+    RequestAction,
+)
+
+
+class LifecycleTaskStatus(ApiModel):
+    """One task's place in the FLIP-147 lifecycle table, as the driver reports it."""
+
+    name: str = Field(description="Task name: operator or stage and subtask, such as parse[3].")
+    kind: TaskKind = Field(default=TaskKind.SOURCE, description="SOURCE or NON_SOURCE.")
+    task_status: TaskStatus = Field(description="Stream task status from the lifecycle table.")
+    operator_status: OperatorStatus = Field(description="Operator status from the table.")
+
+
+class LifecycleStatus(ApiModel):
+    """The termination the driver is walking through, if any."""
+
+    mode: LifecycleMode | None = Field(
+        default=None, description="FINAL_CHECKPOINT, STOP_WITH_SAVEPOINT_DRAIN or ..._SAVEPOINT."
+    )
+    tasks: list[LifecycleTaskStatus] = Field(
+        default_factory=list, description="Per-task lifecycle state."
+    )
+
+
+class CheckpointStatus(ApiModel):
+    """The newest completed checkpoint."""
+
+    id: int = Field(ge=0, description="Checkpoint id: the committed micro-batch or stage id.")
+    location: str = Field(default="", description="Where the checkpoint is stored.")
+    time: datetime | None = Field(default=None, description="When it completed.")
+
+
+class SavepointStatus(ApiModel):
+    """The newest savepoint."""
+
+    location: str = Field(description="Where the savepoint is stored; use it in restoreFrom.")
+    drained: bool = Field(default=False, description="Taken by a stop with drain.")
+    time: datetime | None = Field(default=None, description="When it completed.")
+    request_id: str | None = Field(default=None, description="The request that produced it.")
+
+
+class CoordinatorStatus(ApiModel):
+    """Split progress of the sources' coordinators."""
+
+    snapshot: str | None = Field(default=None, description="Location of the newest snapshot.")
+    splits_total: int = Field(default=0, ge=0, description="Splits discovered.")
+    splits_finished: int = Field(default=0, ge=0, description="Splits fully read.")
+
+
+class RecoveryStatus(ApiModel):
+    """What the last driver crash cost and saved."""
+
+    reason: str = Field(default="", description="Why the last driver attempt was lost.")
+    next_attempt_at: datetime | None = Field(
+        default=None, description="When the next driver attempt starts (backoff)."
+    )
+    driver_lost_at: datetime | None = Field(default=None, description="When the driver was lost.")
+    shuffle_retained_until: datetime | None = Field(
+        default=None, description="Shuffle pods are deleted then unless a new driver reconnects."
+    )
+    tasks_skipped: int = Field(default=0, ge=0, description="Finished tasks not run again.")
+    tasks_rerun: int = Field(default=0, ge=0, description="Tasks run again.")
+    splits_reread: int = Field(default=0, ge=0, description="Finished splits read again.")
+
+
+class ControlRequest(ApiModel):
+    """A stop or savepoint request: written to ``<job>-control``, kept in status while in flight."""
+
+    id: str = Field(min_length=1, description="Request id, echoed by the driver in its answer.")
+    attempt: int | None = Field(
+        default=None,
+        ge=1,
+        description="The driver attempt it is meant for; other attempts ignore it.",
+    )
+    action: RequestAction = Field(description="stop (with a savepoint) or savepoint (no stop).")
+    drain: bool = Field(default=False, description="Stop with drain: fire every pending window.")
+    target_directory: str | None = Field(
+        default=None, description="Where to write the savepoint; the job's storage when unset."
+    )
+    requested_at: datetime | None = Field(default=None, description="When it was sent.")
+
+
+class Condition(ApiModel):
+    """A Kubernetes-style condition."""
+
+    type: ConditionType = Field(description="Ready, Progressing or Degraded.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", description="One CamelCase word for machines.")
+    message: str = Field(default="", description="A sentence for people.")
+    last_transition_time: datetime | None = Field(
+        default=None, description="When status last changed."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The spec generation the condition was set for."
+    )
+
+
+class FinishableSparkJobStatus(ApiModel):
+    """The observed state of a FinishableSparkJob, written by the operator only."""
+
+    phase: Phase = Field(default=Phase.PENDING, description="Where the job is in its life.")
+    phase_since: datetime | None = Field(default=None, description="When the phase was entered.")
+    message: str = Field(default="", description="Why the job is in its phase.")
+    observed_generation: int = Field(
+        default=0, ge=0, description="The spec generation this status reflects."
+    )
+    attempt: int = Field(default=0, ge=0, description="Driver attempt number, from 1.")
+    restarts: int = Field(default=0, ge=0, description="Driver restarts after crashes.")
+    restore_from: str = Field(
+        default="",
+        description=(
+            "The savepoint the current run started from; a recovered attempt falls back to it "
+            "when the run has no checkpoint yet."
+        ),
+    )
+    lifecycle: LifecycleStatus = Field(
+        default_factory=LifecycleStatus, description="The FLIP-147 lifecycle state."
+    )
+    last_checkpoint: CheckpointStatus | None = Field(
+        default=None, description="The newest completed checkpoint."
+    )
+    savepoint: SavepointStatus | None = Field(default=None, description="The newest savepoint.")
+    savepoint_trigger_nonce: int = Field(
+        default=0, ge=0, description="The spec.savepointTriggerNonce last acted on."
+    )
+    pending_request: ControlRequest | None = Field(
+        default=None, description="A stop or savepoint request in flight."
+    )
+    coordinator: CoordinatorStatus = Field(
+        default_factory=CoordinatorStatus, description="Split progress."
+    )
+    recovery: RecoveryStatus = Field(
+        default_factory=RecoveryStatus, description="Crash recovery figures."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready, Progressing and Degraded."
+    )

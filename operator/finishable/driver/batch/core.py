@@ -1,0 +1,226 @@
+"""What every part of a Batch driver attempt shares: the declared graph, reports, snapshots.
+
+``BatchRuntime`` (``runtime.py``) is put together from mixins that each own one responsibility:
+the start of an attempt and the inspection of a failed round (``recovery.py``), running rounds and
+the final commit (``rounds.py``), the calls tasks make (``hook.py``) and control requests
+(``control.py``). They all work on the state ``RuntimeCore`` declares here (``BatchRuntime``'s
+constructor sets it) and share its reports, throttled coordinator snapshots and shuffle
+heartbeats.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
+from finishable.api.jobconfig import JobConfig
+from finishable.api.status import ControlRequest, CoordinatorStatus, SavepointStatus
+from finishable.connectors.sinks import TransactionalFiles
+from finishable.coordinator.contract import NO_CHECKPOINT
+from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.driver.batch.plan import (
+    CoordinatorSnapshot,
+    JobLog,
+    Recovery,
+    StageKind,
+    StageShape,
+    TaskFinished,
+)
+from finishable.driver.source_coordinator import SourceCoordinator
+from finishable.lifecycle.graph import TaskId
+from finishable.shuffle.cluster import ShuffleCluster
+from finishable.state.control import ControlChannel
+from finishable.state.events import JobEventStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+EVENT_PREFIX = "batch-events"
+PROGRESS_SECONDS = 0.5
+
+
+class JobSuspended(Exception):
+    """A stop request arrived: the current round ends early and the driver suspends."""
+
+
+@dataclass
+class DeclaredRead:
+    """A source read: its coordinator and the reader slots of its DataFrame."""
+
+    name: str
+    coordinator: SourceCoordinator
+    slots: int
+    quota: int
+
+
+@dataclass
+class DeclaredStage:
+    """A stage as the program declared it, with what this attempt knows of its tasks."""
+
+    name: str
+    kind: StageKind
+    dataframe: DataFrame
+    parallelism: int
+    inputs: tuple[str, ...]
+    narrow: bool
+    read: DeclaredRead | None = None
+    sink: TransactionalFiles | None = None
+    promote: bool = False
+    finished: dict[int, TaskFinished] = field(default_factory=dict)
+    initialized: bool = False
+
+    @property
+    def shape(self) -> StageShape:
+        return StageShape(self.name, self.kind, self.parallelism, self.inputs, self.narrow)
+
+
+@dataclass
+class Figures:
+    """Recovery figures for the report: what the crash cost and saved."""
+
+    tasks_skipped: int = 0
+    tasks_rerun: int = 0
+    splits_reread: int = 0
+
+
+class RuntimeCore:
+    """The state of one driver attempt of a Batch job (``BatchRuntime.__init__`` sets it), and
+    what every part of it uses."""
+
+    config: JobConfig
+    attempt: int
+    spark: SparkSession
+    endpoint: CoordinatorEndpoint
+    token: str
+    control: ControlChannel
+    snapshot_min_pause: float
+    events: JobEventStore
+    shuffle: ShuffleCluster
+    figures: Figures
+    _lock: threading.RLock
+    _reads: dict[str, DeclaredRead]
+    _stages: list[DeclaredStage]
+    _round: int
+    _servers: list[str]
+    _last_snapshot: dict[str, float]
+    _snapshot_due: dict[str, threading.Timer]
+    _stop_request: ControlRequest | None
+    _drain_request: ControlRequest | None
+    _heartbeat_stop: threading.Event
+    _last_progress: float
+    _log: JobLog
+    _recovery: Recovery
+    _heartbeat: threading.Thread
+
+    def _finished_tasks(self) -> set[TaskId]:
+        return {TaskId(s.name, t) for s in self._stages for t in s.finished}
+
+    def _report_progress(self, stage: DeclaredStage, *, force: bool = False) -> None:
+        """Stage and split progress in the report, at most every PROGRESS_SECONDS."""
+        now = time.monotonic()
+        due = force or now - self._last_progress >= PROGRESS_SECONDS
+        if due and self._stop_request is None and self._drain_request is None:
+            self._last_progress = now
+            done = len(stage.finished)
+            self._report(
+                DriverState.RUNNING, f"stage {stage.name}: {done}/{stage.parallelism} tasks done"
+            )
+
+    # -- coordinator snapshots (NO_CHECKPOINT, throttled) ----------------------------------
+
+    def _snapshot(self, read: DeclaredRead, *, force: bool = False) -> None:
+        """Snapshot into the log no more often than snapshotMinPause; a trailing one later."""
+        with self._lock:
+            now = time.monotonic()
+            wait = self._last_snapshot.get(read.name, -1e9) + self.snapshot_min_pause - now
+            if wait > 0 and not force:
+                if read.name not in self._snapshot_due:
+                    timer = threading.Timer(wait, self._snapshot_later, args=(read,))
+                    timer.daemon = True
+                    self._snapshot_due[read.name] = timer
+                    timer.start()
+                return
+            due = self._snapshot_due.pop(read.name, None)
+            if due is not None:
+                due.cancel()
+            host = read.coordinator.host
+            data = host.checkpoint_coordinator(NO_CHECKPOINT).result(30)
+            progress = host.progress().result(30)
+            self.events.append(
+                CoordinatorSnapshot(
+                    coordinator=read.name,
+                    data=base64.b64encode(data).decode("ascii"),
+                    splits_finished=progress.splits_finished if progress else 0,
+                ),
+                type="CoordinatorSnapshot",
+            )
+            self._last_snapshot[read.name] = now
+
+    def _snapshot_later(self, read: DeclaredRead) -> None:
+        with self._lock:
+            self._snapshot_due.pop(read.name, None)
+        try:
+            self._snapshot(read, force=True)
+        except Exception:
+            log.warning("a deferred coordinator snapshot failed", exc_info=True)
+
+    # -- heartbeats and reports -------------------------------------------------------------
+
+    def _heartbeats(self) -> None:
+        retain = self.config.spec.effective_shuffle.retain_timeout.total_seconds()
+        interval = max(0.5, min(5.0, retain / 4))
+        while not self._heartbeat_stop.wait(interval):
+            try:
+                self.shuffle.register_all(self.attempt)
+            except Exception:
+                log.warning("shuffle heartbeat failed", exc_info=True)
+
+    def _progress(self) -> CoordinatorStatus | None:
+        total = finished = 0
+        for read in self._reads.values():
+            progress = read.coordinator.host.progress().result(30)
+            if progress is not None:
+                total += progress.splits_discovered
+                finished += progress.splits_finished
+        return CoordinatorStatus(splits_total=total, splits_finished=finished) if total else None
+
+    def _report(
+        self,
+        state: DriverState,
+        message: str,
+        *,
+        request: ControlRequest | None = None,
+        outcome: RequestOutcome = RequestOutcome.IN_PROGRESS,
+        savepoint: SavepointStatus | None = None,
+    ) -> None:
+        try:
+            progress = self._progress() if self._reads else None
+        except Exception:
+            progress = None
+        report = DriverReport(
+            attempt=self.attempt,
+            state=state,
+            message=message,
+            coordinator=progress,
+            tasks_skipped=self.figures.tasks_skipped,
+            tasks_rerun=self.figures.tasks_rerun,
+            splits_reread=self.figures.splits_reread,
+            savepoint=savepoint,
+            request=None
+            if request is None
+            else RequestReport(id=request.id, outcome=outcome, message=message),
+        )
+        try:
+            self.control.write_report(report)
+        except Exception:
+            log.warning("cannot write the driver report", exc_info=True)
+
+    def report_failure(self, message: str) -> None:
+        self._report(DriverState.FAILED, message)

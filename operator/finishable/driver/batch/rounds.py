@@ -1,0 +1,155 @@
+"""Running a Batch job's stages in rounds, and the final commit of its output.
+
+``run`` walks up from the unfinished sink (:func:`~finishable.driver.batch.plan.schedule`) and
+runs only those tasks, stage by stage, one Spark job per stage run ("round"): a round is at most
+as many tasks as the stage has slots, told to the tasks through a Spark local property. When
+nothing is left to run, the final checkpoint publishes every sink task's staged file, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from finishable.connectors.batch.datasources import (
+    ROUND_PROPERTY,
+    SINK_BATCH_ID,
+    SUMMARY_SCHEMA,
+    Round,
+    sink_writer,
+    stage_writer,
+    staged_from_json,
+)
+from finishable.connectors.staging import publish_files
+from finishable.connectors.streaming.sink import StagedMessage, _output_schema
+from finishable.driver.batch.core import DeclaredStage, JobSuspended, RuntimeCore
+from finishable.driver.batch.plan import OutputCommitted, StageInitialized, StageKind
+from finishable.driver.outcome import JobFailed
+
+log = logging.getLogger(__name__)
+
+
+class RoundsMixin(RuntimeCore):
+    """Stage runs as Spark jobs, and the publication of the output at the end."""
+
+    def _run_stage(self, stage: DeclaredStage, tasks: list[int]) -> None:
+        if not stage.initialized:
+            self.events.append(
+                StageInitialized(
+                    stage=stage.name,
+                    kind=stage.kind.value,
+                    parallelism=stage.parallelism,
+                    inputs=stage.inputs,
+                    narrow=stage.narrow,
+                    source=stage.read.name if stage.read else None,
+                    attempt=self.attempt,
+                ),
+                type="StageInitialized",
+            )
+            stage.initialized = True
+        todo = [t for t in tasks if t not in stage.finished]
+        slots = stage.read.slots if stage.read is not None else stage.parallelism
+        while todo:
+            if self._stop_request is not None:
+                raise JobSuspended()
+            batch, todo = todo[:slots], todo[slots:]
+            self._round += 1
+            plan = Round(
+                stage=stage.name,
+                round=self._round,
+                attempt=self.attempt,
+                tasks=batch,
+                servers=self._servers,
+                quota=stage.read.quota if stage.read is not None else 0,
+                narrow=stage.narrow and stage.read is None,
+            )
+            log.info("stage %s: running %d task(s) %s", stage.name, len(batch), _ranges(batch))
+            started = time.monotonic()
+            self._execute(stage, plan)
+            log.info(
+                "stage %s: %d task(s) done in %.1f s (%d/%d finished)",
+                stage.name,
+                len(batch),
+                time.monotonic() - started,
+                len(stage.finished),
+                stage.shape.parallelism,
+            )
+        self._report_progress(stage, force=True)
+        if stage.read is not None:
+            self._snapshot(stage.read, force=True)
+            progress = stage.read.coordinator.host.progress().result(30)
+            if progress is not None and not progress.fully_finished:
+                raise JobFailed(
+                    f"stage {stage.name}: every reader task finished but only "
+                    f"{progress.splits_finished} of {progress.splits_discovered} splits are done"
+                )
+
+    def _execute(self, stage: DeclaredStage, plan: Round) -> None:
+        context = self.spark.sparkContext
+        context.setLocalProperty(ROUND_PROPERTY, plan.to_property())
+        context.setJobDescription(f"{self.config.name}: stage {stage.name} round {plan.round}")
+        try:
+            if stage.kind is StageKind.SINK:
+                assert stage.sink is not None
+                writer = sink_writer(
+                    self.endpoint.url,
+                    self.token,
+                    stage.sink.url,
+                    stage.sink.sink_name,
+                    stage.sink.format,
+                )
+            else:
+                from pyspark.sql.pandas.types import to_arrow_schema  # noqa: PLC0415
+
+                schema = to_arrow_schema(stage.dataframe.schema).serialize().to_pybytes()
+                writer = stage_writer(
+                    self.endpoint.url,
+                    self.token,
+                    stage.name,
+                    schema,
+                    slotted=stage.read is not None,
+                )
+            stage.dataframe.mapInArrow(writer, SUMMARY_SCHEMA).collect()
+        finally:
+            context.setLocalProperty(ROUND_PROPERTY, None)  # type: ignore[arg-type]
+        missing = [t for t in plan.tasks if t not in stage.finished]
+        if missing:
+            raise JobFailed(f"stage {stage.name}: task(s) {missing} ended without output")
+
+    def _commit(self, sink_stage: DeclaredStage) -> None:
+        """The final checkpoint: publish every sink task's staged file, once."""
+        sink = sink_stage.sink
+        assert sink is not None
+        for read in self._reads.values():
+            progress = read.coordinator.host.progress().result(30)
+            if progress is None or not progress.fully_finished:
+                raise JobFailed(
+                    f"read {read.name!r} is not fully finished at the final checkpoint "
+                    f"({progress}): refusing to publish output that misses input"
+                )
+        parts = [
+            StagedMessage(staged_from_json(event.staged))
+            for _, event in sorted(sink_stage.finished.items())
+            if event.staged is not None
+        ]
+        manifest = publish_files(
+            sink.store,
+            SINK_BATCH_ID,
+            parts,
+            sink.format,
+            _output_schema(sink_stage.dataframe.schema),
+        )
+        for stage in self._stages:
+            if stage.promote:
+                for url in self._servers:
+                    self.shuffle.client(url).promote(stage.name)
+        self.events.append(OutputCommitted(sink.sink_name, manifest.rows), type="OutputCommitted")
+        self.events.flush(timeout=60)
+        self._log.committed = OutputCommitted(sink.sink_name, manifest.rows)
+        log.info("published %d row(s) to %s", manifest.rows, sink.store.display)
+
+
+def _ranges(tasks: list[int]) -> str:
+    if len(tasks) <= 6:
+        return str(tasks)
+    return f"[{tasks[0]}..{tasks[-1]}]"

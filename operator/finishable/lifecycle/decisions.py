@@ -1,0 +1,154 @@
+"""What the job phase machine reads and returns, and the rules every step obeys.
+
+:func:`finishable.lifecycle.phases.next_status` takes an :class:`Observation` (the driver pod and
+the driver's report, as the operator or the local runner saw them) and returns a
+:class:`Decision`: the next status, the :class:`Action` s to perform and the :class:`Event` s to
+post. The table of allowed phase changes (:data:`TRANSITIONS`), the restart backoff and which
+desired-state changes a phase refuses are here too, so that callers and tests can read the
+machine's contract without its step-by-step logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from finishable.api.control import DriverReport
+from finishable.api.models import DesiredState, Phase
+from finishable.api.status import ControlRequest, FinishableSparkJobStatus
+
+P = Phase
+
+TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
+    P.PENDING: frozenset({P.SUBMITTED, P.SUSPENDED, P.FAILED}),
+    P.SUBMITTED: frozenset({P.RUNNING, P.FINISHING, P.FINISHED, P.RECOVERING, P.FAILED}),
+    P.RUNNING: frozenset(
+        {P.SAVEPOINTING, P.DRAINING, P.FINISHING, P.FINISHED, P.RECOVERING, P.FAILED}
+    ),
+    P.SAVEPOINTING: frozenset({P.SUSPENDED, P.RUNNING, P.RECOVERING, P.FAILED}),
+    P.DRAINING: frozenset({P.FINISHED, P.RUNNING, P.RECOVERING, P.FAILED}),
+    P.FINISHING: frozenset({P.FINISHED, P.RECOVERING, P.FAILED}),
+    P.RECOVERING: frozenset({P.RUNNING, P.FINISHING, P.FINISHED, P.FAILED}),
+    P.SUSPENDED: frozenset({P.SUBMITTED, P.FAILED}),
+    P.FINISHED: frozenset(),
+    P.FAILED: frozenset({P.PENDING}),
+}
+"""Every phase change the machine may make; :func:`next_status` never leaves this table."""
+
+TERMINAL_PHASES = frozenset({P.FINISHED, P.FAILED})
+STOPPING_PHASES = frozenset({P.SAVEPOINTING, P.DRAINING})
+# Phases in which a driver pod of the current attempt is expected to exist and be alive.
+DRIVER_PHASES = frozenset(
+    {P.SUBMITTED, P.RUNNING, P.SAVEPOINTING, P.DRAINING, P.FINISHING, P.RECOVERING}
+)
+
+RESTART_BACKOFF_BASE = timedelta(seconds=1)
+"""Short: a new attempt reuses what survived (shuffle partitions, checkpoints); maxAttempts bounds
+the loop of a driver that keeps crashing."""
+RESTART_BACKOFF_MAX = timedelta(minutes=2)
+
+
+class PodPhase(StrEnum):
+    """The driver pod of the current attempt, as observed (ABSENT: no such pod)."""
+
+    ABSENT = "Absent"
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the caller saw just now. ``spec_problems`` lists why the spec cannot run, if so."""
+
+    now: datetime
+    generation: int
+    driver_pod: PodPhase = PodPhase.ABSENT
+    driver_message: str = ""
+    report: DriverReport | None = None
+    spec_problems: tuple[str, ...] = ()
+
+
+class ActionKind(StrEnum):
+    """Side effects the caller performs; each is idempotent."""
+
+    START_DRIVER = "StartDriver"  # create the children and the driver pod of `attempt`
+    SEND_REQUEST = "SendRequest"  # write `request` to <job>-control
+    CANCEL_REQUEST = "CancelRequest"  # withdraw the request in <job>-control
+    DELETE_DRIVER = "DeleteDriver"  # delete the driver pod(s) and executors
+    DELETE_SHUFFLE = "DeleteShuffle"  # delete the shuffle StatefulSet (its data goes)
+    REQUEUE = "Requeue"  # call again after `after` even if nothing changes
+
+
+@dataclass(frozen=True)
+class Action:
+    """One side effect with the arguments it needs."""
+
+    kind: ActionKind
+    attempt: int = 0
+    restore_from: str = ""
+    request: ControlRequest | None = None
+    after: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post on the custom resource."""
+
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of one step: the next status, what to do, what to tell."""
+
+    status: FinishableSparkJobStatus
+    actions: tuple[Action, ...] = ()
+    events: tuple[Event, ...] = ()
+
+    @property
+    def phase_changed(self) -> bool:
+        return any(event.reason == "PhaseChanged" for event in self.events)
+
+
+class IllegalPhaseTransition(AssertionError):
+    """The machine tried a transition outside :data:`TRANSITIONS`: a bug, never a user error."""
+
+
+def restart_backoff(restarts: int) -> timedelta:
+    """Exponential backoff before driver restart number ``restarts`` (1-based)."""
+    delay: timedelta = RESTART_BACKOFF_BASE * 2 ** max(0, restarts - 1)
+    return min(delay, RESTART_BACKOFF_MAX)
+
+
+def illegal_state_change(
+    phase: Phase, desired: DesiredState, *, input_ended: bool = False
+) -> str | None:
+    """Why ``desired`` cannot be honoured from ``phase``, or None when it can (now or later).
+
+    ``input_ended``: the job finished because its bounded input ended (final checkpoint), which
+    is what ``Running`` asks of a bounded job, so staying Finished honours it.
+    """
+    if phase is P.FINISHED and desired is DesiredState.RUNNING and input_ended:
+        return None
+    if phase is P.FINISHED and desired is not DesiredState.FINISHED:
+        return (
+            f"the job is Finished and cannot become {desired.value}; create a new job "
+            "(spec.restoreFrom can start it from this job's savepoint)"
+        )
+    if phase is P.DRAINING and desired is not DesiredState.FINISHED:
+        return (
+            f"a stop with drain is in progress and cannot be turned into {desired.value}: "
+            "event time has been advanced to the end; the job will be Finished"
+        )
+    if phase is P.FINISHING and desired is DesiredState.SUSPENDED:
+        return (
+            "the bounded input has ended and the final checkpoint is in progress; "
+            "the job can no longer be Suspended and will be Finished"
+        )
+    return None

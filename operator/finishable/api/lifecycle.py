@@ -13,7 +13,7 @@ from typing import Final
 
 
 class LifecycleMode(StrEnum):
-    """How a task terminates; chosen by what ends the job (DESIGN.md section 1)."""
+    """How a task terminates; chosen by what ends the job."""
 
     FINAL_CHECKPOINT = "FINAL_CHECKPOINT"
     STOP_WITH_SAVEPOINT_DRAIN = "STOP_WITH_SAVEPOINT_DRAIN"

@@ -66,7 +66,7 @@ class DesiredState(StrEnum):
 
 
 class Phase(StrEnum):
-    """Where the job is in its life (DESIGN.md section 5)."""
+    """Where the job is in its life (the phase diagram in the README)."""
 
     PENDING = "Pending"
     SUBMITTED = "Submitted"

@@ -1,4 +1,4 @@
-"""A small synchronous JSON client for the Kubernetes API, for the ConfigMap state backend.
+"""A small synchronous JSON client for the Kubernetes API, for the operator, drivers and stores.
 
 Why this shape: the ``kubernetes`` package already knows how to find and authenticate to a
 cluster (in-cluster service account with token rotation, kubeconfig with exec plugins, OIDC,

@@ -1,8 +1,8 @@
 """A machine that walks one task through the FLIP-147 lifecycle table for one termination mode.
 
 The table (:mod:`finishable.lifecycle.table`) says which events a task accepts in which status and
-what the runtime must do. This module adds the rules the table's cells cannot hold (DESIGN.md
-section 4), which concern *which* checkpoint is the final one:
+what the runtime must do. This module adds the rules the table's cells cannot hold (they come
+from the FLIP's text), which concern *which* checkpoint is the final one:
 
 * after ``finish()`` (entering WAITING_FOR_FINAL_CP) the task closes on the first
   ``notifyCheckpointComplete(X)`` for any checkpoint X triggered after ``finish()``; checkpoints are

@@ -1,12 +1,12 @@
 """The Spark side of Batch jobs: reader tasks, stage writers and stage readers.
 
-Like the streaming source (DESIGN 11) none of this runs in the driver's Python process: the
-readers' ``partitions()`` run once when a DataFrame is loaded, ``read()`` and the writers on
-executors. So the DataFrames a program builds have a fixed number of *slots* (Spark partitions),
-and the driver tells each run of a stage which task every slot is through the Spark local property
-``finishable.round`` (JSON: stage, round, driver attempt, the tasks to run, the read quota, the
-shuffle servers). A slot without a task in this round reads and writes nothing, so re-running
-three tasks of a stage costs three tasks.
+Like the streaming source (docs/architecture.md, *PySpark facts*), none of this runs in the
+driver's Python process: the readers' ``partitions()`` run once when a DataFrame is loaded,
+``read()`` and the writers on executors. So the DataFrames a program builds have a fixed number of
+*slots* (Spark partitions), and the driver tells each run of a stage which task every slot is
+through the Spark local property ``finishable.round`` (JSON: stage, round, driver attempt, the
+tasks to run, the read quota, the shuffle servers). A slot without a task in this round reads and
+writes nothing, so re-running three tasks of a stage costs three tasks.
 
 * Reader slots (``finishable_read__<name>``): become subtask ``tasks[slot]``; pull splits one at a
   time from the driver's coordinator (``RequestSplit``) up to the round's quota, so tasks stay

@@ -7,7 +7,7 @@ call ``commit`` again for the same batch after a crash (the batch is re-run when
 entry is missing), so each publish here is idempotent per (sink name, batch id); the staging and
 publish themselves are in ``connectors.staging``.
 
-Facts from pyspark 4.3 that shape the code (DESIGN.md section 11): the writer's ``commit`` and
+Facts from pyspark 4.3 that shape the code (docs/architecture.md): the writer's ``commit`` and
 ``abort`` run in a Python worker where the ``DataSource`` and ``streamWriter()`` are rebuilt on
 every call, so nothing may live in memory between calls and everything travels in the string
 options (the callback sink's callable too, cloudpickled); ``write()`` learns its batch id only from

@@ -1,9 +1,9 @@
 """The streaming side of the finishable sources: a Python Data Source whose reader is a thin client.
 
-Nothing here runs in the driver's own Python process (DESIGN 11): Spark builds the
-``DataSource`` in a worker, runs the stream reader's ``initialOffset``/``latestOffset``/
-``partitions`` in one long-lived planner worker per query run, and ``read`` on executors in a
-fresh unpickled reader per task. So the reader keeps no state that matters and asks the driver's
+Nothing here runs in the driver's own Python process (docs/architecture.md, *PySpark facts*): Spark
+builds the ``DataSource`` in a worker, runs the stream reader's ``initialOffset``/``latestOffset``/
+``partitions`` in one long-lived planner worker per query run, and ``read`` on executors in a fresh
+unpickled reader per task. So the reader keeps no state that matters and asks the driver's
 coordinator (over its endpoint) for every batch's splits.
 
 Offset format (one JSON object per source and batch, as Spark writes it into ``offsets/<batch>``)::
@@ -309,7 +309,8 @@ class FinishableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return [SplitPartition(index, group, self._attempt) for index, group in enumerate(groups)]
 
     def commit(self, end: dict[str, Any]) -> None:
-        # Unreliable as 'batch complete' (DESIGN 11): the driver finishes splits on commits/N.
+        # Unreliable as 'batch complete' (docs/architecture.md, *PySpark facts*): the driver
+        # finishes splits on commits/N.
         logger.debug("%s: Spark committed up to seq %s", self._settings.coordinator, end.get("seq"))
 
     def stop(self) -> None:

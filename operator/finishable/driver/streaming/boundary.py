@@ -1,4 +1,6 @@
-"""Stopping a streaming query at a batch boundary (DESIGN 11), so ``query.stop()`` cancels nothing.
+"""Stopping a streaming query at a batch boundary, so ``query.stop()`` cancels nothing.
+
+How Spark behaves here is in docs/architecture.md, *PySpark facts*.
 
 The executor suspends every source (their coordinators answer requests with nothing), then waits
 here until Spark has committed every batch it planned and every source was asked again twice in
@@ -25,8 +27,8 @@ def await_batch_boundary(
     """Wait until a query whose sources are suspended rests at a batch boundary; returns the last
     committed batch id (``NO_CHECKPOINT`` if none).
 
-    DESIGN 11: every planned batch must be committed, and then every source must have answered
-    two consecutive requests with nothing (a stateful query may plan one more no-data batch after
+    Every planned batch must be committed, and then every source must have answered two
+    consecutive requests with nothing (a stateful query may plan one more no-data batch after
     the first, because the watermark moved; if it does, the wait starts over). The last commit is
     handed to ``on_batch_committed`` before returning, so the snapshot matches the boundary even
     if its progress event has not arrived. Then ``query.stop()`` cancels nothing.

@@ -9,8 +9,8 @@ import pytest
 
 from e2e.support import ROOT, E2ECluster, batch_example, wait_for
 from finishable.connectors.sinks import TransactionalFiles
+from finishable.driver.batch.core import event_log_prefix, logged_runs
 from finishable.driver.batch.plan import TaskFinished, decode_event
-from finishable.driver.batch.runtime import EVENT_PREFIX
 from finishable.state.eventlog import read_events
 from tests.support.batchlog import durable_at_crash
 
@@ -35,9 +35,10 @@ def published(cluster: E2ECluster, output: str) -> dict[str, tuple[int, int]]:
 
 def events(cluster: E2ECluster, job: str) -> list[tuple[int, object]]:
     backend = cluster.state_backend(job)
+    (run,) = logged_runs(backend)
     return [
         (event.seq, typed)
-        for event in read_events(backend, prefix=EVENT_PREFIX)
+        for event in read_events(backend, prefix=event_log_prefix(run))
         if (typed := decode_event(event.type, event.data)) is not None
     ]
 

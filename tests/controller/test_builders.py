@@ -51,6 +51,7 @@ def test_driver_pod_golden() -> None:
         ),
         attempt=3,
         restore_from="s3://b/p/savepoints/7",
+        run=2,
     )
     submit = (
         "--driver-memory 2g --conf spark.kubernetes.driver.pod.name=clicks-driver-3 "
@@ -70,6 +71,7 @@ def test_driver_pod_golden() -> None:
                     "command": ["finishable", "driver"],
                     "env": [
                         {"name": "FINISHABLE_JOB_CONFIG", "value": "/etc/finishable/job.json"},
+                        {"name": "FINISHABLE_RUN", "value": "2"},
                         {"name": "FINISHABLE_ATTEMPT", "value": "3"},
                         {"name": "FINISHABLE_RESTORE_FROM", "value": "s3://b/p/savepoints/7"},
                         {

@@ -26,6 +26,7 @@ import yaml
 
 from finishable.connectors.batch.datasources import AUDIT_ENV
 from finishable.connectors.sinks import TransactionalFiles
+from finishable.driver.batch.core import event_log_prefix, logged_runs
 from finishable.driver.batch.plan import TaskFinished, decode_event
 from finishable.state import LocalDirBackend
 from finishable.state.eventlog import read_events
@@ -47,7 +48,14 @@ class BatchJob:
     """One Batch job run by `finishable run` in a subprocess, observed through its local files."""
 
     def __init__(
-        self, tmp: Path, name: str, *, retain: str = "2m", files: int = FILES, attempts: int = 5
+        self,
+        tmp: Path,
+        name: str,
+        *,
+        retain: str = "2m",
+        files: int = FILES,
+        attempts: int = 5,
+        storage: Path | None = None,
     ) -> None:
         self.name = name
         self.files = files
@@ -71,6 +79,9 @@ class BatchJob:
         spec["application"]["sparkConf"] = {"spark.sql.shuffle.partitions": "3"}
         spec["recovery"].update(maxAttempts=attempts, eventStore={"flushInterval": "100ms"})
         spec["shuffle"]["retainTimeout"] = retain
+        self.storage = storage or self.home / "state"
+        if storage is not None:
+            spec["checkpointing"]["storage"] = {"type": "Local", "url": str(storage)}
         self.manifest.write_text(yaml.safe_dump(document))
         self.runner: subprocess.Popen[str] | None = None
 
@@ -179,10 +190,11 @@ class BatchJob:
         return bool(TransactionalFiles(str(self.output), name="totals").committed_batches())
 
     def events(self) -> list[tuple[int, object]]:
-        backend = LocalDirBackend(self.home / "state")
+        backend = LocalDirBackend(self.storage)
+        (run,) = logged_runs(backend)
         return [
             (event.seq, typed)
-            for event in read_events(backend, prefix="batch-events")
+            for event in read_events(backend, prefix=event_log_prefix(run))
             if (typed := decode_event(event.type, event.data)) is not None
         ]
 
@@ -347,3 +359,31 @@ def test_an_unreadable_input_file_fails_the_job_naming_it(
     assert status["phase"] == "Failed"
     assert "orders-99999.json" in json.dumps(status)
     assert not job.published_any(), "nothing is published without all of the input"
+
+
+def test_a_job_created_again_under_its_name_runs_again_and_replaces_its_output(
+    tmp_path: Path, jobs: list[BatchJob], truth: dict[str, Any]
+) -> None:
+    """State kept outside the job (as ConfigMaps outlive a deleted custom resource) belongs to
+    the run that wrote it: a new job of the same name reads everything again and publishes
+    again, and readers see one run's output."""
+    shared = tmp_path / "shared-state"
+    job = BatchJob(tmp_path, "again", files=6, storage=shared)
+    jobs.append(job)
+    job.run()
+    assert "Finished" in job.finish()
+    first = TransactionalFiles(str(job.output), name="totals")
+    assert first.committed_batches() == [0]
+    first_run = first.manifest(0).run  # type: ignore[union-attr]
+
+    job.run("--fresh")  # a new job under the same name: a new uid, the state store kept
+    output = job.finish()
+    assert "Finished" in output
+    assert len(job.reads()) == 2 * job.files, "the new run read every file again"
+    assert job.published() == ground_truth(job.files, ROWS)
+    sink = TransactionalFiles(str(job.output), name="totals")
+    assert sink.committed_batches() == [1], "the earlier run's output was replaced"
+    manifest = sink.manifest(1)
+    assert manifest is not None and manifest.overwrite
+    assert manifest.run not in ("", first_run)
+    assert len(logged_runs(LocalDirBackend(shared))) == 2, "each run kept its own event log"

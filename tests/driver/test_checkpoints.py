@@ -20,6 +20,7 @@ from finishable.driver.streaming.checkpoints import (
     find_restore,
     lineage_of,
     read_snapshot_location,
+    sink_ahead_problem,
 )
 from finishable.driver.streaming.savepoints import (
     IncompatibleSavepoint,
@@ -143,6 +144,51 @@ def test_a_new_run_starts_from_its_savepoint_and_refuses_a_bad_one(
         store, lineage="y", restore_from=drained.location, allow_drained=True, fingerprints=PRINTS
     )
     assert forced.savepoint is not None and forced.savepoint.manifest.drained
+
+
+def test_a_start_behind_what_the_sink_published_is_refused_naming_both_positions(
+    tmp_path: Path, store: SnapshotStore
+) -> None:
+    source = fake_checkpoint(tmp_path / "ckpt")
+    info = store.put_savepoint(1, blob(source, 2))
+    old = find_restore(
+        store,
+        lineage=lineage_of("uid-r1", info.location),
+        restore_from=info.location,
+        allow_drained=False,
+        fingerprints=PRINTS,
+    )
+    problem = sink_ahead_problem(old, "counts", 5, allowed=False)
+    assert problem is not None
+    assert "published batches up to 5" in problem and "(batch 2)" in problem
+    assert "3 to 5" in problem and "allowSinkAhead" in problem
+    assert sink_ahead_problem(old, "counts", 5, allowed=True) is None, "the user's decision"
+    assert sink_ahead_problem(old, "counts", 2, allowed=False) is None, "the sink is not ahead"
+    assert sink_ahead_problem(old, "counts", None, allowed=False) is None, "a new sink"
+
+    nothing = find_restore(
+        store,
+        lineage=lineage_of("uid2-r1", ""),
+        restore_from="",
+        allow_drained=False,
+        fingerprints=PRINTS,
+    )
+    fresh = sink_ahead_problem(nothing, "counts", 0, allowed=False)
+    assert fresh is not None and "starts from nothing" in fresh
+
+
+def test_a_run_continuing_its_own_checkpoint_is_never_refused(
+    tmp_path: Path, store: SnapshotStore
+) -> None:
+    """Within a lineage the pending offsets line the sink up: no refusal after a crash."""
+    source = fake_checkpoint(tmp_path / "ckpt")
+    ours = lineage_of("uid-r1", "")
+    store.put_checkpoint(2, blob(source, 2), metadata={LINEAGE_KEY: ours})
+    restored = find_restore(
+        store, lineage=ours, restore_from="", allow_drained=False, fingerprints=PRINTS
+    )
+    assert restored.stored is not None
+    assert sink_ahead_problem(restored, "counts", 3, allowed=False) is None
 
 
 def test_the_batch_hook_route_needs_the_token_and_reaches_the_hook() -> None:

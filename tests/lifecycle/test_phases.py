@@ -517,3 +517,73 @@ def test_a_batch_job_finishing_while_desired_running_is_not_degraded() -> None:
     assert ActionKind.DELETE_SHUFFLE in kinds(done)
     job.step()
     assert all(c.reason != "IllegalStateChange" for c in job.status.conditions)
+
+
+def _fail(job: Job) -> None:
+    """Run the job, resume it from a savepoint, then let it fail for good."""
+    job.run()
+    job.status.restore_from = "file:///sp/sp-7.blob"
+    job.step(PodPhase.FAILED, job.report(DriverState.FAILED, message="boom"))
+    assert job.phase is Phase.FAILED, job.status.message
+
+
+def _started(decision: Decision) -> Any:
+    (start,) = [a for a in decision.actions if a.kind is ActionKind.START_DRIVER]
+    return start
+
+
+def test_a_job_starts_as_run_one_and_its_driver_knows_it() -> None:
+    job = Job()
+    decision = job.step()
+    assert job.status.run == 1
+    assert _started(decision).run == 1
+
+
+def test_a_spec_change_restarts_a_failed_run_from_its_last_checkpoint() -> None:
+    job = Job(recovery={"enabled": False})
+    _fail(job)
+    job.edit(stopTimeout="5m")
+    decision = job.step()
+    assert job.phase is Phase.SUBMITTED
+    start = _started(decision)
+    assert (start.run, start.attempt) == (1, 2), "the same run, its next attempt"
+    assert start.restore_from == "file:///sp/sp-7.blob", "the run's own lineage, not spec's"
+
+
+def test_restart_nonce_from_scratch_starts_the_next_run() -> None:
+    job = Job(recovery={"enabled": False}, restoreFrom={"savepoint": "file:///sp/given.blob"})
+    _fail(job)
+    job.edit(restartNonce=1, restartFrom="Scratch")
+    decision = job.step()
+    assert job.phase is Phase.SUBMITTED
+    start = _started(decision)
+    assert (start.run, start.attempt) == (2, 2)
+    assert start.restore_from == "file:///sp/given.blob", "a new run starts from spec.restoreFrom"
+    assert job.status.restart_nonce == 1
+    assert job.status.restarts == 0
+    assert "run 2" in job.decisions[-1].events[0].message
+
+
+def test_restart_nonce_from_last_checkpoint_keeps_the_run() -> None:
+    job = Job(recovery={"enabled": False})
+    _fail(job)
+    job.edit(restartNonce=4)
+    start = _started(job.step())
+    assert (start.run, start.restore_from) == (1, "file:///sp/sp-7.blob")
+
+
+def test_restart_nonce_outside_failed_is_reported_not_applied() -> None:
+    job = Job()
+    job.run()
+    job.edit(restartNonce=1)
+    decision = job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.phase is Phase.RUNNING
+    assert not [a for a in decision.actions if a.kind is ActionKind.START_DRIVER]
+    assert job.condition(ConditionType.DEGRADED)[1] == "RestartNotApplied"
+    assert job.status.run == 1
+
+
+def test_a_new_job_created_with_a_restart_nonce_is_not_degraded() -> None:
+    job = Job(restartNonce=3)
+    job.run()
+    assert job.condition(ConditionType.DEGRADED)[0] is not ConditionStatus.TRUE

@@ -43,6 +43,23 @@ def test_status_round_trip_and_stop_timeout(
     assert job.read_desired().state is DesiredState.SUSPENDED
 
 
+def test_a_run_is_keyed_by_the_uid_and_the_run_number(tmp_path: Path) -> None:
+    spec = FinishableSparkJobSpec.model_validate({"application": {"file": "a.py"}})
+    keys = {
+        JobConfig(
+            name="clicks", uid=uid, run=run, spec=spec, state_url="s", work_dir="w", control="Local"
+        ).run_key
+        for uid in ("0c6b2a1e-1111", "9f00aa00-2222")
+        for run in (1, 2)
+    }
+    assert len(keys) == 4, "a new uid or a new run number is a new run"
+    job = local_job("clicks", tmp_path, must_exist=False)
+    first = job.uid
+    assert job.uid == first, "a local job keeps its uid"
+    (tmp_path / "clicks" / "uid").unlink()
+    assert job.uid != first, "a fresh directory is a new job"
+
+
 def test_job_config_round_trip(tmp_path: Path) -> None:
     config = JobConfig(
         name="clickstream",
@@ -64,6 +81,10 @@ def test_job_config_round_trip(tmp_path: Path) -> None:
         config_from_env({})
     with pytest.raises(JobConfigError, match="'x' is not a number"):
         config_from_env({**env, "FINISHABLE_ATTEMPT": "x"})
+    second, _, _ = config_from_env({**env, "FINISHABLE_RUN": "2"})
+    assert second.run == 2 and second.run_key == "clickstream-r2"
+    with pytest.raises(JobConfigError, match="FINISHABLE_RUN=0 must be 1 or more"):
+        config_from_env({**env, "FINISHABLE_RUN": "0"})
     path.write_text("{}")
     with pytest.raises(JobConfigError, match="is invalid"):
         config_from_env(env)

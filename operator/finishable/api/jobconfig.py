@@ -2,8 +2,14 @@
 
 It is the whole contract between whoever starts a driver and the runtime inside it:
 ``FinishableJob.from_env()`` reads it from the file named by ``FINISHABLE_JOB_CONFIG``, so a
-user's program needs nothing else. The attempt number and the restore pointer change per driver
-attempt and come from the environment too, so one config document serves every attempt.
+user's program needs nothing else. The run number, the attempt number and the restore pointer
+change per driver attempt and come from the environment too, so one config document serves every
+attempt.
+
+A run is identified by the custom resource's uid and its run number (:attr:`JobConfig.run_key`):
+the job event log, checkpoints and coordinator snapshots are keyed by it, and a sink records it
+with what it publishes, so a job deleted and applied again under the same name (a new uid), or
+restarted from scratch (the next run number), shares no state with what ran before.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from finishable.api.spec import FinishableSparkJobSpec
 
 CONFIG_ENV = "FINISHABLE_JOB_CONFIG"
 ATTEMPT_ENV = "FINISHABLE_ATTEMPT"
+RUN_ENV = "FINISHABLE_RUN"
 RESTORE_ENV = "FINISHABLE_RESTORE_FROM"
 TOKEN_ENV = "FINISHABLE_TOKEN"
 
@@ -35,7 +42,10 @@ class JobConfig(ApiModel):
 
     name: str = Field(description="The job's name (metadata.name).")
     namespace: str | None = Field(default=None, description="Namespace, in a cluster.")
-    uid: str | None = Field(default=None, description="The custom resource's uid (owner refs).")
+    uid: str | None = Field(
+        default=None, description="The custom resource's uid (owner refs, run identity)."
+    )
+    run: int = Field(default=1, ge=1, description="The run number (status.run).")
     spec: FinishableSparkJobSpec = Field(description="The job's spec, defaults filled in.")
     state_url: str = Field(
         description=(
@@ -58,6 +68,11 @@ class JobConfig(ApiModel):
         default=None,
         description="Directory of the manifest; relative application paths resolve against it.",
     )
+
+    @property
+    def run_key(self) -> str:
+        """The identity of this run, usable as a segment of a state object name."""
+        return f"{(self.uid or self.name).lower()}-r{self.run}"
 
 
 class JobConfigError(ValueError):
@@ -87,7 +102,8 @@ def read_config(path: Path) -> JobConfig:
 
 
 def config_from_env(environ: dict[str, str] | None = None) -> tuple[JobConfig, int, str]:
-    """The config, the attempt number and the restore pointer of this driver process."""
+    """The config (with this run's number), the attempt number and the restore pointer of this
+    driver process."""
     env = dict(os.environ if environ is None else environ)
     location = env.get(CONFIG_ENV)
     if not location:
@@ -96,11 +112,19 @@ def config_from_env(environ: dict[str, str] | None = None) -> tuple[JobConfig, i
             "(or through the operator), which hands it the job configuration"
         )
     config = read_config(Path(location))
-    attempt_text = env.get(ATTEMPT_ENV, "1")
+    attempt = _positive_number(env, ATTEMPT_ENV, 1)
+    run = _positive_number(env, RUN_ENV, config.run)
+    return config.model_copy(update={"run": run}), attempt, env.get(RESTORE_ENV, "")
+
+
+def _positive_number(env: dict[str, str], key: str, default: int) -> int:
+    text = env.get(key)
+    if text is None:
+        return default
     try:
-        attempt = int(attempt_text)
+        number = int(text)
     except ValueError:
-        raise JobConfigError(f"{ATTEMPT_ENV}={attempt_text!r} is not a number") from None
-    if attempt < 1:
-        raise JobConfigError(f"{ATTEMPT_ENV}={attempt} must be 1 or more")
-    return config, attempt, env.get(RESTORE_ENV, "")
+        raise JobConfigError(f"{key}={text!r} is not a number") from None
+    if number < 1:
+        raise JobConfigError(f"{key}={number} must be 1 or more")
+    return number

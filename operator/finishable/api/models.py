@@ -65,6 +65,13 @@ class DesiredState(StrEnum):
     FINISHED = "Finished"
 
 
+class RestartFrom(StrEnum):
+    """Where ``spec.restartNonce`` restarts a Failed job from."""
+
+    LAST_CHECKPOINT = "LastCheckpoint"
+    SCRATCH = "Scratch"
+
+
 class Phase(StrEnum):
     """Where the job is in its life (the phase diagram in the README)."""
 

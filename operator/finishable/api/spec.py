@@ -18,6 +18,7 @@ from finishable.api.models import (
     ApiModel,
     DesiredState,
     JobMode,
+    RestartFrom,
     StorageType,
 )
 from finishable.api.units import Duration, Quantity
@@ -106,6 +107,14 @@ class RestoreSpec(ApiModel):
         description=(
             "Start from a drained savepoint anyway. A drained savepoint marks the end of the "
             "stream (event time at its maximum), so a job started from it emits no more windows."
+        ),
+    )
+    allow_sink_ahead: bool = Field(
+        default=False,
+        description=(
+            "Streaming: start although the sink already published batches after the savepoint "
+            "(or, starting from nothing, any batch). The sink keeps what it has and drops the "
+            "batches of this run that reuse those ids; without this the start is refused."
         ),
     )
 
@@ -296,6 +305,22 @@ class FinishableSparkJobSpec(ApiModel):
     )
     restore_from: RestoreSpec = Field(
         default_factory=RestoreSpec, description="Start from a savepoint."
+    )
+    restart_nonce: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Change this number to restart a Failed job, from where restartFrom says. Every "
+            "other phase leaves it alone (a Finished job stays finished: create a new job)."
+        ),
+    )
+    restart_from: RestartFrom = Field(
+        default=RestartFrom.LAST_CHECKPOINT,
+        description=(
+            "LastCheckpoint continues the failed run from its newest checkpoint (Batch: its "
+            "finished tasks); Scratch starts a new run that shares no state with the failed "
+            "one (from restoreFrom's savepoint when one is named, else from nothing)."
+        ),
     )
     checkpointing: CheckpointingSpec = Field(
         default_factory=CheckpointingSpec, description="Checkpoints and their storage."

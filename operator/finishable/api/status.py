@@ -124,6 +124,14 @@ class FinishableSparkJobStatus(ApiModel):
     observed_generation: int = Field(
         default=0, ge=0, description="The spec generation this status reflects."
     )
+    run: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Run number, from 1: a restart from scratch (spec.restartFrom: Scratch) starts the "
+            "next run. The job's uid and this number key every piece of its state."
+        ),
+    )
     attempt: int = Field(default=0, ge=0, description="Driver attempt number, from 1.")
     restarts: int = Field(default=0, ge=0, description="Driver restarts after crashes.")
     restore_from: str = Field(
@@ -143,6 +151,7 @@ class FinishableSparkJobStatus(ApiModel):
     savepoint_trigger_nonce: int = Field(
         default=0, ge=0, description="The spec.savepointTriggerNonce last acted on."
     )
+    restart_nonce: int = Field(default=0, ge=0, description="The spec.restartNonce last acted on.")
     pending_request: ControlRequest | None = Field(
         default=None, description="A stop or savepoint request in flight."
     )

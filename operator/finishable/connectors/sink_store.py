@@ -127,6 +127,8 @@ class Manifest:
     schema: pa.Schema
     overwrite: bool = False
     committed_at: str = ""
+    run: str = ""
+    """The run that published it (``JobConfig.run_key``), when the writer knows one."""
 
     @property
     def rows(self) -> int:
@@ -143,6 +145,7 @@ class Manifest:
             "files": [dataclasses.asdict(f) for f in self.files],
             "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii"),
             "committed_at": self.committed_at,
+            "run": self.run,
         }
         return json.dumps(doc, indent=1, sort_keys=True).encode()
 
@@ -175,6 +178,7 @@ class Manifest:
                 schema=schema,
                 overwrite=bool(doc.get("overwrite", False)),
                 committed_at=str(doc.get("committed_at", "")),
+                run=str(doc.get("run", "")),
             )
         except SinkError:
             raise

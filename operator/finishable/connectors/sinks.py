@@ -99,6 +99,8 @@ class TransactionalSink(Protocol):
 
     def fingerprint(self) -> dict[str, str]: ...
 
+    def last_committed_batch(self) -> int | None: ...
+
 
 @dataclass(frozen=True)
 class TransactionalFiles:

@@ -187,6 +187,7 @@ def publish_files(
     fallback_schema: pa.Schema,
     *,
     overwrite: bool = False,
+    run: str = "",
 ) -> Manifest:
     """Publish one batch exactly once; a replay of a published batch is a no-op plus cleanup.
 
@@ -232,6 +233,7 @@ def publish_files(
         schema=batch_schema(parts, fallback_schema),
         overwrite=overwrite,
         committed_at=now_text(),
+        run=run,
     )
     store.put_atomic(manifest_file_name(batch_id), manifest.to_json())
     cleaned = store.delete_staging_up_to(batch_id)
@@ -246,15 +248,44 @@ def publish_files(
     return manifest
 
 
+def visible_manifests(store: SinkStore, batches: Iterable[int] | None = None) -> list[Manifest]:
+    """The manifests a reader combines, oldest first: from the newest overwrite batch on.
+
+    Walking back from the newest batch, a reader never opens a manifest that an overwrite has
+    replaced, so :func:`retire_replaced` may delete those at any time.
+    """
+    wanted = store.committed_batches() if batches is None else sorted(set(batches))
+    found: list[Manifest] = []
+    for manifest in (_manifest(store, batch_id) for batch_id in reversed(wanted)):
+        found.append(manifest)
+        if manifest.overwrite:
+            break
+    return found[::-1]
+
+
+def _manifest(store: SinkStore, batch_id: int) -> Manifest:
+    manifest = store.read_manifest(batch_id)
+    if manifest is None:
+        raise SinkError(f"batch {batch_id} is not committed in {store.display}")
+    return manifest
+
+
+def retire_replaced(store: SinkStore, overwrite_batch: int) -> list[int]:
+    """Delete the batches an overwrite batch replaced (manifest first, then its files)."""
+    retired = [b for b in store.committed_batches() if b < overwrite_batch]
+    for batch_id in retired:
+        store.delete_file(manifest_file_name(batch_id))
+        store.delete_tree(f"batch={batch_key(batch_id)}")
+    return retired
+
+
 def read_published(
     store: SinkStore, batches: Iterable[int] | None = None
 ) -> tuple[list[pa.Table], pa.Schema | None]:
     """The tables of committed batches in batch order; an overwrite batch restarts the result."""
     tables: list[pa.Table] = []
     schema: pa.Schema | None = None
-    for manifest in store.manifests(batches):
-        if manifest.overwrite:
-            tables = []
+    for manifest in visible_manifests(store, batches):
         schema = manifest.schema
         tables.extend(
             read_data_file(store, f.path, manifest.format, manifest.schema) for f in manifest.files
@@ -264,12 +295,11 @@ def read_published(
 
 def published_urls(store: SinkStore, batches: Iterable[int] | None = None) -> list[str]:
     """Locations of committed files (for readers that take a file list, e.g. Spark)."""
-    paths: list[str] = []
-    for manifest in store.manifests(batches):
-        if manifest.overwrite:
-            paths = []
-        paths.extend(store.url_of(f.path) for f in manifest.files)
-    return paths
+    return [
+        store.url_of(f.path)
+        for manifest in visible_manifests(store, batches)
+        for f in manifest.files
+    ]
 
 
 def read_staged_parts(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from finishable.api.jobconfig import ATTEMPT_ENV, CONFIG_ENV, RESTORE_ENV, TOKEN_ENV
+from finishable.api.jobconfig import ATTEMPT_ENV, CONFIG_ENV, RESTORE_ENV, RUN_ENV, TOKEN_ENV
 from finishable.api.models import JobMode
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.units import Quantity
@@ -202,8 +202,11 @@ def driver_pod(
     attempt: int,
     restore_from: str,
     master: str = KUBERNETES_MASTER,
+    *,
+    run: int = 1,
 ) -> dict[str, Any]:
-    """``<job>-driver-<attempt>``: ``finishable driver`` with the job config, token and attempt.
+    """``<job>-driver-<attempt>``: ``finishable driver`` with the job config, token, run and
+    attempt.
 
     Volumes declared with ``spark.kubernetes.driver.volumes.*`` in sparkConf are mounted too.
     """
@@ -221,6 +224,7 @@ def driver_pod(
     user_volumes = driver_volumes(spec.application.spark_conf)
     env = [
         _env(CONFIG_ENV, f"{CONFIG_DIR}/{JOB_CONFIG_KEY}"),
+        _env(RUN_ENV, str(run)),
         _env(ATTEMPT_ENV, str(attempt)),
         _env(RESTORE_ENV, restore_from),
         {

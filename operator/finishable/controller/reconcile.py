@@ -280,7 +280,7 @@ class JobLoop:
         phase: Phase,
     ) -> None:
         if action.kind is ActionKind.START_DRIVER:
-            await self.start_driver(spec, action.attempt, action.restore_from, pods)
+            await self.start_driver(spec, action, pods)
         elif action.kind is ActionKind.SEND_REQUEST and action.request is not None:
             await self.kube.run(self.channel.send, action.request)
             log.info("%s: sent %s", self.key, action.request.id)
@@ -295,9 +295,10 @@ class JobLoop:
             await self.delete_shuffle(spec, phase)
 
     async def start_driver(
-        self, spec: FinishableSparkJobSpec, attempt: int, restore_from: str, pods: list[DriverPod]
+        self, spec: FinishableSparkJobSpec, action: Action, pods: list[DriverPod]
     ) -> None:
         """Children first (RBAC, config, Services, shuffle), then the attempt's driver pod."""
+        attempt = action.attempt
         await self.delete_drivers([pod for pod in pods if pod.attempt < attempt and pod.alive])
         if self._children_for_attempt != attempt:
             token = secrets.token_urlsafe(32)
@@ -312,7 +313,12 @@ class JobLoop:
             self._shuffle_deleted = False
         if not any(pod.attempt == attempt for pod in pods):
             body = builders.driver_pod(
-                self.job, spec, attempt, restore_from, self.controller.spark_master
+                self.job,
+                spec,
+                attempt,
+                action.restore_from,
+                self.controller.spark_master,
+                run=action.run,
             )
             if await self.kube.create(body):
                 log.info("%s: created %s", self.key, builders.describe_child(body))

@@ -45,6 +45,7 @@ from finishable.driver.streaming.checkpoints import (
     Fingerprints,
     find_restore,
     lineage_of,
+    sink_ahead_problem,
 )
 from finishable.driver.streaming.executor import StreamingExecutor
 from finishable.driver.streaming.savepoints import SavepointError
@@ -88,7 +89,7 @@ class FinishableJob:
             open_backend(config.state_url, job=config.name, namespace=config.namespace),
             retained=config.spec.checkpointing.retained,
         )
-        self._lineage = lineage_of(config.name, restore_from)
+        self._lineage = lineage_of(config.run_key, restore_from)
         self._attempt_dir = Path(config.work_dir) / f"attempt-{attempt}"
         self._checkpoint_dir = self._attempt_dir / "checkpoint"
         self._sources: list[SourceCoordinator] = []
@@ -283,6 +284,14 @@ class FinishableJob:
             allow_drained=self.config.spec.restore_from.allow_drained,
             fingerprints=fingerprints,
         )
+        problem = sink_ahead_problem(
+            restored,
+            sink.sink_name,
+            sink.last_committed_batch(),
+            allowed=self.config.spec.restore_from.allow_sink_ahead,
+        )
+        if problem is not None:
+            raise JobFailed(problem)
         log.info("attempt %d starts from %s", self.attempt, restored.origin)
         self._clear_work_dir()
         restored.apply(self._checkpoint_dir)

@@ -75,7 +75,7 @@ class Observation:
 class ActionKind(StrEnum):
     """Side effects the caller performs; each is idempotent."""
 
-    START_DRIVER = "StartDriver"  # create the children and the driver pod of `attempt`
+    START_DRIVER = "StartDriver"  # create the children and the driver pod of `attempt` of `run`
     SEND_REQUEST = "SendRequest"  # write `request` to <job>-control
     CANCEL_REQUEST = "CancelRequest"  # withdraw the request in <job>-control
     DELETE_DRIVER = "DeleteDriver"  # delete the driver pod(s) and executors
@@ -89,6 +89,7 @@ class Action:
 
     kind: ActionKind
     attempt: int = 0
+    run: int = 0
     restore_from: str = ""
     request: ControlRequest | None = None
     after: timedelta | None = None

@@ -7,7 +7,10 @@ writer, the side effects to perform, and the Kubernetes Events to post. It is le
 it again with the same inputs yields the same decision, so a restarted operator simply carries on.
 
 What a step reads and returns (and the transition table) is :mod:`finishable.lifecycle.decisions`;
-the conditions each step ends with are :mod:`finishable.lifecycle.conditions`.
+the conditions each step ends with are :mod:`finishable.lifecycle.conditions`. What is left here
+is one cohesive thing: the handlers call each other along the transition table (a crash in any
+phase goes through ``_crash``, a stop that completes resumes through ``_on_suspended``), so one
+module reads as the machine's diagram does.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from finishable.api.models import (
     JobMode,
     Phase,
     RequestAction,
+    RestartFrom,
 )
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import ControlRequest, FinishableSparkJobStatus, RecoveryStatus
@@ -171,6 +175,16 @@ def _advance(step: _Step, spec: FinishableSparkJobSpec) -> None:
     illegal = illegal_state_change(phase, spec.state, input_ended=input_ended)
     if illegal:
         step.degraded = ("IllegalStateChange", illegal)
+    elif spec.restart_nonce != step.status.restart_nonce and phase not in (P.PENDING, P.FAILED):
+        step.degraded = (
+            "RestartNotApplied",
+            f"spec.restartNonce restarts a Failed job; this job is {phase.value}"
+            + (
+                ", and a Finished job stays finished: create a new job"
+                if phase is P.FINISHED
+                else ""
+            ),
+        )
     handler = _HANDLERS[phase]
     handler(step, spec)
 
@@ -181,13 +195,15 @@ def _start_driver(step: _Step) -> None:
         Action(
             ActionKind.START_DRIVER,
             attempt=step.status.attempt,
+            run=step.status.run,
             restore_from=step.status.restore_from,
         )
     )
 
 
 def _start(step: _Step, spec: FinishableSparkJobSpec, restore_from: str, message: str) -> None:
-    """A new run: from scratch, from spec.restoreFrom, or resumed from our own savepoint."""
+    """A new attempt: of a new run, or of this run resumed (from its savepoint or checkpoint)."""
+    step.status.run = max(step.status.run, 1)
     step.status.attempt += 1
     step.status.pending_request = None
     step.status.restore_from = restore_from
@@ -201,18 +217,36 @@ def _on_pending(step: _Step, spec: FinishableSparkJobSpec) -> None:
         step.move(P.SUSPENDED, "created suspended; set spec.state: Running to start")
         return
     attempt = step.status.attempt + 1
+    step.status.restart_nonce = spec.restart_nonce
     _start(step, spec, spec.restore_from.savepoint, f"driver attempt {attempt} submitted")
 
 
 def _on_failed(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    """A changed spec restarts the failed run from its newest checkpoint; a changed
+    ``restartNonce`` restarts it from where ``restartFrom`` says."""
     if spec.mode is JobMode.BATCH:
         step.act(Action(ActionKind.DELETE_SHUFFLE))
+    status = step.status
     changed = step.obs.generation > step.before.observed_generation
-    if changed and spec.state is not DesiredState.SUSPENDED:
-        step.status.restarts = 0
-        step.status.recovery = RecoveryStatus()
-        step.move(P.PENDING, "the spec changed; starting again")
-        _on_pending(step, spec)
+    if not changed or spec.state is DesiredState.SUSPENDED:
+        return
+    status.restarts = 0
+    status.recovery = RecoveryStatus()
+    if (
+        spec.restart_nonce == status.restart_nonce
+        or spec.restart_from is RestartFrom.LAST_CHECKPOINT
+    ):
+        status.restart_nonce = spec.restart_nonce
+        step.move(
+            P.PENDING, f"the spec changed; run {status.run} continues from its last checkpoint"
+        )
+        _start(step, spec, status.restore_from, f"driver attempt {status.attempt + 1} submitted")
+        return
+    status.restart_nonce = spec.restart_nonce
+    status.run += 1
+    origin = spec.restore_from.savepoint or "nothing"
+    step.move(P.PENDING, f"spec.restartNonce changed; run {status.run} starts from {origin}")
+    _on_pending(step, spec)
 
 
 def _on_finished(step: _Step, spec: FinishableSparkJobSpec) -> None:

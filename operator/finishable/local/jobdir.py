@@ -10,7 +10,9 @@ the driver's report. Files:
 * ``desired.json``  the spec fields a user changes while the job runs, with a generation;
 * ``status.json``   the job's status, written only by the runner (one writer);
 * ``control.json``, ``state.json``  the control channel between the runner and the driver;
-* ``job.json``      the job configuration handed to the driver.
+* ``job.json``      the job configuration handed to the driver;
+* ``uid``           the job's identity (a uuid), as a custom resource's uid: written when the
+  directory is created, so ``--fresh`` (a new directory) is a new job whose state is its own.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +78,18 @@ class LocalJob:
     @property
     def config_file(self) -> Path:
         return self.directory / "job.json"
+
+    @property
+    def uid(self) -> str:
+        """The job's identity; created on first use, like the uid of a custom resource."""
+        path = self.directory / "uid"
+        try:
+            return path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            uid = str(uuid.uuid4())
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(uid + "\n", encoding="utf-8")
+            return uid
 
     # -- desired state (written by the steering commands) ---------------------------------
 

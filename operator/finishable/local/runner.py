@@ -29,13 +29,14 @@ from finishable.api.jobconfig import (
     ATTEMPT_ENV,
     CONFIG_ENV,
     RESTORE_ENV,
+    RUN_ENV,
     TOKEN_ENV,
     ControlType,
     JobConfig,
     write_config,
 )
 from finishable.api.manifest import FinishableSparkJob
-from finishable.api.models import DesiredState, JobMode, Phase
+from finishable.api.models import DesiredState, JobMode, Phase, StorageType
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import FinishableSparkJobStatus
 from finishable.lifecycle.decisions import Action, ActionKind, Decision, Observation, PodPhase
@@ -197,8 +198,9 @@ class LocalRunner:
         local = self.local
         config = JobConfig(
             name=self.job.metadata.name,
+            uid=local.uid,
             spec=self.job.spec,
-            state_url=str((local.directory / "state").resolve()),
+            state_url=self._state_url(),
             work_dir=str((local.directory / "work").resolve()),
             control=ControlType.LOCAL,
             control_dir=str(local.directory.resolve()),
@@ -206,6 +208,20 @@ class LocalRunner:
             shuffle_urls=self.shuffle.urls() if self.shuffle is not None else [],
         )
         write_config(config, local.config_file)
+
+    def _state_url(self) -> str:
+        """``spec.checkpointing.storage`` when it names a directory or a bucket, else the job's
+        own directory (a ConfigMap store needs a cluster). State outside the job directory
+        outlives ``--fresh``, which is safe: a fresh job has a new uid, so a new run key."""
+        storage = self.job.spec.checkpointing.storage
+        if storage.type is StorageType.OBJECT_STORE and storage.url:
+            return storage.url
+        if storage.type is StorageType.LOCAL and storage.url:
+            path = Path(
+                urlsplit(storage.url).path if storage.url.startswith("file:") else storage.url
+            )
+            return str((self.manifest.resolve().parent / path.expanduser()).resolve())
+        return str((self.local.directory / "state").resolve())
 
     # -- the reconcile loop -----------------------------------------------------------------
 
@@ -255,7 +271,7 @@ class LocalRunner:
     def _act(self, action: Action, program: Path) -> None:
         channel = self.local.channel
         if action.kind is ActionKind.START_DRIVER:
-            self._start_driver(action.attempt, action.restore_from, program)
+            self._start_driver(action, program)
         elif action.kind is ActionKind.SEND_REQUEST and action.request is not None:
             channel.send(action.request)
         elif action.kind is ActionKind.CANCEL_REQUEST and action.request is not None:
@@ -276,7 +292,8 @@ class LocalRunner:
         for index in shuffle.restart_dead():
             self._say(f"shuffle server {index} was gone: started again on its port and data")
 
-    def _start_driver(self, attempt: int, restore_from: str, program: Path) -> None:
+    def _start_driver(self, action: Action, program: Path) -> None:
+        attempt = action.attempt
         if self.driver is not None:
             if self.driver.attempt == attempt and self.driver.process.poll() is None:
                 return
@@ -286,8 +303,9 @@ class LocalRunner:
         env = {
             **os.environ,
             CONFIG_ENV: str(local.config_file.resolve()),
+            RUN_ENV: str(action.run),
             ATTEMPT_ENV: str(attempt),
-            RESTORE_ENV: restore_from,
+            RESTORE_ENV: action.restore_from,
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             "PYTHONUNBUFFERED": "1",

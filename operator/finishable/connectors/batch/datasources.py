@@ -55,8 +55,6 @@ log = logging.getLogger(__name__)
 
 ROUND_PROPERTY = "finishable.round"
 AUDIT_ENV = "FINISHABLE_SPLIT_AUDIT"
-SINK_BATCH_ID = 0
-"""A Batch job publishes its output as the sink's batch 0."""
 SUMMARY_SCHEMA = "task long, rows long, bytes long"
 _SAFE = re.compile(r"[^A-Za-z0-9_]")
 
@@ -372,9 +370,10 @@ def stage_writer(
 
 
 def sink_writer(
-    endpoint: str, token: str, sink_url: str, sink_name: str, file_format: str
+    endpoint: str, token: str, sink_url: str, sink_name: str, file_format: str, *, batch_id: int
 ) -> ArrowFunction:
-    """Stages the task's rows as one file of the two-phase sink, then reports the task."""
+    """Stages the task's rows as one file of the two-phase sink, for sink batch ``batch_id``
+    (the one the run publishes as), then reports the task."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         plan = Round.current()
@@ -383,7 +382,7 @@ def sink_writer(
             return
         task, context = this
         identity = TaskIdentity(
-            batch_id=SINK_BATCH_ID,
+            batch_id=batch_id,
             partition=task,
             task_attempt_id=context.taskAttemptId(),
             attempt=context.attemptNumber(),

@@ -13,7 +13,7 @@ import logging
 from finishable.api.control import DriverState, RequestOutcome
 from finishable.api.models import RequestAction
 from finishable.api.status import ControlRequest, SavepointStatus
-from finishable.driver.batch.core import EVENT_PREFIX, RuntimeCore
+from finishable.driver.batch.core import RuntimeCore, event_log_prefix
 from finishable.driver.outcome import Outcome
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class ControlMixin(RuntimeCore):
             except Exception:
                 log.warning("snapshot of %s at suspend failed", read.name, exc_info=True)
         self.events.flush(timeout=60)
-        location = f"{self.config.state_url.rstrip('/')}/{EVENT_PREFIX}"
+        location = f"{self.config.state_url.rstrip('/')}/{event_log_prefix(self.config.run_key)}"
         savepoint = SavepointStatus(
             location=location, request_id=request.id if request is not None else None
         )

@@ -34,6 +34,7 @@ from finishable.driver.batch.plan import (
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.lifecycle.graph import TaskId
 from finishable.shuffle.cluster import ShuffleCluster
+from finishable.state.backends import ObjectBackend
 from finishable.state.control import ControlChannel
 from finishable.state.events import JobEventStore
 
@@ -44,6 +45,16 @@ log = logging.getLogger(__name__)
 
 EVENT_PREFIX = "batch-events"
 PROGRESS_SECONDS = 0.5
+
+
+def event_log_prefix(run_key: str) -> str:
+    """Where the event log of one run lives: a new run (``JobConfig.run_key``) starts empty."""
+    return f"{EVENT_PREFIX}/{run_key}"
+
+
+def logged_runs(backend: ObjectBackend) -> list[str]:
+    """The run keys whose event logs ``backend`` holds, sorted."""
+    return sorted({name.split("/")[1] for name in backend.list(f"{EVENT_PREFIX}/")})
 
 
 class JobSuspended(Exception):
@@ -72,6 +83,8 @@ class DeclaredStage:
     narrow: bool
     read: DeclaredRead | None = None
     sink: TransactionalFiles | None = None
+    output_batch: int = 0
+    """For the sink stage: the sink batch this run publishes as (``OutputPlanned``)."""
     promote: bool = False
     finished: dict[int, TaskFinished] = field(default_factory=dict)
     initialized: bool = False

@@ -115,6 +115,15 @@ class CoordinatorSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputPlanned:
+    """The sink batch this run publishes as: chosen once per run, so every attempt stages for
+    the same batch and a publish that crashed is recognised as this run's."""
+
+    sink: str
+    batch_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class OutputCommitted:
     """The sink published the job's output: the job is done."""
 
@@ -124,7 +133,14 @@ class OutputCommitted:
 
 EVENT_TYPES: dict[str, type[Any]] = {
     cls.__name__: cls
-    for cls in (StageInitialized, TaskFinished, TaskReset, CoordinatorSnapshot, OutputCommitted)
+    for cls in (
+        StageInitialized,
+        TaskFinished,
+        TaskReset,
+        CoordinatorSnapshot,
+        OutputPlanned,
+        OutputCommitted,
+    )
 }
 
 
@@ -166,6 +182,7 @@ class JobLog:
 
     stages: dict[str, StageRecord] = field(default_factory=dict)
     snapshots: dict[str, tuple[int, CoordinatorSnapshot]] = field(default_factory=dict)
+    planned: OutputPlanned | None = None
     committed: OutputCommitted | None = None
     last_seq: int = 0
 
@@ -187,6 +204,8 @@ def replay(events: Iterable[tuple[int, object]]) -> JobLog:
                 record.finished.pop(event.task, None)
         elif isinstance(event, CoordinatorSnapshot):
             job.snapshots[event.coordinator] = (seq, event)
+        elif isinstance(event, OutputPlanned):
+            job.planned = job.planned or event
         elif isinstance(event, OutputCommitted):
             job.committed = event
     return job

@@ -13,14 +13,13 @@ import time
 
 from finishable.connectors.batch.datasources import (
     ROUND_PROPERTY,
-    SINK_BATCH_ID,
     SUMMARY_SCHEMA,
     Round,
     sink_writer,
     stage_writer,
     staged_from_json,
 )
-from finishable.connectors.staging import publish_files
+from finishable.connectors.staging import publish_files, retire_replaced
 from finishable.connectors.streaming.sink import StagedMessage, _output_schema
 from finishable.driver.batch.core import DeclaredStage, JobSuspended, RuntimeCore
 from finishable.driver.batch.plan import OutputCommitted, StageInitialized, StageKind
@@ -97,6 +96,7 @@ class RoundsMixin(RuntimeCore):
                     stage.sink.url,
                     stage.sink.sink_name,
                     stage.sink.format,
+                    batch_id=stage.output_batch,
                 )
             else:
                 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: PLC0415
@@ -134,11 +134,16 @@ class RoundsMixin(RuntimeCore):
         ]
         manifest = publish_files(
             sink.store,
-            SINK_BATCH_ID,
+            sink_stage.output_batch,
             parts,
             sink.format,
             _output_schema(sink_stage.dataframe.schema),
+            overwrite=True,
+            run=self.config.run_key,
         )
+        retired = retire_replaced(sink.store, sink_stage.output_batch)
+        if retired:
+            log.info("output of earlier runs retired from %s: batches %s", sink.sink_name, retired)
         for stage in self._stages:
             if stage.promote:
                 for url in self._servers:

@@ -22,25 +22,21 @@ from typing import TYPE_CHECKING
 
 from finishable.api.control import DriverState, RequestOutcome
 from finishable.api.jobconfig import JobConfig
-from finishable.connectors.batch.datasources import (
-    SINK_BATCH_ID,
-    read_source_class,
-    stage_source_class,
-)
+from finishable.connectors.batch.datasources import read_source_class, stage_source_class
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.connectors.sources import Source
 from finishable.coordinator.contract import NO_CHECKPOINT
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.batch.control import ControlMixin
 from finishable.driver.batch.core import (
-    EVENT_PREFIX,
     DeclaredRead,
     DeclaredStage,
     Figures,
     JobSuspended,
+    event_log_prefix,
 )
 from finishable.driver.batch.hook import TaskHookMixin
-from finishable.driver.batch.plan import StageKind, schedule
+from finishable.driver.batch.plan import OutputPlanned, StageKind, schedule
 from finishable.driver.batch.recovery import RecoveryMixin
 from finishable.driver.batch.rounds import RoundsMixin
 from finishable.driver.outcome import JobFailed, Outcome
@@ -87,7 +83,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         self.snapshot_min_pause = recovery.snapshot_min_pause.total_seconds()
         self.events = JobEventStore(
             open_backend(config.state_url, job=config.name, namespace=config.namespace),
-            prefix=EVENT_PREFIX,
+            prefix=event_log_prefix(config.run_key),
             write_buffer_size=int(recovery.event_store.write_buffer_size),
             flush_interval=recovery.event_store.flush_interval.total_seconds(),
         )
@@ -191,18 +187,41 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
             raise ValueError("this job already writes to a sink: a Batch job has one output")
         sink = sink.with_defaults(name=self.config.name)
         sink.store.probe()
-        if not self._log.stages and sink.store.read_manifest(SINK_BATCH_ID) is not None:
-            raise ValueError(
-                f"sink {sink.sink_name!r} at {sink.store.display} already holds the output of an "
-                "earlier Batch run, which this new run would not replace: delete it, or write "
-                "to another sink name"
-            )
+        output_batch = self._plan_output(sink)
         stage = self._declare(f"sink-{sink.sink_name}", dataframe, StageKind.SINK)
         stage.sink = sink
+        stage.output_batch = output_batch
         # The staged files of finished sink tasks are checked now that the sink is known.
         for task, event in list(stage.finished.items()):
             if event.staged is None or not self._staged_exists_in(sink, event.staged):
                 del stage.finished[task]
+
+    def _plan_output(self, sink: TransactionalFiles) -> int:
+        """The sink batch this run publishes as: the one its log names, else the next free one.
+
+        A run's output replaces what earlier runs published in the sink (an overwrite batch),
+        so a job deleted and applied again, or restarted from scratch, publishes again and a
+        reader sees one run's output. The choice is logged before any task stages for it.
+        """
+        planned = self._log.planned
+        if planned is not None:
+            return planned.batch_id
+        committed = sink.store.committed_batches()
+        batch_id = committed[-1] + 1 if committed else 0
+        event = OutputPlanned(sink.sink_name, batch_id)
+        self.events.append(event, type="OutputPlanned")
+        self.events.flush(timeout=60)
+        self._log.planned = event
+        if committed:
+            log.info(
+                "sink %s holds batches up to %d of earlier runs; run %s publishes batch %d, "
+                "which replaces them",
+                sink.sink_name,
+                committed[-1],
+                self.config.run_key,
+                batch_id,
+            )
+        return batch_id
 
     def _declare(self, name: str, dataframe: DataFrame, kind: StageKind) -> DeclaredStage:
         """Inputs and shape from the plan; the log's record wins over a new decision."""

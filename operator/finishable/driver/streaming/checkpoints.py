@@ -64,9 +64,10 @@ LINEAGE_KEY = "lineage"
 _SNAPSHOT_NAME = re.compile(r"(?:^|[/.-])snapshots[/.](?P<tag>sp|chk)-(?P<id>\d+)\.blob$")
 
 
-def lineage_of(job: str, restore_from: str) -> str:
-    """The id of a run: checkpoints of one lineage continue each other."""
-    return hashlib.sha256(f"{job}\n{restore_from}".encode()).hexdigest()[:16]
+def lineage_of(run_key: str, restore_from: str) -> str:
+    """The id of a lineage (a run and the savepoint it started from): checkpoints of one
+    lineage continue each other, and a new run (``JobConfig.run_key``) never sees another's."""
+    return hashlib.sha256(f"{run_key}\n{restore_from}".encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,31 @@ class Restored:
                 "offsets", self.batch_id + 1, self.pending_offsets
             )
             log.info("batch %d will replay from its stored offsets", self.batch_id + 1)
+
+
+def sink_ahead_problem(
+    restored: Restored, sink: str, published: int | None, *, allowed: bool
+) -> str | None:
+    """Why a start from a savepoint or from nothing must not write to ``sink``, or None.
+
+    Within a lineage the pending offsets line the sink up with the checkpoint. A start from a
+    savepoint (or from nothing) has no such link: if the sink already published batches after
+    the savepoint's, Spark replays those batch ids with new rows and the sink, which publishes
+    every batch id once, would drop them. That is only done when the user says so.
+    """
+    if restored.stored is not None or published is None or allowed:
+        return None
+    if published <= restored.batch_id:
+        return None
+    start = "nothing" if restored.savepoint is None else f"batch {restored.batch_id}"
+    return (
+        f"sink {sink!r} has already published batches up to {published}, but this run starts "
+        f"from {restored.origin} ({start}): the batches it writes next, "
+        f"{restored.batch_id + 1} to {published}, would be dropped as already published. "
+        "Restore a savepoint at or after the sink's last batch, write to a new sink name, or "
+        "set spec.restoreFrom.allowSinkAhead: true to accept that the sink keeps what it has "
+        "and drops those batches"
+    )
 
 
 def read_snapshot_location(location: str, store: SnapshotStore) -> tuple[bytes, str]:

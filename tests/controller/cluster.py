@@ -154,7 +154,10 @@ class Cluster:
 
     # -- playing the kubelet and the driver ------------------------------------------------------
 
-    def set_pod_phase(self, name: str, phase: str, exit_code: int | None = None) -> None:
+    def set_pod_phase(
+        self, name: str, phase: str, exit_code: int | None = None, *, missing_ok: bool = False
+    ) -> None:
+        """Play the kubelet; ``missing_ok``: the operator may have deleted the pod already."""
         status: dict[str, Any] = {"phase": phase}
         if exit_code is not None:
             terminated = {"exitCode": exit_code, "reason": "Error"}
@@ -165,7 +168,7 @@ class Cluster:
             body={"status": status},
             content_type=MERGE,
         )
-        assert response.status == 200, response.body
+        assert response.status == 200 or (missing_ok and response.status == 404), response.body
 
     def channel(self, job: str) -> ConfigMapControlChannel:
         return ConfigMapControlChannel(self.api, job, namespace=self.namespace)
@@ -190,6 +193,8 @@ class Cluster:
         """Create a job and play its first driver up to Running."""
         self.create_job(name, spec)
         self.wait_phase(name, "Submitted")
+        # The status is stored before the pod is created: wait for the pod as a kubelet would.
+        wait_for(lambda: self.get("pods", f"{name}-driver-1"), f"{name}'s driver pod")
         self.set_pod_phase(f"{name}-driver-1", "Running")
         self.report(name, 1, DriverState.RUNNING)
         return self.wait_phase(name, "Running")

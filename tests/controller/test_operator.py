@@ -77,9 +77,8 @@ def test_create_submits_the_driver_with_its_children_then_runs(k8s: Cluster) -> 
         ("secrets", "clicks-token"),
         ("serviceaccounts", "clicks-driver"),
     ]
-    for plural, name in children:
-        child = k8s.get(plural, name)
-        assert child is not None, f"{plural}/{name} was not created"
+    for plural, name in children:  # the status is stored first, then the decision is acted on
+        child = wait_for(lambda p=plural, n=name: k8s.get(p, n), f"{plural}/{name} is created")
         assert [ref["uid"] for ref in child["metadata"]["ownerReferences"]] == [owner]
         assert child["metadata"]["labels"]["finishable.dev/job"] == "clicks"
     for plural in ("roles", "rolebindings"):
@@ -128,7 +127,7 @@ def test_suspend_records_the_savepoint_removes_the_driver_and_resume_restores(
     assert (request.action.value, request.drain) == ("stop", False)
     savepoint = SavepointStatus(location="configmap:sessions/savepoints/1", request_id=request.id)
     k8s.answer("sessions", 1, request, DriverState.SUSPENDED, savepoint=savepoint)
-    k8s.set_pod_phase("sessions-driver-1", "Succeeded")
+    k8s.set_pod_phase("sessions-driver-1", "Succeeded", missing_ok=True)
     status = k8s.wait_phase("sessions", "Suspended")
     assert status["savepoint"]["location"] == "configmap:sessions/savepoints/1"
     assert "pendingRequest" not in status
@@ -322,6 +321,7 @@ def test_deletion_stops_the_driver_removes_children_and_keeps_snapshots(k8s: Clu
     for name, wanted in (("keep", {}), ("purge", {"finishable.dev/delete-state": "true"})):
         k8s.create_job(name, STREAMING, annotations=wanted)
         k8s.wait_phase(name, "Submitted")
+        wait_for(lambda name=name: k8s.get("pods", f"{name}-driver-1"), f"{name}'s driver pod")
         snapshot = {
             "metadata": {
                 "name": f"{name}-savepoints.1",

@@ -35,6 +35,10 @@ PLURALS = {
 MERGE_PATCH = "application/merge-patch+json"
 
 
+class Conflict(Exception):
+    """A conditional write lost the race: someone wrote the object after the version it read."""
+
+
 class Kube:
     """Async create-if-absent, delete, list and status patch on top of :class:`KubeApi`."""
 
@@ -106,21 +110,50 @@ class Kube:
         return list(response.body.get("items") or [])
 
     async def patch_status(
-        self, api_version: str, plural: str, name: str, namespace: str, status: Mapping[str, Any]
+        self,
+        api_version: str,
+        plural: str,
+        name: str,
+        namespace: str,
+        status: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
     ) -> dict[str, Any] | None:
-        """Merge-patch the status subresource; None when the object is gone."""
+        """Merge-patch the status subresource; None when the object is gone.
+
+        With ``resource_version`` the patch is conditional (the API server's optimistic
+        concurrency): :class:`Conflict` when the object changed since that version.
+        """
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         response = await self.request(
             "PATCH",
             self.api.path(
                 plural, name, namespace=namespace, api_version=api_version, subresource="status"
             ),
-            body={"status": dict(status)},
+            body=body,
             content_type=MERGE_PATCH,
         )
         if response.status == 404:
             return None
+        if response.status == 409:
+            raise Conflict(f"{plural}/{name} changed since resourceVersion {resource_version}")
         if response.status != 200:
             raise KubeApiError(f"cannot write the status of {plural}/{name}", response)
+        return response.body
+
+    async def get(
+        self, api_version: str, plural: str, name: str, namespace: str
+    ) -> dict[str, Any] | None:
+        """Read one object; None when it is gone."""
+        response = await self.request(
+            "GET", self.api.path(plural, name, namespace=namespace, api_version=api_version)
+        )
+        if response.status == 404:
+            return None
+        if response.status != 200:
+            raise KubeApiError(f"cannot read {plural}/{name}", response)
         return response.body
 
     def close(self) -> None:

@@ -8,8 +8,12 @@ last wrote (a watch event of its own write may arrive later than the next wake-u
 until something about the job changes, the phase machine asks to be called again, or the resync
 interval passes.
 
-Actions run before the status is written: if one fails, the status stays as it was and the same
-decision is made again on the retry, which is safe because every action is idempotent.
+The status is written first, conditionally on the resourceVersion the decision was made on
+(:mod:`finishable.controller.status`), and the decision's actions run only once it is stored: a
+loop that lost the race (the job changed, or a second operator wrote it) reads the job again and
+decides again instead of acting. Every action is idempotent and the machine is level-based (a
+driver pod that is missing is asked for again), so an action that fails after the write is done
+on a later step; a control request in flight is sent again when a loop starts.
 """
 
 from __future__ import annotations
@@ -26,12 +30,20 @@ from typing import Any
 from pydantic import ValidationError
 
 from finishable.api.control import DriverReport
-from finishable.api.models import JOB_NAME_MAX_LENGTH, JobMode, Phase, is_valid_job_name
+from finishable.api.models import (
+    API_GROUP,
+    API_VERSION,
+    JOB_NAME_MAX_LENGTH,
+    PLURAL,
+    JobMode,
+    Phase,
+    is_valid_job_name,
+)
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import FinishableSparkJobStatus
 from finishable.api.validation import InvalidManifest, parse_spec
 from finishable.controller import builders, naming
-from finishable.controller.kube import Kube
+from finishable.controller.kube import Conflict, Kube
 from finishable.controller.metrics import JobKey, Metrics
 from finishable.controller.status import EventPoster, StatusWriter
 from finishable.kube.objects import (
@@ -195,6 +207,11 @@ class JobLoop:
         self.post = post
         self.stored: dict[str, Any] = copy.deepcopy(dict(body.get("status") or {}))
         self.status = read_status(self.stored)
+        self.resource_version: str | None = meta.get("resourceVersion")
+        self._unperformed: list[Action] = []
+        if self.status.pending_request is not None:  # it may have been lost with a loop
+            request = self.status.pending_request
+            self._unperformed.append(Action(ActionKind.SEND_REQUEST, request=request))
         self.channel = ConfigMapControlChannel(
             self.kube.api,
             self.job.name,
@@ -244,20 +261,39 @@ class JobLoop:
             spec_problems=problems,
         )
         decision = next_status(self.status, spec, observation)
-        requeue = await self.perform(decision, spec, pods)
         replicas = spec.effective_shuffle.replicas if spec and spec.mode is JobMode.BATCH else 0
-        stored = await self.controller.writer.write(
-            self.job,
-            self.stored,
-            self.status,
-            decision,
-            now=now,
-            shuffle_replicas=replicas,
-            post=self.post,
+        try:
+            written = await self.controller.writer.write(
+                self.job,
+                self.stored,
+                self.status,
+                decision,
+                now=now,
+                shuffle_replicas=replicas,
+                post=self.post,
+                resource_version=self.resource_version,
+            )
+        except Conflict:
+            log.info("%s: the job changed since it was read; deciding again", self.key)
+            await self.refresh()
+            return 0.0
+        if written is None:
+            return None
+        self.stored, self.resource_version = written
+        self.status = decision.status
+        return await self.perform(decision, spec, pods)
+
+    async def refresh(self) -> None:
+        """Read the job's status and resourceVersion as stored. The spec stays kopf's live body,
+        which the watch brings up to date (and wakes the loop when it does)."""
+        body = await self.kube.get(
+            f"{API_GROUP}/{API_VERSION}", PLURAL, self.job.name, self.job.namespace
         )
-        if stored is not None:
-            self.stored, self.status = stored, decision.status
-        return requeue
+        if body is None:
+            return
+        self.stored = copy.deepcopy(dict(body.get("status") or {}))
+        self.status = read_status(self.stored)
+        self.resource_version = body["metadata"].get("resourceVersion")
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -265,11 +301,20 @@ class JobLoop:
         self, decision: Decision, spec: FinishableSparkJobSpec | None, pods: list[DriverPod]
     ) -> float | None:
         requeue: timedelta | None = None
-        for action in decision.actions:
+        actions = [*self._unperformed, *decision.actions]
+        self._unperformed = []
+        for index, action in enumerate(actions):
             if action.kind is ActionKind.REQUEUE and action.after is not None:
                 requeue = action.after if requeue is None else min(requeue, action.after)
             elif spec is not None:
-                await self.act(action, spec, pods, decision.status.phase)
+                try:
+                    await self.act(action, spec, pods, decision.status.phase)
+                except BaseException:
+                    # Stored as decided: what did not happen is done on the next step.
+                    self._unperformed = [
+                        a for a in actions[index:] if a.kind is not ActionKind.REQUEUE
+                    ]
+                    raise
         return None if requeue is None else max(requeue.total_seconds(), 0.05)
 
     async def act(

@@ -6,6 +6,12 @@ every field that went away (a merge patch leaves absent keys alone, so a cleared
 ``pendingRequest`` must be deleted explicitly). Metrics and the Kubernetes Events of the
 decision follow a successful write, so what Prometheus and ``kubectl describe`` show never runs
 ahead of what is stored.
+
+Every patch carries the ``resourceVersion`` the decision was made on, so it is conditional: if
+anything wrote the job since (a user's edit, or a second operator started by mistake without
+peering), the API server answers 409 and the writer raises
+:class:`~finishable.controller.kube.Conflict`. The loop then reads the job again and decides
+again; no newer status is ever overwritten by a decision taken on an older one.
 """
 
 from __future__ import annotations
@@ -58,20 +64,28 @@ class StatusWriter:
         now: datetime,
         shuffle_replicas: int,
         post: EventPoster,
-    ) -> dict[str, Any] | None:
-        """Store the decided status; return it as stored, or None when the job is gone."""
+        resource_version: str | None = None,
+    ) -> tuple[dict[str, Any], str | None] | None:
+        """Store the decided status if the job is still at ``resource_version``; return it as
+        stored with the job's new resourceVersion, or None when the job is gone."""
         document = dump(decision.status)
         patch = merge_patch(stored, document)
         if patch:
             written = await self.kube.patch_status(
-                f"{API_GROUP}/{API_VERSION}", PLURAL, job.name, job.namespace, patch
+                f"{API_GROUP}/{API_VERSION}",
+                PLURAL,
+                job.name,
+                job.namespace,
+                patch,
+                resource_version=resource_version,
             )
             if written is None:
                 log.info("%s/%s is gone; its status was not written", job.namespace, job.name)
                 return None
+            resource_version = (written.get("metadata") or {}).get("resourceVersion")
         self.metrics.record(
             (job.namespace, job.name), before, decision.status, now, shuffle_replicas
         )
         for event in decision.events:
             post(event)
-        return document
+        return document, resource_version

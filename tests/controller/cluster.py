@@ -157,7 +157,10 @@ class Cluster:
     def set_pod_phase(
         self, name: str, phase: str, exit_code: int | None = None, *, missing_ok: bool = False
     ) -> None:
-        """Play the kubelet; ``missing_ok``: the operator may have deleted the pod already."""
+        """Play the kubelet, which acts on a pod once it exists (the operator stores a decision
+        before it creates the pod); ``missing_ok``: the operator may have deleted it already."""
+        if not missing_ok:
+            wait_for(lambda: self.get("pods", name), f"pod {name} exists")
         status: dict[str, Any] = {"phase": phase}
         if exit_code is not None:
             terminated = {"exitCode": exit_code, "reason": "Error"}
@@ -193,8 +196,6 @@ class Cluster:
         """Create a job and play its first driver up to Running."""
         self.create_job(name, spec)
         self.wait_phase(name, "Submitted")
-        # The status is stored before the pod is created: wait for the pod as a kubelet would.
-        wait_for(lambda: self.get("pods", f"{name}-driver-1"), f"{name}'s driver pod")
         self.set_pod_phase(f"{name}-driver-1", "Running")
         self.report(name, 1, DriverState.RUNNING)
         return self.wait_phase(name, "Running")

@@ -120,13 +120,20 @@ def drive_a_job_through_its_lifecycle(k8s: Cluster) -> None:
     drained = SavepointStatus(location="configmap:etl/final", drained=True, request_id=request.id)
     k8s.answer("etl", 2, request, DriverState.FINISHED, savepoint=drained)
     k8s.wait_phase("etl", "Finished")
-    patch = {"metadata": {"annotations": {"finishable.dev/delete-state": "true"}}}
-    k8s.api.request("PATCH", k8s.job_path("etl"), body=patch, content_type=MERGE)
+    for object_name in ("snapshots/sp-000000000001.meta", "events/etl-r1/seg-000000000000"):
+        k8s.create(  # state the driver wrote: the savepoint is orphaned, the log deleted
+            "configmaps",
+            {
+                "metadata": {
+                    "name": f"etl-{object_name.replace('/', '.')}",
+                    "labels": {"finishable.dev/job": "etl", "finishable.dev/component": "state"},
+                    "annotations": {"finishable.dev/object-name": object_name},
+                },
+                "data": {},
+            },
+        )
     k8s.delete_job("etl")
     wait_for(lambda: k8s.job("etl") is None, "the job is deleted")
-
-
-MERGE = "application/merge-patch+json"
 
 
 @pytest.fixture(scope="module", params=sorted(MODES))

@@ -317,31 +317,74 @@ def test_an_operator_killed_mid_stop_and_mid_recovery_carries_on(
     assert k8s.status("crashing")["restarts"] == 1, "the crash is counted once"
 
 
-def test_deletion_stops_the_driver_removes_children_and_keeps_snapshots(k8s: Cluster) -> None:
-    for name, wanted in (("keep", {}), ("purge", {"finishable.dev/delete-state": "true"})):
-        k8s.create_job(name, STREAMING, annotations=wanted)
-        k8s.wait_phase(name, "Submitted")
-        wait_for(lambda name=name: k8s.get("pods", f"{name}-driver-1"), f"{name}'s driver pod")
-        snapshot = {
+def state_configmap(k8s: Cluster, job: str, object_name: str) -> dict[str, Any]:
+    """A state object as the driver's ConfigMap backend writes it: owned by its job."""
+    body = k8s.job(job)
+    assert body is not None
+    return k8s.create(
+        "configmaps",
+        {
             "metadata": {
-                "name": f"{name}-savepoints.1",
-                "labels": {"finishable.dev/job": name, "finishable.dev/component": "state"},
+                "name": f"{job}-{object_name.replace('/', '.')}",
+                "labels": {"finishable.dev/job": job, "finishable.dev/component": "state"},
+                "annotations": {"finishable.dev/object-name": object_name},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "finishable.dev/v1alpha1",
+                        "kind": "FinishableSparkJob",
+                        "name": job,
+                        "uid": body["metadata"]["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": False,
+                    }
+                ],
             },
-            "data": {"manifest": "{}"},
-        }
-        k8s.create("configmaps", snapshot)
-        k8s.delete_job(name)
-        wait_for(lambda name=name: k8s.job(name) is None, f"{name} is deleted")
-        for plural, child in (
-            ("pods", f"{name}-driver-1"),
-            ("services", f"{name}-driver"),
-            ("configmaps", f"{name}-config"),
-            ("configmaps", f"{name}-state"),
-            ("secrets", f"{name}-token"),
-        ):
-            assert k8s.get(plural, child) is None, f"{plural}/{child} remains"
-    assert k8s.get("configmaps", "keep-savepoints.1") is not None, "savepoints are kept"
-    assert k8s.get("configmaps", "purge-savepoints.1") is None, "unless asked"
+            "binaryData": {"data": "AA=="},
+        },
+    )
+
+
+STATE_OBJECTS = {
+    "savepoint": "snapshots/sp-000000000001.meta",
+    "checkpoint": "snapshots/chk-000000000004.meta",
+    "events": "events/0b9e-r1/seg-000000000000",
+    "fence": "fence/0b9e/claims/r000001-a000001",
+}
+
+
+@pytest.mark.parametrize(
+    ("policy", "kept"),
+    [(None, {"savepoint"}), ("Nothing", set()), ("Everything", set(STATE_OBJECTS))],
+)
+def test_deletion_stops_the_driver_removes_children_and_state_by_policy(
+    k8s: Cluster, policy: str | None, kept: set[str]
+) -> None:
+    name = f"deleted-{(policy or 'default').lower()}"
+    checkpointing = {"checkpointing": {"retainOnDelete": policy}} if policy else {}
+    k8s.create_job(name, {**STREAMING, **checkpointing})
+    k8s.wait_phase(name, "Submitted")
+    wait_for(lambda: k8s.get("pods", f"{name}-driver-1"), f"{name}'s driver pod")
+    state = {
+        kind: state_configmap(k8s, name, object_name)["metadata"]["name"]
+        for kind, object_name in STATE_OBJECTS.items()
+    }
+    k8s.delete_job(name)
+    wait_for(lambda: k8s.job(name) is None, f"{name} is deleted")
+    for plural, child in (
+        ("pods", f"{name}-driver-1"),
+        ("services", f"{name}-driver"),
+        ("configmaps", f"{name}-config"),
+        ("configmaps", f"{name}-state"),
+        ("secrets", f"{name}-token"),
+    ):
+        assert k8s.get(plural, child) is None, f"{plural}/{child} remains"
+    for kind, configmap in state.items():
+        found = k8s.get("configmaps", configmap)
+        if kind in kept:
+            assert found is not None, f"the {kind} is kept"
+            assert not found["metadata"].get("ownerReferences"), "and no longer owned"
+        else:
+            assert found is None, f"the {kind} is removed with the job"
 
 
 def sample(text: str, name: str, **labels: str) -> float | None:

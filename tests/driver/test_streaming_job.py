@@ -358,6 +358,60 @@ def test_driver_killed_at_random_moments_is_exactly_once(
     assert published(job.output) == Counter(ground_truth(job.input, seed_rows=6000))
 
 
+def process_ended(pid: int) -> bool:
+    """Gone, or a zombie nobody reaps (its runner was killed)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def test_a_driver_superseded_while_it_was_frozen_writes_nothing_and_stops(
+    tmp_path: Path, cleanup: list[Job]
+) -> None:
+    job = Job(tmp_path, "zombie")
+    cleanup.append(job)
+    for index in range(2):
+        write_clicks(job.input, index)
+    job.run()
+    job.wait(
+        "attempt 1 checkpointing",
+        lambda s: s.get("phase") == "Running" and bool(s.get("lastCheckpoint")),
+    )
+    # Its node is cut off: the driver runs on, unseen, while its runner (the operator, which
+    # lost the pod) starts a successor.
+    zombie = job.driver_pid()
+    os.killpg(zombie, signal.SIGSTOP)
+    assert job.runner is not None
+    job.runner.kill()
+    job.runner.wait(30)
+    (job.state / job.name / "driver.pid").unlink()
+    write_clicks(job.input, 2)
+    job.run()
+    job.wait(
+        "attempt 2 running", lambda s: s.get("attempt", 0) >= 2 and s.get("phase") == "Running"
+    )
+    job.wait_read(3, attempt=2)
+
+    os.killpg(zombie, signal.SIGCONT)
+    deadline = time.monotonic() + 180
+    while not process_ended(zombie):
+        assert time.monotonic() < deadline, "the superseded driver kept running" + job.driver_logs()
+        time.sleep(0.5)
+    zombie_log = (job.state / job.name / "driver-1.log").read_text()
+    assert "was superseded by attempt 2 of run 1" in zombie_log, zombie_log[-3000:]
+    assert job.status().get("attempt") == 2 and job.status().get("phase") == "Running"
+
+    write_clicks(job.input, 3)
+    job.wait_read(4)
+    drained = job.cli("stop", "--drain", "--timeout", "180")
+    assert drained.returncode == 0, drained.stdout + drained.stderr + job.driver_logs()
+    job.finish()
+    assert job.status()["phase"] == "Finished"
+    assert published(job.output) == Counter(ground_truth(job.input))
+
+
 def test_bounded_input_ends_finished_through_its_final_checkpoint(
     tmp_path: Path, cleanup: list[Job]
 ) -> None:

@@ -25,6 +25,7 @@ from finishable.shuffle import (
     PartitionNotFound,
     ShuffleClient,
     ShuffleCluster,
+    ShuffleError,
     ShuffleRequestError,
     ShuffleUnauthorized,
     ShuffleUnavailable,
@@ -184,6 +185,42 @@ def test_a_second_attempt_replaces_the_first(server: ServerProcess) -> None:
     assert client.read_table("stage1", 4).num_rows == 8
     data_dir = server.data_dir / JOB / "stage1"
     assert sorted(p.name for p in data_dir.iterdir()) == ["4.arrow", "4.json"]
+
+
+def test_a_superseded_driver_can_neither_register_nor_commit(server: ServerProcess) -> None:
+    client = server.client()
+    client.register(1)
+    client.put_batches("stage1", 0, "a1-r0-t0", small().schema, small(3).to_batches(), epoch=(1, 1))
+    client.register(2)
+    with pytest.raises(ShuffleError, match="attempt 2 of run 1 registered since"):
+        client.put_batches(
+            "stage1", 0, "a1-r0-t1", small().schema, small(9).to_batches(), epoch=(1, 1)
+        )
+    with pytest.raises(ShuffleError, match="registration of driver attempt 1 of run 1 refused"):
+        client.register(1)
+    (listed,) = client.list().partitions
+    assert (listed.attempt, listed.rows) == ("a1-r0-t0", 3)
+
+    server.restart(same_port=True)  # the floor survives the server
+    client = server.client()
+    with pytest.raises(ShuffleError, match="refused"):
+        client.put_batches(
+            "stage1", 1, "a1-r0-t1", small().schema, small(9).to_batches(), epoch=(1, 1)
+        )
+    client.put_batches("stage1", 1, "a2-r0-t0", small().schema, small(4).to_batches(), epoch=(1, 2))
+    assert [p.partition for p in client.list().partitions] == [0, 1]
+
+
+def test_a_new_run_starts_from_nothing_but_promoted_datasets(server: ServerProcess) -> None:
+    client = server.client()
+    client.register(3, run=1)
+    client.put("kept", 0, "a3", [ipc(small())])
+    client.put("stage1", 0, "a3", [ipc(small())])
+    client.promote("kept")
+    assert client.register(4, run=2).partitions == 1
+    assert [p.dataset for p in client.list().partitions] == ["kept"]
+    with pytest.raises(ShuffleError, match="refused"):
+        client.register(5, run=1)
 
 
 @pytest.mark.parametrize("token", [None, "wrong-token", ""])
@@ -484,7 +521,7 @@ def test_metrics_count_the_traffic(server: ServerProcess) -> None:
 def test_health_needs_no_token(server: ServerProcess) -> None:
     assert raw(server, "GET", "/healthz", token=None) == (
         200,
-        {"status": "ok", "job": JOB, "driverAttempt": None},
+        {"status": "ok", "job": JOB, "driverAttempt": None, "driverRun": None},
     )
     assert server.client().health()
     assert not ShuffleClient("http://127.0.0.1:1", TOKEN).health()

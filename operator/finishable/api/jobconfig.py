@@ -27,6 +27,7 @@ CONFIG_ENV = "FINISHABLE_JOB_CONFIG"
 ATTEMPT_ENV = "FINISHABLE_ATTEMPT"
 RUN_ENV = "FINISHABLE_RUN"
 RESTORE_ENV = "FINISHABLE_RESTORE_FROM"
+FENCE_GRACE_ENV = "FINISHABLE_FENCE_GRACE_SECONDS"
 TOKEN_ENV = "FINISHABLE_TOKEN"
 
 
@@ -70,9 +71,14 @@ class JobConfig(ApiModel):
     )
 
     @property
+    def job_key(self) -> str:
+        """The identity of the job (its uid, locally its name), usable in a state object name."""
+        return (self.uid or self.name).lower()
+
+    @property
     def run_key(self) -> str:
         """The identity of this run, usable as a segment of a state object name."""
-        return f"{(self.uid or self.name).lower()}-r{self.run}"
+        return f"{self.job_key}-r{self.run}"
 
 
 class JobConfigError(ValueError):

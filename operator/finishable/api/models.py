@@ -72,6 +72,15 @@ class RestartFrom(StrEnum):
     SCRATCH = "Scratch"
 
 
+class RetainOnDelete(StrEnum):
+    """Which of a job's state objects in ConfigMaps outlive the job when it is deleted."""
+
+    SAVEPOINTS = "Savepoints"
+    """Savepoints stay (a new job can start from them); checkpoints, event logs, fences go."""
+    NOTHING = "Nothing"
+    EVERYTHING = "Everything"
+
+
 class Phase(StrEnum):
     """Where the job is in its life (the phase diagram in the README)."""
 

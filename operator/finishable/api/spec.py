@@ -19,6 +19,7 @@ from finishable.api.models import (
     DesiredState,
     JobMode,
     RestartFrom,
+    RetainOnDelete,
     StorageType,
 )
 from finishable.api.units import Duration, Quantity
@@ -188,6 +189,14 @@ class CheckpointingSpec(ApiModel):
         ge=1,
         le=100,
         description="How many completed checkpoints to keep; savepoints stay until disposed.",
+    )
+    retain_on_delete: RetainOnDelete = Field(
+        default=RetainOnDelete.SAVEPOINTS,
+        description=(
+            "ConfigMap storage: which state objects outlive the job when it is deleted "
+            "(Savepoints, Nothing or Everything). They are owned by the job, so whatever is not "
+            "retained goes with it. Object storage is never deleted by the operator."
+        ),
     )
 
     @field_validator("interval")

@@ -18,15 +18,14 @@ import kopf
 
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL
 from finishable.controller import naming
+from finishable.controller.deletion import remove_children, retain_on_delete
 from finishable.controller.metrics import JobKey
 from finishable.controller.reconcile import (
-    DELETE_STATE_ANNOTATION,
     Controller,
     DriverPod,
     JobLoop,
     StatusUnreadable,
     driver_pod_of,
-    remove_children,
 )
 from finishable.controller.settings import OperatorOptions, configure
 from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, JobRef
@@ -207,15 +206,13 @@ async def reconcile(
 
 @kopf.on.delete(*JOBS, registry=registry)
 async def delete(*, body: kopf.Body, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-    """Stop the driver, remove the children; keep the snapshots unless annotated otherwise."""
+    """Stop the driver, remove the children and the state ``retainOnDelete`` does not keep."""
     controller = _controller(memo)
     job = JobRef(name=name, namespace=namespace or "", uid=str(body["metadata"]["uid"]))
-    annotations = body.get("metadata", {}).get("annotations") or {}
-    delete_state = str(annotations.get(DELETE_STATE_ANNOTATION, "")).lower() == "true"
+    retain = retain_on_delete(body.get("spec") or {})
     try:
-        deleted = await remove_children(controller.kube, job, delete_state=delete_state)
+        deleted = await remove_children(controller.kube, job, retain=retain)
     except BackendError as error:
         raise kopf.TemporaryError(f"{error}; retrying", delay=RETRY_SECONDS) from None
     controller.metrics.forget(_key(namespace, name))
-    kept = "deleted" if delete_state else "kept"
-    log.info("%s/%s deleted: %d children removed, snapshots %s", namespace, name, deleted, kept)
+    log.info("%s/%s deleted: %d objects removed", namespace, name, deleted)

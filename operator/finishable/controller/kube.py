@@ -97,6 +97,20 @@ class Kube:
             return False
         raise KubeApiError(f"cannot delete {plural}/{name}", response)
 
+    async def orphan(self, plural: str, name: str, *, namespace: str) -> bool:
+        """Remove the object's owner references, so it outlives its owner; False if gone."""
+        response = await self.request(
+            "PATCH",
+            self.api.path(plural, name, namespace=namespace),
+            body={"metadata": {"ownerReferences": None}},
+            content_type=MERGE_PATCH,
+        )
+        if response.status == 200:
+            return True
+        if response.status == 404:
+            return False
+        raise KubeApiError(f"cannot orphan {plural}/{name}", response)
+
     async def list(
         self, plural: str, *, namespace: str, selector: str, api_version: str = "v1"
     ) -> list[dict[str, Any]]:

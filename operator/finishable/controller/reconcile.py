@@ -63,7 +63,6 @@ from finishable.lifecycle.decisions import (
     PodPhase,
 )
 from finishable.lifecycle.phases import next_status
-from finishable.state.configmap import COMPONENT as STATE_COMPONENT
 from finishable.state.control import ConfigMapControlChannel
 
 log = logging.getLogger(__name__)
@@ -400,51 +399,3 @@ class JobLoop:
             self._shuffle_deleted = True
         else:
             await self.kube.create(builders.shuffle_stateful_set(self.job, spec))
-
-
-# -- deletion -------------------------------------------------------------------------------------
-
-DELETE_STATE_ANNOTATION = "finishable.dev/delete-state"
-"""Set to "true" on a job to delete its checkpoints and savepoints (ConfigMap storage) with it."""
-
-_CHILDREN: tuple[tuple[str, str, Callable[[str], str]], ...] = (
-    ("apps/v1", "statefulsets", naming.shuffle_name),
-    ("v1", "services", naming.shuffle_service_name),
-    ("v1", "services", naming.driver_service_name),
-    ("v1", "configmaps", naming.config_name),
-    ("v1", "configmaps", naming.control_name),
-    ("v1", "configmaps", naming.state_name),
-    ("v1", "secrets", naming.token_name),
-    ("rbac.authorization.k8s.io/v1", "rolebindings", naming.rbac_name),
-    ("rbac.authorization.k8s.io/v1", "roles", naming.rbac_name),
-    ("v1", "serviceaccounts", naming.rbac_name),
-)
-
-
-async def remove_children(kube: Kube, job: JobRef, *, delete_state: bool) -> int:
-    """Stop the driver and delete every child; snapshots stay unless ``delete_state``.
-
-    The garbage collector would remove the owned children too, but only after the job is gone
-    and in no particular order; deleting them here stops the driver and its executors first.
-    Checkpoints and savepoints in ConfigMaps are written by the driver without an owner, so
-    they outlive the job (a new job can start from them) unless asked otherwise.
-    """
-    deleted = 0
-    job_label = f"{LABEL_JOB}={job_label_value(job.name)}"
-    for component in (naming.DRIVER, naming.EXECUTOR):
-        pods = await kube.list(
-            "pods", namespace=job.namespace, selector=f"{job_label},{LABEL_COMPONENT}={component}"
-        )
-        for pod in pods:
-            deleted += await kube.delete("pods", pod["metadata"]["name"], namespace=job.namespace)
-    for api_version, plural, name_of in _CHILDREN:
-        deleted += await kube.delete(
-            plural, name_of(job.name), namespace=job.namespace, api_version=api_version
-        )
-    if delete_state:
-        selector = f"{job_label},{LABEL_COMPONENT}={STATE_COMPONENT}"
-        snapshots = await kube.list("configmaps", namespace=job.namespace, selector=selector)
-        for snapshot in snapshots:
-            name = snapshot["metadata"]["name"]
-            deleted += await kube.delete("configmaps", name, namespace=job.namespace)
-    return deleted

@@ -31,14 +31,20 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from finishable.api.control import DriverReport, DriverState
-from finishable.api.jobconfig import TOKEN_ENV, ControlType, JobConfig, config_from_env
+from finishable.api.jobconfig import (
+    FENCE_GRACE_ENV,
+    TOKEN_ENV,
+    ControlType,
+    JobConfig,
+    config_from_env,
+)
 from finishable.api.models import OBJECT_STORE_SCHEMES, JobMode
 from finishable.connectors.sinks import TransactionalCallback, TransactionalFiles, TransactionalSink
 from finishable.connectors.sources import Source
 from finishable.connectors.streaming.commit_hook import HOOK_OPTION, BatchHookClient
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.batch.runtime import BatchRuntime
-from finishable.driver.outcome import JobFailed, Outcome
+from finishable.driver.outcome import JobFailed, JobSuperseded, Outcome
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.streaming.checkpoints import (
     CheckpointKeeper,
@@ -54,6 +60,14 @@ from finishable.state.control import (
     ConfigMapControlChannel,
     ControlChannel,
     LocalControlChannel,
+)
+from finishable.state.errors import Fenced
+from finishable.state.fence import (
+    DEFAULT_GRACE_SECONDS,
+    Epoch,
+    Fence,
+    FencedBackend,
+    fenced_cause,
 )
 
 if TYPE_CHECKING:
@@ -84,11 +98,10 @@ class FinishableJob:
         self.attempt = attempt
         self.restore_from = restore_from
         self._token = token or secrets.token_urlsafe(24)
+        self._state = _claim_state(config, attempt)
         self._control = control or _open_control(config)
-        self._store = SnapshotStore(
-            open_backend(config.state_url, job=config.name, namespace=config.namespace),
-            retained=config.spec.checkpointing.retained,
-        )
+        self._control.write_guard = self._state.fence.check  # reports of a stale attempt: none
+        self._store = SnapshotStore(self._state, retained=config.spec.checkpointing.retained)
         self._lineage = lineage_of(config.run_key, restore_from)
         self._attempt_dir = Path(config.work_dir) / f"attempt-{attempt}"
         self._checkpoint_dir = self._attempt_dir / "checkpoint"
@@ -101,6 +114,7 @@ class FinishableJob:
         )
         self._endpoint.start()
         self._spark = spark or _spark_session(config)
+        self._state.fence.wait_out_predecessor()
         self._report(DriverState.STARTING, f"attempt {attempt} starting")
         self._batch: BatchRuntime | None = None
         if config.spec.mode is JobMode.BATCH:
@@ -111,6 +125,7 @@ class FinishableJob:
                 endpoint=self._endpoint,
                 token=self._token,
                 control=self._control,
+                state=self._state,
             )
 
     @classmethod
@@ -136,7 +151,7 @@ class FinishableJob:
         previous = sys.excepthook
 
         def report(kind: type[BaseException], error: BaseException, trace: Any) -> None:
-            if not isinstance(error, JobFailed | KeyboardInterrupt):
+            if not isinstance(error, JobFailed | KeyboardInterrupt | Fenced):
                 self._report(DriverState.FAILED, f"{kind.__name__}: {error}")
             previous(kind, error, trace)
 
@@ -234,9 +249,20 @@ class FinishableJob:
     # -- running ------------------------------------------------------------------------------
 
     def run(self) -> Outcome:
-        """Run until stopped, drained or finished; raise ``JobFailed`` if the job fails."""
-        if self._batch is not None:
-            return self._run_batch(self._batch)
+        """Run until stopped, drained or finished; raise ``JobFailed`` if the job fails
+        (``JobSuperseded`` if a newer attempt of the job took over its state)."""
+        try:
+            if self._batch is not None:
+                return self._run_batch(self._batch)
+            return self._run_streaming()
+        except Exception as error:
+            fenced = fenced_cause(error) or self._state.fence.fenced()
+            if fenced is None:
+                raise
+            log.error("%s", fenced)
+            raise JobSuperseded(str(fenced)) from error
+
+    def _run_streaming(self) -> Outcome:
         executor: StreamingExecutor | None = None
         try:
             executor = self._prepare()
@@ -328,6 +354,7 @@ class FinishableJob:
             checkpoint_dir=self._checkpoint_dir,
             control=self._control,
             stop_timeout=self.config.spec.stop_timeout.total_seconds(),
+            fence=self._state.fence,
         )
 
     def _clear_work_dir(self) -> None:
@@ -367,23 +394,49 @@ class FinishableJob:
             coordinator.close()
 
 
+def _claim_state(config: JobConfig, attempt: int) -> FencedBackend:
+    """The job's state backend, claimed for this attempt (``Fenced`` if a newer one did)."""
+    text = os.environ.get(FENCE_GRACE_ENV, str(DEFAULT_GRACE_SECONDS))
+    try:
+        grace = float(text)
+    except ValueError:
+        raise JobFailed(f"{FENCE_GRACE_ENV}={text!r} is not a number of seconds") from None
+    backend = open_backend(
+        config.state_url,
+        job=config.name,
+        namespace=config.namespace,
+        owner_references=_owned_by_the_job(config),
+    )
+    fence = Fence(backend, config.job_key, Epoch(config.run, attempt), grace=grace)
+    fence.claim()
+    return FencedBackend(backend, fence)
+
+
 def _open_control(config: JobConfig) -> ControlChannel:
     if config.control is ControlType.LOCAL:
         if not config.control_dir:
             raise JobFailed("the job configuration has control: Local but no control_dir")
         return LocalControlChannel(Path(config.control_dir))
     from finishable.kube.api import KubeApi  # noqa: PLC0415 - cluster only
-    from finishable.kube.objects import JobRef, owner_reference  # noqa: PLC0415
 
     api = KubeApi.from_environment(namespace=config.namespace)
     namespace = config.namespace or api.namespace
-    # The report ConfigMap keeps the job as its owner, so it goes when the job goes; without
-    # blockOwnerDeletion, which the driver may not set (see owner_reference).
-    owners = []
-    if config.uid:
-        job = JobRef(config.name, namespace, config.uid)
-        owners = [owner_reference(job, block_owner_deletion=False)]
-    return ConfigMapControlChannel(api, config.name, namespace=namespace, owner_references=owners)
+    return ConfigMapControlChannel(
+        api, config.name, namespace=namespace, owner_references=_owned_by_the_job(config)
+    )
+
+
+def _owned_by_the_job(config: JobConfig) -> list[dict[str, Any]]:
+    """Owner references for the ConfigMaps a driver writes (its report, the job's state), so
+    they go when the job goes; without blockOwnerDeletion, which the driver may not set (see
+    ``owner_reference``). Which state outlives the job is ``retainOnDelete``'s to say: the
+    operator orphans those objects when the job is deleted."""
+    if not config.uid:
+        return []
+    from finishable.kube.objects import JobRef, owner_reference  # noqa: PLC0415 - cluster only
+
+    job = JobRef(config.name, config.namespace or "", config.uid)
+    return [owner_reference(job, block_owner_deletion=False)]
 
 
 def _spark_session(config: JobConfig) -> SparkSession:

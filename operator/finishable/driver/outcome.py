@@ -20,6 +20,11 @@ class JobFailed(RuntimeError):
     """The job cannot go on; the message says why (it is also in the driver's report)."""
 
 
+class JobSuperseded(JobFailed):
+    """A newer driver attempt claimed the job's state: this one stopped without writing more
+    (and without a report, which would overwrite its successor's)."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How ``run`` ended."""

@@ -103,9 +103,13 @@ class ShuffleClient:
             return False
         return isinstance(reply, dict) and reply.get("status") == "ok"
 
-    def register(self, attempt: int, *, retries: int | None = None) -> Registration:
-        """Register driver ``attempt`` or heartbeat it; restarts the server's retain clock."""
-        reply = self._object("POST", "/v1/drivers", {"attempt": int(attempt)}, retries=retries)
+    def register(
+        self, attempt: int, *, run: int = 1, retries: int | None = None
+    ) -> Registration:
+        """Register driver ``attempt`` of ``run`` or heartbeat it; restarts the server's retain
+        clock. Refused (409) once a newer attempt registered: this driver is superseded."""
+        body = {"attempt": int(attempt), "run": int(run)}
+        reply = self._object("POST", "/v1/drivers", body, retries=retries)
         return Registration(
             job=str(reply["job"]),
             attempt=int(reply["attempt"]),
@@ -115,10 +119,20 @@ class ShuffleClient:
         )
 
     def put(
-        self, dataset: str, partition: int, attempt: str, chunks: Iterable[bytes]
+        self,
+        dataset: str,
+        partition: int,
+        attempt: str,
+        chunks: Iterable[bytes],
+        *,
+        epoch: tuple[int, int] | None = None,
     ) -> PartitionInfo:
-        """Stream ``chunks`` (an Arrow IPC stream) as the partition and commit it."""
-        query = urlencode({"attempt": attempt, "commit": "true"})
+        """Stream ``chunks`` (an Arrow IPC stream) as the partition and commit it; with the
+        writing driver's ``epoch`` (run, attempt), refused if a newer driver registered."""
+        fields = {"attempt": attempt, "commit": "true"}
+        if epoch is not None:
+            fields["epoch"] = f"{epoch[0]}.{epoch[1]}"
+        query = urlencode(fields)
         path = f"{self._partition_path(dataset, partition)}?{query}"
         reply = self._upload(path, chunks)
         return PartitionInfo.from_json(reply, self.url)
@@ -130,9 +144,11 @@ class ShuffleClient:
         attempt: str,
         schema: pa.Schema,
         batches: Iterable[pa.RecordBatch],
+        *,
+        epoch: tuple[int, int] | None = None,
     ) -> PartitionInfo:
         """Serialise ``batches`` to an IPC stream on the fly and upload it as the partition."""
-        return self.put(dataset, partition, attempt, _ipc_chunks(schema, batches))
+        return self.put(dataset, partition, attempt, _ipc_chunks(schema, batches), epoch=epoch)
 
     def get(self, dataset: str, partition: int) -> Iterator[pa.RecordBatch]:
         """The partition's batches; the whole download is checked before the first one."""

@@ -59,9 +59,12 @@ class ShuffleCluster:
                 return client
         return ShuffleClient(url, self._token, **self._options)
 
-    def register_all(self, attempt: int) -> dict[str, Registration]:
-        """Register (or heartbeat) ``attempt`` everywhere; the servers that answered."""
-        answers = self._each(self.clients, lambda client: client.register(attempt, retries=1))
+    def register_all(self, attempt: int, *, run: int = 1) -> dict[str, Registration]:
+        """Register (or heartbeat) ``attempt`` of ``run`` everywhere; the servers that answered
+        (a server that knows a newer attempt refuses, and is left out)."""
+        answers = self._each(
+            self.clients, lambda client: client.register(attempt, run=run, retries=1)
+        )
         return {url: reply for url, reply in answers.items() if isinstance(reply, Registration)}
 
     def list_all(self, dataset: str | None = None, verify: bool = False) -> ClusterListing:

@@ -10,8 +10,8 @@ API (JSON; every route under ``/v1/`` needs ``Authorization: Bearer <token>``)::
 
     GET    /healthz                                       liveness, no token
     GET    /metrics                                       Prometheus text, no token
-    POST   /v1/drivers                                    {"attempt": n} register or heartbeat
-    PUT    /v1/partitions/{dataset}/{partition}?attempt=A[&commit=true]   Arrow IPC stream body
+    POST   /v1/drivers                                    {"attempt": n, "run": r} register
+    PUT    /v1/partitions/{dataset}/{partition}?attempt=A[&epoch=R.N][&commit=true]   Arrow IPC
     POST   /v1/partitions/{dataset}/{partition}/commit    {"upload": id}
     GET    /v1/partitions/{dataset}/{partition}           the partition's bytes
     GET    /v1/partitions[?dataset=D][&verify=true]       committed (and corrupt) partitions
@@ -19,6 +19,11 @@ API (JSON; every route under ``/v1/`` needs ``Authorization: Bearer <token>``)::
     DELETE /v1/partitions/{dataset}                       release one dataset, even promoted
     POST   /v1/datasets/{dataset}/promote                 keep it when the job is released
     GET    /v1/datasets                                   per-dataset totals
+
+Stale drivers are fenced: the server remembers the newest driver epoch (run, attempt) that
+registered and refuses, with 409, a registration or an upload of an older one, so a driver that
+lost its pod but still runs cannot replace its successor's partitions. The first registration of
+a newer *run* releases the job's partitions (promoted ones stay): a new run starts from nothing.
 
 Disk I/O runs in worker threads; uploads are read in chunks and never held whole in memory.
 This module is the HTTP face and the retain timeout; the command around it (options, signals,
@@ -121,7 +126,8 @@ class ShuffleServer:
         self._token = token.encode("utf-8")
         self._clock = clock
         self.last_heartbeat = clock()
-        self.driver_attempt: int | None = None
+        self.driver_epoch: tuple[int, int] | None = store.load_driver_epoch()
+        """The newest (run, attempt) that registered."""
         self._released_for_idle = False
         self._on_retain_release = on_retain_release
         self.metrics = ShuffleMetrics(store, self.seconds_since_heartbeat)
@@ -277,7 +283,13 @@ class ShuffleServer:
 
     async def _health(self, request: web.Request) -> web.Response:
         return _json_response(
-            200, {"status": "ok", "job": self.job, "driverAttempt": self.driver_attempt}
+            200,
+            {
+                "status": "ok",
+                "job": self.job,
+                "driverAttempt": self.driver_epoch[1] if self.driver_epoch else None,
+                "driverRun": self.driver_epoch[0] if self.driver_epoch else None,
+            },
         )
 
     async def _metrics(self, request: web.Request) -> web.Response:
@@ -285,16 +297,33 @@ class ShuffleServer:
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
 
+    def _refuse_superseded(self, epoch: tuple[int, int], what: str) -> None:
+        if self.driver_epoch is not None and epoch < self.driver_epoch:
+            run, attempt = self.driver_epoch
+            raise _HttpError(
+                409,
+                f"{what} of driver attempt {epoch[1]} of run {epoch[0]} refused: attempt "
+                f"{attempt} of run {run} registered since, and a superseded driver writes nothing",
+            )
+
     async def _register(self, request: web.Request) -> web.Response:
         body = await self._body(request)
-        attempt = body.get("attempt")
-        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
-            raise _HttpError(
-                400, f"body.attempt {attempt!r} is not valid: expected an integer >= 1"
+        attempt = _positive(body.get("attempt"), "body.attempt")
+        epoch = (_positive(body.get("run", 1), "body.run"), attempt)
+        self._refuse_superseded(epoch, "the registration")
+        if self.driver_epoch != epoch:
+            logger.info(
+                "shuffle server: driver attempt %d of run %d of job %r registered",
+                epoch[1],
+                epoch[0],
+                self.job,
             )
-        if self.driver_attempt != attempt:
-            logger.info("shuffle server: driver attempt %d of job %r registered", attempt, self.job)
-        self.driver_attempt = attempt
+            if self.driver_epoch is not None and epoch[0] > self.driver_epoch[0]:
+                released = await asyncio.to_thread(self.store.release)
+                self._count_release(released)
+                logger.info("shuffle server: a new run; %d partition(s) released", released)
+            await asyncio.to_thread(self.store.save_driver_epoch, epoch)
+        self.driver_epoch = epoch
         self.last_heartbeat = self._clock()
         self._released_for_idle = False
         return _json_response(
@@ -317,6 +346,9 @@ class ShuffleServer:
                 "letters, digits, '_', '.' or '-'",
             )
         check_attempt(attempt)
+        epoch = _epoch(request.query.get("epoch"))
+        if epoch is not None:
+            self._refuse_superseded(epoch, "the upload")
         commit = self._flag(request, "commit")
         upload = await asyncio.to_thread(self.store.begin, dataset, partition, attempt)
         try:
@@ -337,6 +369,9 @@ class ShuffleServer:
             return _json_response(
                 200, {"upload": upload.id, "bytes": upload.size, "sha256": upload.sha256}
             )
+        if epoch is not None and self.driver_epoch is not None and epoch < self.driver_epoch:
+            self.store.abort(upload)  # a successor registered while the upload streamed in
+            self._refuse_superseded(epoch, "the commit")
         meta = await asyncio.to_thread(self.store.commit, upload.id)
         self.metrics.puts.inc()
         return _json_response(200, meta.to_json())
@@ -437,6 +472,24 @@ class ShuffleServer:
     async def _datasets(self, request: web.Request) -> web.Response:
         summaries = await asyncio.to_thread(self.store.datasets)
         return _json_response(200, [summary.to_json() for summary in summaries])
+
+
+def _positive(value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _HttpError(400, f"{field} {value!r} is not valid: expected an integer >= 1")
+    return value
+
+
+def _epoch(text: str | None) -> tuple[int, int] | None:
+    """``R.N`` (run R, driver attempt N) of an upload's ``epoch`` query parameter."""
+    if text is None:
+        return None
+    run, _, attempt = text.partition(".")
+    if not (run.isdigit() and attempt.isdigit() and int(run) >= 1 and int(attempt) >= 1):
+        raise _HttpError(
+            400, f"query parameter epoch={text!r} is not valid: expected RUN.ATTEMPT, e.g. 1.2"
+        )
+    return int(run), int(attempt)
 
 
 def create_app(store: PartitionStore, token: str, retain_timeout: float) -> web.Application:

@@ -84,6 +84,28 @@ class PartitionStore:
         self._uploads: dict[str, Upload] = {}
         self.recovered = self._rescan()
 
+    # ------------------------------------------------------------------ the driver's epoch
+
+    @property
+    def _epoch_path(self) -> Path:
+        return self.root / f"{self.job}.driver.json"
+
+    def load_driver_epoch(self) -> tuple[int, int] | None:
+        """The newest driver (run, attempt) that registered, kept across server restarts so
+        that a restarted server still refuses a superseded driver."""
+        try:
+            document = json.loads(self._epoch_path.read_text(encoding="utf-8"))
+            return int(document["run"]), int(document["attempt"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            logger.warning("shuffle store: ignoring %s: %s", self._epoch_path, error)
+            return None
+
+    def save_driver_epoch(self, epoch: tuple[int, int]) -> None:
+        document = {"run": epoch[0], "attempt": epoch[1]}
+        write_synced(self._epoch_path, json.dumps(document).encode("utf-8"))
+
     # ------------------------------------------------------------------ paths
 
     def _dataset_dir(self, dataset: str) -> Path:

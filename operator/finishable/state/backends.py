@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import abc
 import re
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 from finishable.api.models import OBJECT_STORE_SCHEMES
@@ -85,12 +86,14 @@ def open_backend(
     *,
     job: str | None = None,
     namespace: str | None = None,
+    owner_references: Sequence[Mapping[str, Any]] = (),
 ) -> ObjectBackend:
     """Open a backend from a storage address.
 
     * ``s3://``, ``gs://``, ``gcs://``, ``hdfs://``, ``file://`` go through ``pyarrow.fs``;
     * ``configmap:`` (or ``configmap://<namespace>``) stores ConfigMaps of ``job`` through the
-      Kubernetes API, in-cluster or from the kubeconfig;
+      Kubernetes API, in-cluster or from the kubeconfig, owned by ``owner_references`` when
+      they are in ``namespace``;
     * anything else (``local:///dir``, or a plain path) is a local directory.
     """
     # Imported here so that local mode never loads pyarrow.fs or the Kubernetes client.
@@ -104,7 +107,10 @@ def open_backend(
 
         if not job:
             raise ValueError(f"{url!r}: a ConfigMap backend needs the job name")
-        return ConfigMapBackend.from_environment(job, namespace=urlsplit(url).netloc or namespace)
+        target = urlsplit(url).netloc or namespace
+        # An owner is only valid in its own namespace (elsewhere the collector deletes at once).
+        owners = owner_references if target == namespace else ()
+        return ConfigMapBackend.from_environment(job, namespace=target, owner_references=owners)
     from finishable.state.local import LocalDirBackend  # noqa: PLC0415
 
     path = urlsplit(url).path if scheme == "local" else url

@@ -21,7 +21,7 @@ import logging
 import os
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,10 @@ def _encode(model: ControlRequest | DriverReport) -> str:
 
 class ControlChannel(ABC):
     """Requests one way, reports the other; both sides use the same object."""
+
+    write_guard: Callable[[], None] | None = None
+    """Called before each report; a driver sets its fence check here, so that a superseded
+    attempt's report raises ``Fenced`` instead of overwriting its successor's."""
 
     # -- the steering side (operator, `finishable stop`) ------------------------------------
 
@@ -93,6 +97,8 @@ class ControlChannel(ABC):
 
     def write_report(self, report: DriverReport) -> None:
         """Publish the driver's state; the steering side reads it on its next reconcile."""
+        if self.write_guard is not None:
+            self.write_guard()
         self._write_state({"report": _encode(report)})
 
     # -- storage --------------------------------------------------------------------------

@@ -73,3 +73,16 @@ class EventStoreOverflow(EventStoreError):
 
 class EventLogCorrupt(StateError):
     """A segment before the last one is damaged or missing, so replay cannot go on safely."""
+
+
+class Fenced(StateError):
+    """A newer driver attempt claimed the job's state: this one may no longer write it."""
+
+    def __init__(self, mine: str, newer: str, location: str) -> None:
+        super().__init__(
+            f"driver {mine} was superseded by {newer} (its claim is {location}): this "
+            "driver writes nothing more and stops"
+        )
+        self.mine = mine
+        self.newer = newer
+        self.location = location

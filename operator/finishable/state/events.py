@@ -34,6 +34,7 @@ from finishable.state.errors import (
     EventStoreClosed,
     EventStoreError,
     EventStoreOverflow,
+    Fenced,
     ObjectTooLarge,
 )
 from finishable.state.eventlog import (
@@ -191,7 +192,9 @@ class JobEventStore:
             if self._closing:
                 raise EventStoreClosed("the job event store is closed")
             if self._failure is not None:
-                raise EventStoreError(f"the job event store has failed: {self._failure}")
+                raise EventStoreError(
+                    f"the job event store has failed: {self._failure}"
+                ) from self._failure
             if self._overflow is not None:
                 raise EventStoreOverflow(str(self._overflow))
             if self._pending_bytes + size > self.max_buffer_bytes:
@@ -228,7 +231,7 @@ class JobEventStore:
             deadline = None if timeout is None else time.monotonic() + timeout
             while self._flushed_seq < target:
                 if self._failure is not None:
-                    raise EventStoreError(f"flush failed: {self._failure}")
+                    raise EventStoreError(f"flush failed: {self._failure}") from self._failure
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise EventStoreError(
@@ -255,7 +258,9 @@ class JobEventStore:
                 f"durable (last error: {self.last_error!r})"
             )
         if self._failure is not None:
-            raise EventStoreError(f"the job event store failed: {self._failure}")
+            raise EventStoreError(
+                f"the job event store failed: {self._failure}"
+            ) from self._failure
 
     def replay(self) -> Iterator[JobEvent]:
         """Durable events in order (flush first to include your own recent appends)."""
@@ -343,9 +348,10 @@ class JobEventStore:
         while True:
             try:
                 self.backend.put(name, data)
-            except ObjectTooLarge as exc:
+            except (ObjectTooLarge, Fenced) as exc:
                 with self._wake:
                     self._failure = EventStoreError(f"segment {name} can never be written: {exc}")
+                    self._failure.__cause__ = exc
                     self._done.notify_all()
                 log.error("%s", self._failure)
                 return False

@@ -87,6 +87,15 @@ class Snapshot:
         return self.info.kind
 
 
+_SAVEPOINT_OBJECT = re.compile(rf"(?:.+/)?{_TAG[SnapshotKind.SAVEPOINT]}-\d+\.(?:blob|meta)")
+
+
+def is_savepoint_object(name: str) -> bool:
+    """Whether a state object is (part of) a savepoint, under any store prefix: what a
+    retention policy that keeps savepoints keeps."""
+    return _SAVEPOINT_OBJECT.fullmatch(name) is not None
+
+
 def encode_blob(data: bytes) -> bytes:
     """Frame ``data`` with a magic, its sha256 and its length."""
     return _HEADER.pack(BLOB_MAGIC, hashlib.sha256(data).digest(), len(data)) + data

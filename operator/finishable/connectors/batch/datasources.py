@@ -92,6 +92,7 @@ class Round:
     servers: list[str]
     quota: int = 0
     narrow: bool = False
+    run: int = 1
 
     def to_property(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -346,7 +347,9 @@ def stage_writer(
         stream = batches if first is None else _chain(first, batches)
         server = shuffle_server_for(plan.servers, dataset, task)
         label = f"a{plan.attempt}-r{plan.round}-t{context.attemptNumber()}"
-        info = ShuffleClient(server, token).put_batches(dataset, task, label, arrow_schema, stream)
+        info = ShuffleClient(server, token).put_batches(
+            dataset, task, label, arrow_schema, stream, epoch=(plan.run, plan.attempt)
+        )
         partition = {
             "server": server,
             "dataset": dataset,

@@ -37,6 +37,7 @@ from finishable.shuffle.cluster import ShuffleCluster
 from finishable.state.backends import ObjectBackend
 from finishable.state.control import ControlChannel
 from finishable.state.events import JobEventStore
+from finishable.state.fence import Fence
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -115,6 +116,7 @@ class RuntimeCore:
     control: ControlChannel
     snapshot_min_pause: float
     events: JobEventStore
+    fence: Fence
     shuffle: ShuffleCluster
     figures: Figures
     _lock: threading.RLock
@@ -191,7 +193,7 @@ class RuntimeCore:
         interval = max(0.5, min(5.0, retain / 4))
         while not self._heartbeat_stop.wait(interval):
             try:
-                self.shuffle.register_all(self.attempt)
+                self.shuffle.register_all(self.attempt, run=self.config.run)
             except Exception:
                 log.warning("shuffle heartbeat failed", exc_info=True)
 

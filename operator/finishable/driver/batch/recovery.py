@@ -71,7 +71,7 @@ class RecoveryMixin(RuntimeCore):
         timeout = self.config.spec.recovery.previous_worker_recovery_timeout.total_seconds()
         started = time.monotonic()
         self.shuffle.wait_for(None, timeout, needed or None)
-        answered = self.shuffle.register_all(self.attempt)
+        answered = self.shuffle.register_all(self.attempt, run=self.config.run)
         self._servers = sorted(answered)
         if not self._servers:
             raise JobFailed(

@@ -57,6 +57,7 @@ class RoundsMixin(RuntimeCore):
                 stage=stage.name,
                 round=self._round,
                 attempt=self.attempt,
+                run=self.config.run,
                 tasks=batch,
                 servers=self._servers,
                 quota=stage.read.quota if stage.read is not None else 0,
@@ -132,6 +133,7 @@ class RoundsMixin(RuntimeCore):
             for _, event in sorted(sink_stage.finished.items())
             if event.staged is not None
         ]
+        self.fence.check()  # a superseded attempt publishes nothing
         manifest = publish_files(
             sink.store,
             sink_stage.output_batch,

@@ -42,9 +42,9 @@ from finishable.driver.batch.rounds import RoundsMixin
 from finishable.driver.outcome import JobFailed, Outcome
 from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
 from finishable.shuffle.cluster import ShuffleCluster
-from finishable.state import open_backend
 from finishable.state.control import ControlChannel
 from finishable.state.events import JobEventStore
+from finishable.state.fence import FencedBackend
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -67,6 +67,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         endpoint: CoordinatorEndpoint,
         token: str,
         control: ControlChannel,
+        state: FencedBackend,
     ) -> None:
         if not config.shuffle_urls:
             raise JobFailed(
@@ -81,8 +82,9 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         self.control = control
         recovery = config.spec.recovery
         self.snapshot_min_pause = recovery.snapshot_min_pause.total_seconds()
+        self.fence = state.fence
         self.events = JobEventStore(
-            open_backend(config.state_url, job=config.name, namespace=config.namespace),
+            state,
             prefix=event_log_prefix(config.run_key),
             write_buffer_size=int(recovery.event_store.write_buffer_size),
             flush_interval=recovery.event_store.flush_interval.total_seconds(),

@@ -37,6 +37,7 @@ from finishable.lifecycle.table import Action, LifecycleMode, TaskEvent, TaskKin
 from finishable.lifecycle.task import TaskLifecycle
 from finishable.state import SnapshotInfo, SnapshotStore, open_backend
 from finishable.state.control import ControlChannel
+from finishable.state.fence import Fence, FencedBackend
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -67,6 +68,7 @@ class StreamingExecutor:
         checkpoint_dir: Path,
         control: ControlChannel,
         stop_timeout: float,
+        fence: Fence | None = None,
     ) -> None:
         self._job = job
         self._attempt = attempt
@@ -78,6 +80,7 @@ class StreamingExecutor:
         self._log = CheckpointLog(str(checkpoint_dir))
         self._control = control
         self._stop_timeout = stop_timeout
+        self._fence = fence
         self._query: StreamingQuery | None = None
         self._termination: Termination | None = None
         self._savepoint: SavepointStatus | None = None
@@ -198,7 +201,10 @@ class StreamingExecutor:
     def _target_store(self, request: ControlRequest) -> SnapshotStore | None:
         if not request.target_directory:
             return None
-        return SnapshotStore(open_backend(request.target_directory, job=self._job))
+        backend = open_backend(request.target_directory, job=self._job)
+        if self._fence is not None:
+            backend = FencedBackend(backend, self._fence)
+        return SnapshotStore(backend)
 
     def _savepoint_now(self, request: ControlRequest, target: SnapshotStore | None) -> None:
         """A savepoint without stopping: the newest committed batch, once there is one."""

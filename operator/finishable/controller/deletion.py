@@ -1,0 +1,107 @@
+"""What deleting a job removes: its children at once, and its state as ``retainOnDelete`` says.
+
+The driver writes the job's state ConfigMaps (checkpoints, savepoints, the Batch event log, the
+fence claims) owned by the job, so the garbage collector removes them with it even when the
+finalizer was forced away. The finalizer (:func:`remove_children`) applies the retention policy
+first: the objects to keep lose their owner (orphaned), the rest are deleted in order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from finishable.api.models import RetainOnDelete
+from finishable.controller import naming
+from finishable.controller.kube import Kube
+from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, JobRef, job_label_value
+from finishable.state.configmap import ANNOTATION_NAME
+from finishable.state.configmap import COMPONENT as STATE_COMPONENT
+from finishable.state.snapshots import is_savepoint_object
+
+log = logging.getLogger(__name__)
+
+_CHILDREN: tuple[tuple[str, str, Callable[[str], str]], ...] = (
+    ("apps/v1", "statefulsets", naming.shuffle_name),
+    ("v1", "services", naming.shuffle_service_name),
+    ("v1", "services", naming.driver_service_name),
+    ("v1", "configmaps", naming.config_name),
+    ("v1", "configmaps", naming.control_name),
+    ("v1", "configmaps", naming.state_name),
+    ("v1", "secrets", naming.token_name),
+    ("rbac.authorization.k8s.io/v1", "rolebindings", naming.rbac_name),
+    ("rbac.authorization.k8s.io/v1", "roles", naming.rbac_name),
+    ("v1", "serviceaccounts", naming.rbac_name),
+)
+
+
+@dataclass(frozen=True)
+class StateDisposal:
+    """Which state ConfigMaps go with the job and which stay."""
+
+    delete: list[str] = field(default_factory=list)
+    keep: list[str] = field(default_factory=list)
+
+
+def dispose_state(
+    configmaps: Iterable[Mapping[str, Any]], policy: RetainOnDelete
+) -> StateDisposal:
+    """Sort a job's state ConfigMaps by ``policy``. A ConfigMap without the object-name
+    annotation is not one the state backend wrote: it stays only under ``Everything``."""
+    disposal = StateDisposal()
+    for configmap in configmaps:
+        metadata = configmap.get("metadata") or {}
+        object_name = (metadata.get("annotations") or {}).get(ANNOTATION_NAME, "")
+        keep = policy is RetainOnDelete.EVERYTHING or (
+            policy is RetainOnDelete.SAVEPOINTS and is_savepoint_object(object_name)
+        )
+        (disposal.keep if keep else disposal.delete).append(str(metadata["name"]))
+    return disposal
+
+
+def retain_on_delete(spec: Mapping[str, Any]) -> RetainOnDelete:
+    """The policy of a job's raw spec. A deletion never fails on a spec it cannot read: one
+    that says nothing, or something unknown, keeps the savepoints (the default)."""
+    value = (spec.get("checkpointing") or {}).get("retainOnDelete")
+    try:
+        return RetainOnDelete(str(value))
+    except ValueError:
+        return RetainOnDelete.SAVEPOINTS
+
+
+async def remove_children(kube: Kube, job: JobRef, *, retain: RetainOnDelete) -> int:
+    """Stop the driver, delete every child, and dispose of the state by ``retain``.
+
+    The garbage collector would remove the owned children too, but only after the job is gone
+    and in no particular order; deleting them here stops the driver and its executors first.
+    """
+    deleted = 0
+    job_label = f"{LABEL_JOB}={job_label_value(job.name)}"
+    for component in (naming.DRIVER, naming.EXECUTOR):
+        pods = await kube.list(
+            "pods", namespace=job.namespace, selector=f"{job_label},{LABEL_COMPONENT}={component}"
+        )
+        for pod in pods:
+            deleted += await kube.delete("pods", pod["metadata"]["name"], namespace=job.namespace)
+    for api_version, plural, name_of in _CHILDREN:
+        deleted += await kube.delete(
+            plural, name_of(job.name), namespace=job.namespace, api_version=api_version
+        )
+    selector = f"{job_label},{LABEL_COMPONENT}={STATE_COMPONENT}"
+    state = await kube.list("configmaps", namespace=job.namespace, selector=selector)
+    disposal = dispose_state(state, retain)
+    for name in disposal.keep:
+        await kube.orphan("configmaps", name, namespace=job.namespace)
+    for name in disposal.delete:
+        deleted += await kube.delete("configmaps", name, namespace=job.namespace)
+    if disposal.keep:
+        log.info(
+            "%s/%s: %d state ConfigMap(s) kept (retainOnDelete: %s)",
+            job.namespace,
+            job.name,
+            len(disposal.keep),
+            retain.value,
+        )
+    return deleted

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from finishable.driver.batch.plan import (
     CoordinatorSnapshot,
     Listed,
     OutputCommitted,
+    OutputPlanned,
     PartitionRef,
     StageInitialized,
     StageKind,
@@ -17,11 +21,13 @@ from finishable.driver.batch.plan import (
     TaskFinished,
     TaskReset,
     decode_event,
+    live_events,
     recover,
     replay,
     schedule,
 )
 from finishable.lifecycle.graph import TaskId
+from finishable.state.eventlog import JobEvent
 
 READ = StageInitialized("paid", StageKind.READ.value, 4, source="orders")
 TOTALS = StageInitialized("totals", StageKind.STAGE.value, 2, inputs=("paid",))
@@ -46,7 +52,6 @@ def no_staged(_: Any) -> bool:
 
 
 def test_events_round_trip_through_their_json() -> None:
-    import dataclasses
     import json
 
     event = TaskFinished(
@@ -188,3 +193,48 @@ def test_schedule_narrow_stages_pointwise() -> None:
 @pytest.mark.parametrize("bad", [-1, 7])
 def test_schedule_ignores_finished_tasks_outside_a_stage(bad: int) -> None:
     assert schedule(SHAPES, tasks("totals", bad))["totals"] == [0, 1]
+
+
+# -- compaction: the live events replay to the same log -----------------------------------------
+
+_STAGES = [READ, TOTALS, SINK, StageInitialized("paid", StageKind.READ.value, 9, source="x")]
+
+
+def _an_event() -> st.SearchStrategy[object]:
+    stage = st.sampled_from(["paid", "totals", "sink-out", "other"])
+    task = st.integers(0, 3)
+    return st.one_of(
+        st.sampled_from(_STAGES),
+        st.builds(finished, stage, task, st.sampled_from(["a", "b"])),
+        st.builds(TaskReset, stage, task),
+        st.builds(CoordinatorSnapshot, st.sampled_from(["orders", "x"]), st.text("ab", max_size=3)),
+        st.builds(OutputPlanned, st.just("out"), st.integers(0, 2)),
+        st.builds(OutputCommitted, st.just("out"), st.integers(0, 9)),
+    )
+
+
+def _as_logged(events: list[object]) -> list[JobEvent]:
+    return [
+        JobEvent(seq, type(event).__name__, dataclasses.asdict(event), 0.0)  # type: ignore[arg-type]
+        for seq, event in enumerate(events, start=1)
+    ] + [JobEvent(len(events) + 1, "SomethingNewer", {"x": 1}, 0.0)]
+
+
+def _replayed(events: list[JobEvent]) -> Any:
+    typed = ((e.seq, decode_event(e.type, e.data)) for e in events)
+    return replay((seq, event) for seq, event in typed if event is not None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_an_event(), max_size=40))
+def test_the_live_events_replay_to_the_same_log_and_recovery(events: list[object]) -> None:
+    logged = _as_logged(events)
+    kept = live_events(logged)
+    assert [e.seq for e in kept] == sorted(e.seq for e in kept)
+    assert kept[-1].type == "SomethingNewer", "unknown events are kept"
+    whole, compacted = _replayed(logged), _replayed(kept)
+    whole.last_seq = compacted.last_seq = 0
+    assert compacted == whole
+    survivors = listed(("paid", 0), ("paid", 1), ("totals", 0))
+    assert recover(compacted, survivors, no_staged) == recover(whole, survivors, no_staged)
+    assert live_events(kept) == kept, "compaction is idempotent"

@@ -25,7 +25,7 @@ from finishable.state import (
     ObjectBackend,
     read_events,
 )
-from finishable.state.eventlog import encode_segment
+from finishable.state.eventlog import EventLog, JobEvent, encode_base, encode_segment
 
 from .conftest import BackendCase
 
@@ -334,3 +334,55 @@ def test_empty_log_replays_nothing(tmp_path: Path) -> None:
         assert store.last_seq == 0
         store.flush(timeout=1)  # nothing to wait for
     assert LocalDirBackend(tmp_path).list() == []
+
+
+# -- compaction ----------------------------------------------------------------------------------
+
+
+def newest_per_key(events: list[JobEvent]) -> list[JobEvent]:
+    """A fold like the Batch runtime's: only the newest event of each key is still needed."""
+    newest = {event.data["key"]: event for event in events}
+    return sorted(newest.values(), key=lambda event: event.seq)
+
+
+def test_compaction_replaces_the_history_by_the_live_events(case: BackendCase) -> None:
+    store = JobEventStore(
+        case.backend, flush_interval=60, compact=newest_per_key, compact_after_segments=3
+    )
+    for round_ in range(10):
+        for key in range(4):
+            store.append({"type": "Put", "key": key, "round": round_})
+        store.flush(timeout=30)  # one segment per round
+    store.close()
+    # Compacted after segments 3, 6 and 9: the base holds round 8, the last segment round 9.
+    replayed = list(read_events(case.backend))
+    assert [(e.data["key"], e.data["round"]) for e in replayed] == [
+        *((k, 8) for k in range(4)),
+        *((k, 9) for k in range(4)),
+    ]
+    assert [e.seq for e in replayed] == list(range(33, 41))
+    log = EventLog(case.backend)
+    assert log.base_seqs() == [36]
+    assert log.segment_numbers() == [9], "the replaced segments are gone"
+
+    # A new writer continues the sequence after the base and the segments after it.
+    again = JobEventStore(case.reopen(), compact=newest_per_key, compact_after_segments=3)
+    assert again.append({"type": "Put", "key": 0, "round": 10}) == 41
+    again.close()
+    replayed = list(read_events(case.backend))
+    assert [(e.seq, e.data["round"]) for e in replayed][-2:] == [(40, 9), (41, 10)]
+
+
+def test_a_compaction_cut_short_replays_each_event_once(case: BackendCase) -> None:
+    with JobEventStore(case.backend, flush_interval=60) as store:
+        for round_ in range(3):
+            store.append({"type": "Put", "key": 0, "round": round_})
+            store.flush(timeout=30)
+    events = list(read_events(case.backend))
+    # The base is written, the writer dies before deleting the segments it replaces.
+    log = EventLog(case.backend)
+    case.backend.put(log.base_name(3), encode_base(3, 3, newest_per_key(events)))
+    assert [(e.seq, e.data["round"]) for e in read_events(case.backend)] == [(3, 2)]
+    with JobEventStore(case.reopen()) as store:
+        assert store.append({"type": "Put", "key": 1, "round": 3}) == 4
+    assert [e.seq for e in read_events(case.backend)] == [3, 4]

@@ -42,6 +42,7 @@ from finishable.state.eventlog import (
     EventLog,
     JobEvent,
     TornSegment,
+    encode_base,
     encode_json,
     encode_segment,
 )
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
 DEFAULT_FLUSH_INTERVAL = 1.0
 DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
+DEFAULT_COMPACT_AFTER_SEGMENTS = 64
+"""With a ``compact`` fold, the log is compacted after this many segments since the last time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,8 @@ class JobEventStore:
         max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
         max_retry_delay: float = 5.0,
         on_flush: Callable[[FlushedSegment], None] | None = None,
+        compact: Callable[[list[JobEvent]], list[JobEvent]] | None = None,
+        compact_after_segments: int = DEFAULT_COMPACT_AFTER_SEGMENTS,
     ) -> None:
         if write_buffer_size <= 0:
             raise ValueError(f"write_buffer_size={write_buffer_size} must be positive")
@@ -119,7 +124,10 @@ class JobEventStore:
         self.max_buffer_bytes = max_buffer_bytes
         self.max_retry_delay = max_retry_delay
         self.on_flush = on_flush
+        self.compact = compact
+        self.compact_after_segments = compact_after_segments
         self.writer_id = uuid.uuid4().hex[:12]
+        self._segments_since_base = 0
 
         self._next_segment, self._next_seq = self._recover()
         self._flushed_seq = self._next_seq - 1
@@ -147,9 +155,15 @@ class JobEventStore:
     # -- recovery -----------------------------------------------------------------------------
 
     def _recover(self) -> tuple[int, int]:
-        numbers = self.log.segment_numbers()
+        base = self.log.read_base()
+        first_segment, first_seq = (0, FIRST_SEQ) if base is None else (
+            base.next_segment,
+            base.through_seq + 1,
+        )
+        numbers = [n for n in self.log.segment_numbers() if n >= first_segment]
+        self._segments_since_base = len(numbers)
         if not numbers:
-            return 0, FIRST_SEQ
+            return first_segment, first_seq
         last = numbers[-1]
         try:
             segment = self.log.read_segment(last)
@@ -162,7 +176,7 @@ class JobEventStore:
             )
             self.backend.delete(name)
             if len(numbers) == 1:
-                return last, FIRST_SEQ
+                return last, first_seq
             previous = numbers[-2]
             try:
                 segment = self.log.read_segment(previous)
@@ -312,6 +326,10 @@ class JobEventStore:
                 self._flush_requested = False
             if not self._write_batch(batch, first_seq):
                 return
+            if self.compact is not None and (
+                self._segments_since_base >= self.compact_after_segments
+            ):
+                self._compact(self.compact)
 
     def _write_batch(self, batch: list[bytes], first_seq: int) -> bool:
         """Write ``batch`` as segments of at most ``write_buffer_size``; False: stop the thread."""
@@ -329,6 +347,7 @@ class JobEventStore:
             if not self._put_with_retry(name, data):
                 return False
             self._next_segment = number + 1
+            self._segments_since_base += 1
             last_seq = seq + len(records) - 1
             with self._wake:
                 self._flushed_seq = last_seq
@@ -341,6 +360,44 @@ class JobEventStore:
                     log.exception("the on_flush callback failed for segment %s", name)
             start = end
         return True
+
+    def _compact(self, fold: Callable[[list[JobEvent]], list[JobEvent]]) -> None:
+        """Replace the segments flushed so far by one base of the events ``fold`` keeps.
+
+        Runs on the flusher thread, the log's only writer, so everything up to
+        ``_flushed_seq`` is in segments below ``_next_segment`` and nothing else is written
+        meanwhile. A failure leaves the log as it was (longer, still whole) and is retried after
+        as many segments again.
+        """
+        self._segments_since_base = 0
+        through, next_segment = self._flushed_seq, self._next_segment
+        try:
+            events = list(self.log.replay())
+            kept = sorted(fold(events), key=lambda event: event.seq)
+            self.backend.put(self.log.base_name(through), encode_base(through, next_segment, kept))
+            for seq in self.log.base_seqs():
+                if seq < through:
+                    self.backend.delete(self.log.base_name(seq))
+            replaced = [n for n in self.log.segment_numbers() if n < next_segment]
+            for number in replaced:
+                self.backend.delete(self.log.segment_name(number))
+        except Fenced as exc:
+            with self._wake:
+                self._failure = EventStoreError(f"compaction refused: {exc}")
+                self._failure.__cause__ = exc
+                self._done.notify_all()
+            return
+        except Exception as exc:
+            log.warning("compacting the job event log failed, it stays as it is: %s", exc)
+            return
+        log.info(
+            "compacted the job event log through sequence %d: %d of %d event(s) kept, %d "
+            "segment(s) replaced",
+            through,
+            len(kept),
+            len(events),
+            len(replaced),
+        )
 
     def _put_with_retry(self, name: str, data: bytes) -> bool:
         delay = 0.05

@@ -39,6 +39,7 @@ from finishable.lifecycle.graph import (
     TaskId,
     tasks_to_restart,
 )
+from finishable.state.eventlog import JobEvent
 
 
 class StageKind(StrEnum):
@@ -209,6 +210,42 @@ def replay(events: Iterable[tuple[int, object]]) -> JobLog:
         elif isinstance(event, OutputCommitted):
             job.committed = event
     return job
+
+
+def live_events(events: Iterable[JobEvent]) -> list[JobEvent]:
+    """The events a replay still needs, with their sequence numbers: what compaction keeps.
+
+    ``replay`` of the result equals ``replay`` of ``events``: the first ``StageInitialized`` of
+    each stage, each task's last ``TaskFinished`` unless a ``TaskReset`` came after it, each
+    source's newest ``CoordinatorSnapshot``, the first ``OutputPlanned`` and the last
+    ``OutputCommitted``. Events of types this version does not know are kept for the one that
+    wrote them.
+    """
+    stages: dict[str, JobEvent] = {}
+    finished: dict[tuple[str, int], JobEvent] = {}
+    snapshots: dict[str, JobEvent] = {}
+    planned: list[JobEvent] = []
+    committed: list[JobEvent] = []
+    unknown: list[JobEvent] = []
+    for event in events:
+        typed = decode_event(event.type, event.data)
+        if isinstance(typed, StageInitialized):
+            stages.setdefault(typed.stage, event)
+        elif isinstance(typed, TaskFinished):
+            if typed.stage in stages:
+                finished[typed.stage, typed.task] = event
+        elif isinstance(typed, TaskReset):
+            finished.pop((typed.stage, typed.task), None)
+        elif isinstance(typed, CoordinatorSnapshot):
+            snapshots[typed.coordinator] = event
+        elif isinstance(typed, OutputPlanned):
+            planned = planned or [event]
+        elif isinstance(typed, OutputCommitted):
+            committed = [event]
+        else:
+            unknown.append(event)
+    kept = [*stages.values(), *finished.values(), *snapshots.values(), *planned, *committed]
+    return sorted([*kept, *unknown], key=lambda event: event.seq)
 
 
 # -- recovery ------------------------------------------------------------------------------------

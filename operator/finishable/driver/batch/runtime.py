@@ -36,7 +36,7 @@ from finishable.driver.batch.core import (
     event_log_prefix,
 )
 from finishable.driver.batch.hook import TaskHookMixin
-from finishable.driver.batch.plan import OutputPlanned, StageKind, schedule
+from finishable.driver.batch.plan import OutputPlanned, StageKind, live_events, schedule
 from finishable.driver.batch.recovery import RecoveryMixin
 from finishable.driver.batch.rounds import RoundsMixin
 from finishable.driver.outcome import JobFailed, Outcome
@@ -88,6 +88,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
             prefix=event_log_prefix(config.run_key),
             write_buffer_size=int(recovery.event_store.write_buffer_size),
             flush_interval=recovery.event_store.flush_interval.total_seconds(),
+            compact=live_events,
         )
         self.shuffle = ShuffleCluster(list(config.shuffle_urls), token)
         self.figures = Figures()

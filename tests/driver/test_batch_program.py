@@ -11,8 +11,10 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
@@ -21,6 +23,7 @@ from finishable import FinishableJob, sinks, sources
 from finishable.api.jobconfig import JobConfig
 from finishable.driver.outcome import JobFailed
 from finishable.local.shuffle import LocalShuffle
+from finishable.shuffle import ShuffleClient
 
 SCHEMA = "customer STRING, status STRING, cents LONG"
 
@@ -104,6 +107,52 @@ def test_a_two_stage_job_publishes_what_pandas_computes(
     assert published == truth
     listed = shuffle.servers[0]  # the staged datasets are on the servers, split between them
     assert listed.alive()
+
+
+def test_late_and_duplicate_task_attempts_are_refused_and_the_output_is_exact(
+    spark: SparkSession, shuffle: LocalShuffle, orders: Path, tmp_path: Path
+) -> None:
+    job = make_job(spark, tmp_path, shuffle)
+    rows = job.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
+    paid = job.stage("paid", rows.where(F.col("status") == "paid").select("customer", "cents"))
+    totals = job.stage("totals", paid.groupBy("customer").agg(F.sum("cents").alias("cents")))
+    sink = sinks.TransactionalFiles(str(tmp_path / "out"), name="totals")
+    job.write(totals, sink)
+    runtime = job._batch
+    assert runtime is not None
+    genuine = runtime._hook
+    answers: dict[str, list[dict[str, Any]]] = {"late": [], "duplicate": []}
+    forged = pa.table({"customer": ["zz"], "cents": pa.array([10**6], pa.int64())})
+
+    def twin(body: dict[str, Any], attempt: int) -> dict[str, Any]:
+        """Another attempt of the same task, which uploaded rows of its own for the partition."""
+        upload = body["upload"]
+        uploaded = ShuffleClient(upload["server"], shuffle.token).upload_batches(
+            upload["dataset"], upload["partition"], "twin", forged.schema, forged.to_batches()
+        )
+        return {**body, "attempt": attempt, "upload": {**upload, "id": uploaded.id}}
+
+    def racing(action: str, body: dict[str, Any]) -> dict[str, Any]:
+        if action == "task-finished" and body["task"] == 0 and "upload" in body:
+            if body["stage"] == "paid":  # an attempt whose splits went to a later one
+                answers["late"].append(genuine(action, twin(body, body["attempt"] + 1)))
+            answer = genuine(action, body)
+            # a speculative copy reporting after the first one committed
+            answers["duplicate"].append(genuine(action, twin(body, body["attempt"] + 2)))
+            return answer
+        return genuine(action, body)
+
+    runtime.endpoint.set_runtime_hook(racing)
+    job.run()
+
+    assert [a["ok"] for a in answers["late"]] == [False]
+    assert "no longer live" in answers["late"][0]["refused"]
+    assert [a["ok"] for a in answers["duplicate"]] == [False, False]
+    assert all("is a duplicate" in a["refused"] for a in answers["duplicate"])
+    frame = pd.concat(pd.read_json(p, lines=True) for p in sorted(orders.glob("*.json")))
+    truth = frame[frame["status"] == "paid"].groupby("customer")["cents"].sum().to_dict()
+    published = {r["customer"]: r["cents"] for r in sink.read_committed().to_pylist()}
+    assert published == truth
 
 
 def test_a_shuffle_over_a_source_is_refused_with_what_to_do(

@@ -26,6 +26,7 @@ import http.client
 import logging
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode
 
@@ -70,6 +71,15 @@ keep-alive connections, and an upload cannot be replayed once its chunks were ta
 
 
 # ---------------------------------------------------------------------------------- the client
+
+
+@dataclass(frozen=True, slots=True)
+class Uploaded:
+    """An upload the server holds uncommitted."""
+
+    id: str
+    bytes: int
+    sha256: str
 
 
 class ShuffleClient:
@@ -129,13 +139,56 @@ class ShuffleClient:
     ) -> PartitionInfo:
         """Stream ``chunks`` (an Arrow IPC stream) as the partition and commit it; with the
         writing driver's ``epoch`` (run, attempt), refused if a newer driver registered."""
-        fields = {"attempt": attempt, "commit": "true"}
-        if epoch is not None:
-            fields["epoch"] = f"{epoch[0]}.{epoch[1]}"
-        query = urlencode(fields)
-        path = f"{self._partition_path(dataset, partition)}?{query}"
+        path = self._put_path(dataset, partition, attempt, epoch, commit=True)
         reply = self._upload(path, chunks)
         return PartitionInfo.from_json(reply, self.url)
+
+    def upload(
+        self,
+        dataset: str,
+        partition: int,
+        attempt: str,
+        chunks: Iterable[bytes],
+        *,
+        epoch: tuple[int, int] | None = None,
+    ) -> Uploaded:
+        """Stream ``chunks`` without committing them, for :meth:`commit` (a Batch task
+        uploads, and the driver commits the one attempt it accepts)."""
+        path = self._put_path(dataset, partition, attempt, epoch, commit=False)
+        reply = self._upload(path, chunks)
+        return Uploaded(str(reply["upload"]), int(reply["bytes"]), str(reply["sha256"]))
+
+    def commit(
+        self,
+        dataset: str,
+        partition: int,
+        upload: str,
+        *,
+        epoch: tuple[int, int] | None = None,
+    ) -> PartitionInfo:
+        """Make upload ``upload`` the partition (refused if a newer driver than ``epoch``
+        registered, or if the upload is unknown: committed, or aborted)."""
+        body: dict[str, Any] = {"upload": upload}
+        if epoch is not None:
+            body["epoch"] = f"{epoch[0]}.{epoch[1]}"
+        path = f"{self._partition_path(dataset, partition)}/commit"
+        return PartitionInfo.from_json(self._object("POST", path, body, retries=0), self.url)
+
+    def _put_path(
+        self,
+        dataset: str,
+        partition: int,
+        attempt: str,
+        epoch: tuple[int, int] | None,
+        *,
+        commit: bool,
+    ) -> str:
+        fields = {"attempt": attempt}
+        if commit:
+            fields["commit"] = "true"
+        if epoch is not None:
+            fields["epoch"] = f"{epoch[0]}.{epoch[1]}"
+        return f"{self._partition_path(dataset, partition)}?{urlencode(fields)}"
 
     def put_batches(
         self,
@@ -147,8 +200,21 @@ class ShuffleClient:
         *,
         epoch: tuple[int, int] | None = None,
     ) -> PartitionInfo:
-        """Serialise ``batches`` to an IPC stream on the fly and upload it as the partition."""
+        """Serialise ``batches`` to an IPC stream on the fly, upload and commit it."""
         return self.put(dataset, partition, attempt, _ipc_chunks(schema, batches), epoch=epoch)
+
+    def upload_batches(
+        self,
+        dataset: str,
+        partition: int,
+        attempt: str,
+        schema: pa.Schema,
+        batches: Iterable[pa.RecordBatch],
+        *,
+        epoch: tuple[int, int] | None = None,
+    ) -> Uploaded:
+        """Serialise ``batches`` to an IPC stream on the fly and upload it, uncommitted."""
+        return self.upload(dataset, partition, attempt, _ipc_chunks(schema, batches), epoch=epoch)
 
     def get(self, dataset: str, partition: int) -> Iterator[pa.RecordBatch]:
         """The partition's batches; the whole download is checked before the first one."""

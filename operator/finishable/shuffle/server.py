@@ -12,7 +12,7 @@ API (JSON; every route under ``/v1/`` needs ``Authorization: Bearer <token>``)::
     GET    /metrics                                       Prometheus text, no token
     POST   /v1/drivers                                    {"attempt": n, "run": r} register
     PUT    /v1/partitions/{dataset}/{partition}?attempt=A[&epoch=R.N][&commit=true]   Arrow IPC
-    POST   /v1/partitions/{dataset}/{partition}/commit    {"upload": id}
+    POST   /v1/partitions/{dataset}/{partition}/commit    {"upload": id[, "epoch": "R.N"]}
     GET    /v1/partitions/{dataset}/{partition}           the partition's bytes
     GET    /v1/partitions[?dataset=D][&verify=true]       committed (and corrupt) partitions
     DELETE /v1/partitions[?includePromoted=true]          release the job
@@ -346,7 +346,7 @@ class ShuffleServer:
                 "letters, digits, '_', '.' or '-'",
             )
         check_attempt(attempt)
-        epoch = _epoch(request.query.get("epoch"))
+        epoch = _epoch(request.query.get("epoch"), "query parameter epoch")
         if epoch is not None:
             self._refuse_superseded(epoch, "the upload")
         commit = self._flag(request, "commit")
@@ -386,6 +386,9 @@ class ShuffleServer:
                 f"body.upload {upload_id!r} is not valid: expected the id a PUT without "
                 "commit=true answered",
             )
+        epoch = _epoch(body.get("epoch"), "body.epoch")
+        if epoch is not None:
+            self._refuse_superseded(epoch, "the commit")
         meta = await asyncio.to_thread(self.store.commit, upload_id, dataset, partition)
         self.metrics.puts.inc()
         return _json_response(200, meta.to_json())
@@ -480,15 +483,19 @@ def _positive(value: object, field: str) -> int:
     return value
 
 
-def _epoch(text: str | None) -> tuple[int, int] | None:
-    """``R.N`` (run R, driver attempt N) of an upload's ``epoch`` query parameter."""
-    if text is None:
+def _epoch(value: object, field: str) -> tuple[int, int] | None:
+    """``R.N`` (run R, driver attempt N): the writing driver's epoch, where a request gives it."""
+    if value is None:
         return None
-    run, _, attempt = text.partition(".")
-    if not (run.isdigit() and attempt.isdigit() and int(run) >= 1 and int(attempt) >= 1):
-        raise _HttpError(
-            400, f"query parameter epoch={text!r} is not valid: expected RUN.ATTEMPT, e.g. 1.2"
-        )
+    run, _, attempt = str(value).partition(".")
+    if not (
+        isinstance(value, str)
+        and run.isdigit()
+        and attempt.isdigit()
+        and int(run) >= 1
+        and int(attempt) >= 1
+    ):
+        raise _HttpError(400, f"{field}={value!r} is not valid: expected RUN.ATTEMPT, e.g. 1.2")
     return int(run), int(attempt)
 
 

@@ -319,6 +319,7 @@ def _finished(
         {
             "stage": plan.stage,
             "task": task,
+            "round": plan.round,
             "attempt": coordinator_attempt(plan.attempt, plan.round, context.attemptNumber()),
             "task_attempt": context.attemptNumber(),
             "rows": rows,
@@ -332,7 +333,9 @@ def _finished(
 def stage_writer(
     endpoint: str, token: str, dataset: str, schema: bytes, *, slotted: bool
 ) -> ArrowFunction:
-    """Writes the task's rows as one result partition, then reports the task finished."""
+    """Uploads the task's rows as one result partition, uncommitted, then reports the task: the
+    driver commits the upload of the one attempt it accepts (a late or duplicate attempt's is
+    never committed, and the server drops it once idle)."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         plan = Round.current()
@@ -344,32 +347,32 @@ def stage_writer(
         arrow_schema = (
             first.schema if first is not None else pa.ipc.read_schema(pa.py_buffer(schema))
         )
-        stream = batches if first is None else _chain(first, batches)
+        rows = [0]
+        stream = _counted(batches if first is None else _chain(first, batches), rows)
         server = shuffle_server_for(plan.servers, dataset, task)
         label = f"a{plan.attempt}-r{plan.round}-t{context.attemptNumber()}"
-        info = ShuffleClient(server, token).put_batches(
+        uploaded = ShuffleClient(server, token).upload_batches(
             dataset, task, label, arrow_schema, stream, epoch=(plan.run, plan.attempt)
         )
-        partition = {
-            "server": server,
-            "dataset": dataset,
-            "partition": task,
-            "sha256": info.sha256,
-            "rows": info.rows,
-            "bytes": info.bytes,
-        }
+        upload = {"server": server, "dataset": dataset, "partition": task, "id": uploaded.id}
         yield _finished(
             endpoint,
             token,
             plan,
             task=task,
             context=context,
-            rows=info.rows,
-            size=info.bytes,
-            partitions=[partition],
+            rows=rows[0],
+            size=uploaded.bytes,
+            upload=upload,
         )
 
     return write
+
+
+def _counted(batches: Iterator[pa.RecordBatch], rows: list[int]) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        rows[0] += batch.num_rows
+        yield batch
 
 
 def sink_writer(

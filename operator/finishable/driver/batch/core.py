@@ -130,6 +130,8 @@ class RuntimeCore:
     _drain_request: ControlRequest | None
     _heartbeat_stop: threading.Event
     _last_progress: float
+    _accepted: dict[tuple[str, int], tuple[int, int]]
+    """(stage, task) -> (round, attempt) whose output this driver attempt committed."""
     _log: JobLog
     _recovery: Recovery
     _heartbeat: threading.Thread

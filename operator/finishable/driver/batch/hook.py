@@ -4,16 +4,25 @@ A reader task announces its start (its subtask's earlier attempts are failed and
 reset, so it reads from scratch); every task reports its finish (its splits are finished in the
 enumerator, its partitions and staged file logged as ``TaskFinished``); a stage task asks where
 a partition of its input lives.
+
+The driver is the commit coordinator of task attempts: a stage task uploads its partition
+uncommitted and the driver commits it only for the one attempt it accepts per task and round,
+which for a reader task must still be live in its source's coordinator. A late attempt (whose
+splits were handed to a later one) or a duplicate (speculation) is refused and its upload never
+becomes the partition, so whatever attempts race, each split's rows are in the output once.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from finishable.coordinator.contract import NO_CHECKPOINT
 from finishable.coordinator.events import SplitFinished
 from finishable.driver.batch.core import DeclaredStage, RuntimeCore
 from finishable.driver.batch.plan import PartitionRef, TaskFinished
+
+log = logging.getLogger(__name__)
 
 
 class TaskHookMixin(RuntimeCore):
@@ -52,8 +61,15 @@ class TaskHookMixin(RuntimeCore):
     def _task_finished(self, body: dict[str, Any]) -> dict[str, Any]:
         stage = self._stage_named(body.get("stage"))
         task, attempt = int(body["task"]), int(body["attempt"])
+        round_number = int(body.get("round", -1))
         splits: tuple[str, ...] = ()
         with self._lock:
+            refusal = self._refusal(stage, task, attempt, round_number)
+            if refusal is not None:
+                log.warning("stage %s: %s; its output is not committed", stage.name, refusal)
+                return {"ok": False, "refused": refusal}
+            partitions = self._commit_upload(body.get("upload"))
+            self._accepted[stage.name, task] = (round_number, attempt)
             if stage.read is not None:
                 host = stage.read.coordinator.host
                 view = host.inspect(lambda c: c.assignment_view()).result(30)  # type: ignore[attr-defined]
@@ -67,7 +83,7 @@ class TaskHookMixin(RuntimeCore):
                 task_attempt=int(body.get("task_attempt", 0)),
                 rows=int(body.get("rows", 0)),
                 bytes=int(body.get("bytes", 0)),
-                partitions=tuple(PartitionRef(**p) for p in body.get("partitions", ())),
+                partitions=partitions,
                 staged=body.get("staged"),
                 splits=splits,
             )
@@ -77,6 +93,41 @@ class TaskHookMixin(RuntimeCore):
                 self._snapshot(stage.read)
         self._report_progress(stage)
         return {"ok": True}
+
+    def _refusal(
+        self, stage: DeclaredStage, task: int, attempt: int, round_number: int
+    ) -> str | None:
+        """Why this attempt's output must not be committed, or None to commit it."""
+        accepted = self._accepted.get((stage.name, task))
+        if accepted is not None and accepted[0] == round_number:
+            return (
+                f"task {task} of round {round_number} was committed by attempt {accepted[1]}; "
+                f"attempt {attempt} is a duplicate"
+            )
+        if stage.read is not None:
+            live = stage.read.coordinator.host.live_attempts().result(30).get(task, [])
+            if attempt not in live:
+                return (
+                    f"attempt {attempt} of task {task} is no longer live: a later attempt "
+                    "took over its splits"
+                )
+        return None
+
+    def _commit_upload(self, upload: dict[str, Any] | None) -> tuple[PartitionRef, ...]:
+        """Commit the accepted attempt's upload on its server (fenced by this driver's epoch)."""
+        if not upload:
+            return ()
+        server = str(upload["server"])
+        info = self.shuffle.client(server).commit(
+            str(upload["dataset"]),
+            int(upload["partition"]),
+            str(upload["id"]),
+            epoch=(self.config.run, self.attempt),
+        )
+        reference = PartitionRef(
+            server, info.dataset, info.partition, info.sha256, info.rows, info.bytes
+        )
+        return (reference,)
 
     def _locations(self, body: dict[str, Any]) -> dict[str, Any]:
         stage = self._stage_named(body.get("dataset"))

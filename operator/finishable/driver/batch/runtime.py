@@ -103,6 +103,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         self._drain_request = None
         self._heartbeat_stop = threading.Event()
         self._last_progress = 0.0
+        self._accepted = {}
         self._log = self._replay()
         self._recovery = self._reconnect()
         self._heartbeat = threading.Thread(target=self._heartbeats, daemon=True, name="shuffle-hb")

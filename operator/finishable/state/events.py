@@ -8,6 +8,11 @@ the durable log is always a prefix of what was appended. The segments' format an
 reads them back are in :mod:`finishable.state.eventlog`. Opening a store for writing removes a
 damaged last segment, so the next segment does not bury it in the middle of the log.
 
+Given a ``compact`` fold, the flusher compacts the log every ``compact_after_segments``
+segments: the events the fold keeps, with their sequence numbers, become one base object and the
+segments they replace are deleted (:mod:`finishable.state.eventlog` has the format). A write
+refused by a fence (``Fenced``) fails the store for good: a superseded driver writes nothing more.
+
 Backend down: the flusher retries the same segment with exponential backoff (up to
 ``max_retry_delay``), logging warnings, while ``append`` keeps buffering. Memory is bounded by
 ``max_buffer_bytes`` (buffered plus in flight). When an append would cross it, ``append`` raises

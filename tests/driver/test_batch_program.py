@@ -24,6 +24,7 @@ from finishable.api.jobconfig import JobConfig
 from finishable.driver.outcome import JobFailed
 from finishable.local.shuffle import LocalShuffle
 from finishable.shuffle import ShuffleClient
+from finishable.shuffle.client import ipc_chunks
 
 SCHEMA = "customer STRING, status STRING, cents LONG"
 
@@ -90,21 +91,36 @@ def make_job(
     return FinishableJob(config, spark=spark, token=shuffle.token)
 
 
-def test_a_two_stage_job_publishes_what_pandas_computes(
-    spark: SparkSession, shuffle: LocalShuffle, orders: Path, tmp_path: Path
-) -> None:
-    job = make_job(spark, tmp_path, shuffle)
+def two_stage_job(
+    spark: SparkSession, tmp: Path, shuffle: LocalShuffle, orders: Path
+) -> tuple[FinishableJob, sinks.TransactionalFiles]:
+    """Paid orders staged, summed per customer in a second stage, written to a sink."""
+    job = make_job(spark, tmp, shuffle)
     rows = job.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
     paid = job.stage("paid", rows.where(F.col("status") == "paid").select("customer", "cents"))
     totals = job.stage("totals", paid.groupBy("customer").agg(F.sum("cents").alias("cents")))
-    sink = sinks.TransactionalFiles(str(tmp_path / "out"), name="totals")
+    sink = sinks.TransactionalFiles(str(tmp / "out"), name="totals")
     job.write(totals, sink)
+    return job, sink
+
+
+def paid_cents_per_customer(orders: Path) -> dict[str, int]:
+    """The ground truth, by pandas."""
+    frame = pd.concat(pd.read_json(p, lines=True) for p in sorted(orders.glob("*.json")))
+    return dict(frame[frame["status"] == "paid"].groupby("customer")["cents"].sum().to_dict())
+
+
+def published(sink: sinks.TransactionalFiles) -> dict[str, int]:
+    return {r["customer"]: r["cents"] for r in sink.read_committed().to_pylist()}
+
+
+def test_a_two_stage_job_publishes_what_pandas_computes(
+    spark: SparkSession, shuffle: LocalShuffle, orders: Path, tmp_path: Path
+) -> None:
+    job, sink = two_stage_job(spark, tmp_path, shuffle, orders)
     job.run()
 
-    frame = pd.concat(pd.read_json(p, lines=True) for p in sorted(orders.glob("*.json")))
-    truth = frame[frame["status"] == "paid"].groupby("customer")["cents"].sum().to_dict()
-    published = {r["customer"]: r["cents"] for r in sink.read_committed().to_pylist()}
-    assert published == truth
+    assert published(sink) == paid_cents_per_customer(orders)
     listed = shuffle.servers[0]  # the staged datasets are on the servers, split between them
     assert listed.alive()
 
@@ -112,12 +128,7 @@ def test_a_two_stage_job_publishes_what_pandas_computes(
 def test_late_and_duplicate_task_attempts_are_refused_and_the_output_is_exact(
     spark: SparkSession, shuffle: LocalShuffle, orders: Path, tmp_path: Path
 ) -> None:
-    job = make_job(spark, tmp_path, shuffle)
-    rows = job.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
-    paid = job.stage("paid", rows.where(F.col("status") == "paid").select("customer", "cents"))
-    totals = job.stage("totals", paid.groupBy("customer").agg(F.sum("cents").alias("cents")))
-    sink = sinks.TransactionalFiles(str(tmp_path / "out"), name="totals")
-    job.write(totals, sink)
+    job, sink = two_stage_job(spark, tmp_path, shuffle, orders)
     runtime = job._batch
     assert runtime is not None
     genuine = runtime._hook
@@ -127,8 +138,11 @@ def test_late_and_duplicate_task_attempts_are_refused_and_the_output_is_exact(
     def twin(body: dict[str, Any], attempt: int) -> dict[str, Any]:
         """Another attempt of the same task, which uploaded rows of its own for the partition."""
         upload = body["upload"]
-        uploaded = ShuffleClient(upload["server"], shuffle.token).upload_batches(
-            upload["dataset"], upload["partition"], "twin", forged.schema, forged.to_batches()
+        uploaded = ShuffleClient(upload["server"], shuffle.token).upload(
+            upload["dataset"],
+            upload["partition"],
+            "twin",
+            ipc_chunks(forged.schema, forged.to_batches()),
         )
         return {**body, "attempt": attempt, "upload": {**upload, "id": uploaded.id}}
 
@@ -149,10 +163,7 @@ def test_late_and_duplicate_task_attempts_are_refused_and_the_output_is_exact(
     assert "no longer live" in answers["late"][0]["refused"]
     assert [a["ok"] for a in answers["duplicate"]] == [False, False]
     assert all("is a duplicate" in a["refused"] for a in answers["duplicate"])
-    frame = pd.concat(pd.read_json(p, lines=True) for p in sorted(orders.glob("*.json")))
-    truth = frame[frame["status"] == "paid"].groupby("customer")["cents"].sum().to_dict()
-    published = {r["customer"]: r["cents"] for r in sink.read_committed().to_pylist()}
-    assert published == truth
+    assert published(sink) == paid_cents_per_customer(orders)
 
 
 def test_a_shuffle_over_a_source_is_refused_with_what_to_do(

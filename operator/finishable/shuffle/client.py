@@ -201,20 +201,7 @@ class ShuffleClient:
         epoch: tuple[int, int] | None = None,
     ) -> PartitionInfo:
         """Serialise ``batches`` to an IPC stream on the fly, upload and commit it."""
-        return self.put(dataset, partition, attempt, _ipc_chunks(schema, batches), epoch=epoch)
-
-    def upload_batches(
-        self,
-        dataset: str,
-        partition: int,
-        attempt: str,
-        schema: pa.Schema,
-        batches: Iterable[pa.RecordBatch],
-        *,
-        epoch: tuple[int, int] | None = None,
-    ) -> Uploaded:
-        """Serialise ``batches`` to an IPC stream on the fly and upload it, uncommitted."""
-        return self.upload(dataset, partition, attempt, _ipc_chunks(schema, batches), epoch=epoch)
+        return self.put(dataset, partition, attempt, ipc_chunks(schema, batches), epoch=epoch)
 
     def get(self, dataset: str, partition: int) -> Iterator[pa.RecordBatch]:
         """The partition's batches; the whole download is checked before the first one."""
@@ -507,7 +494,7 @@ class _Sink:
         return data
 
 
-def _ipc_chunks(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> Iterator[bytes]:
+def ipc_chunks(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> Iterator[bytes]:
     """An IPC stream of ``batches`` in chunks of about 1 MiB, written as batches arrive."""
     import pyarrow as pa  # noqa: PLC0415
 

@@ -49,7 +49,7 @@ from finishable.connectors.staging import StagedPart, TaskIdentity, stage_batche
 from finishable.connectors.streaming.commit_hook import post_json
 from finishable.coordinator.events import AddSplits, NoMoreSplits
 from finishable.coordinator.splits import SentinelSplit
-from finishable.shuffle.client import ShuffleClient
+from finishable.shuffle.client import ShuffleClient, ipc_chunks
 
 log = logging.getLogger(__name__)
 
@@ -351,8 +351,8 @@ def stage_writer(
         stream = _counted(batches if first is None else _chain(first, batches), rows)
         server = shuffle_server_for(plan.servers, dataset, task)
         label = f"a{plan.attempt}-r{plan.round}-t{context.attemptNumber()}"
-        uploaded = ShuffleClient(server, token).upload_batches(
-            dataset, task, label, arrow_schema, stream, epoch=(plan.run, plan.attempt)
+        uploaded = ShuffleClient(server, token).upload(
+            dataset, task, label, ipc_chunks(arrow_schema, stream), epoch=(plan.run, plan.attempt)
         )
         upload = {"server": server, "dataset": dataset, "partition": task, "id": uploaded.id}
         yield _finished(

@@ -9,7 +9,9 @@ Then it closes the store (the final flush), replays the log and checks that ever
 * ``append_events_per_s``: appends / wall time of the append loop (timing overhead included);
 * ``append_p50_us`` / ``append_p99_us`` / ``append_p999_us`` / ``append_max_us``: per call;
 * ``durable_events_per_s``: appends / (append loop + close), i.e. until everything is on the
-  backend: what the backend sustains, not what the caller waits for.
+  backend: what the backend sustains, not what the caller waits for;
+* ``fenced_durable_events_per_s``: the same through a ``FencedBackend``, as a driver writes (one
+  fence check, a ``get``, before each segment): the cost of fencing stale drivers.
 
 The servers run in child processes, as a real API server or object store would, so their Python
 work does not compete with the appending thread for the GIL. Aims (issue 3): p99 < 50 us and
@@ -37,10 +39,10 @@ import pyarrow.fs as pafs
 from finishable.kube.api import KubeApi
 from finishable.state import JobEventStore, LocalDirBackend, ObjectBackend, read_events
 from finishable.state.configmap import ConfigMapBackend
+from finishable.state.fence import Epoch, Fence, FencedBackend
 from finishable.state.objectstore import ObjectStoreBackend
 
 ROOT = Path(__file__).resolve().parent.parent
-EMULATOR = ROOT / "tests" / "support" / "k8s_emulator.py"
 BUCKET = "bench-events"
 
 
@@ -89,7 +91,8 @@ def moto_server() -> Iterator[str]:
 def k8s_emulator() -> Iterator[str]:
     """The test suite's API emulator in a child process; yields its URL."""
     child = subprocess.Popen(
-        [sys.executable, str(EMULATOR)],
+        [sys.executable, "-m", "tests.support.k8s_emulator"],
+        cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -113,8 +116,26 @@ def percentile(sorted_values: list[int], fraction: float) -> float:
     return round(sorted_values[index] / 1000, 2)
 
 
-def measure(
+def measure_both(
     backend: ObjectBackend, events: int, write_buffer_size: int, flush_interval: float
+) -> dict[str, Any]:
+    """Plain, then fenced (under another prefix of the same backend)."""
+    plain = measure(backend, events, write_buffer_size, flush_interval, prefix="events")
+    fence = Fence(backend, "bench-job", Epoch(1, 1))
+    fence.claim()
+    fenced = measure(
+        FencedBackend(backend, fence), events, write_buffer_size, flush_interval, prefix="fenced"
+    )
+    return {**plain, "fenced_durable_events_per_s": fenced["durable_events_per_s"]}
+
+
+def measure(
+    backend: ObjectBackend,
+    events: int,
+    write_buffer_size: int,
+    flush_interval: float,
+    *,
+    prefix: str,
 ) -> dict[str, Any]:
     segments = 0
 
@@ -124,6 +145,7 @@ def measure(
 
     store = JobEventStore(
         backend,
+        prefix=prefix,
         write_buffer_size=write_buffer_size,
         flush_interval=flush_interval,
         on_flush=on_flush,
@@ -150,7 +172,7 @@ def measure(
     appended = time.perf_counter()
     store.close(timeout=300)
     closed = time.perf_counter()
-    replayed = sum(1 for _ in read_events(backend))
+    replayed = sum(1 for _ in read_events(backend, prefix=prefix))
     if replayed != events:
         raise RuntimeError(f"replayed {replayed} events of {events}")
     latencies.sort()
@@ -180,20 +202,20 @@ def main() -> None:
 
     def run_local() -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as directory:
-            return measure(
+            return measure_both(
                 LocalDirBackend(directory), args.events, args.write_buffer_size, args.flush_interval
             )
 
     def run_s3() -> dict[str, Any]:
         with moto_server() as url:
-            return measure(
+            return measure_both(
                 ObjectStoreBackend(url), args.events, args.write_buffer_size, args.flush_interval
             )
 
     def run_configmap() -> dict[str, Any]:
         with k8s_emulator() as url:
             api = KubeApi.for_url(url, namespace="bench")
-            return measure(
+            return measure_both(
                 ConfigMapBackend(api, "bench-job"),
                 args.events,
                 args.write_buffer_size,

@@ -12,9 +12,9 @@ A long-running job's log is *compacted* (by the writer, with a fold its caller g
 events a replay still needs, up to sequence ``T``, are written as one *base* object
 ``<prefix>/base-<T>`` (a header with ``through_seq`` and the number of the next segment, one line
 per event with its original sequence number and time, and the same footer), then the segments it
-replaces are deleted. Replay reads the newest base and the segments after it, skipping segments
-that end at or before ``T`` (left behind by a compaction cut short), so replay costs what the
-live state costs, not the job's whole history.
+replaces are deleted. Replay reads the newest base and the segments from its next segment on,
+ignoring older ones (left behind by a compaction cut short), so replay costs what the live state
+costs, not the job's whole history.
 
 Backends publish an object atomically, but a segment can still be damaged (a file system without
 atomic rename, a truncated copy, a ConfigMap whose parts were lost). ``replay`` checks every

@@ -24,7 +24,7 @@ from finishable.api.jobconfig import JobConfig
 from finishable.driver.outcome import JobFailed
 from finishable.local.shuffle import LocalShuffle
 from finishable.shuffle import ShuffleClient
-from finishable.shuffle.client import ipc_chunks
+from finishable.shuffle.streams import ipc_chunks
 
 SCHEMA = "customer STRING, status STRING, cents LONG"
 

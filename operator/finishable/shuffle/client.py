@@ -45,6 +45,14 @@ from finishable.shuffle.errors import (
     ShuffleUnavailable,
     request_error,
 )
+from finishable.shuffle.streams import (
+    CHUNK,
+    CutOff,
+    SendOnce,
+    SourceFailed,
+    batches_then_close,
+    ipc_chunks,
+)
 from finishable.transport import (
     RETRY_NONE,
     Exchange,
@@ -63,7 +71,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_CHUNK = 1 << 20
 _SPOOL_IN_MEMORY = 8 << 20
 _FRESH_CONNECTION_AFTER = 30.0
 """An upload on a connection idle longer than this opens a new one: the server may close idle
@@ -113,9 +120,7 @@ class ShuffleClient:
             return False
         return isinstance(reply, dict) and reply.get("status") == "ok"
 
-    def register(
-        self, attempt: int, *, run: int = 1, retries: int | None = None
-    ) -> Registration:
+    def register(self, attempt: int, *, run: int = 1, retries: int | None = None) -> Registration:
         """Register driver ``attempt`` of ``run`` or heartbeat it; restarts the server's retain
         clock. Refused (409) once a newer attempt registered: this driver is superseded."""
         body = {"attempt": int(attempt), "run": int(run)}
@@ -206,7 +211,7 @@ class ShuffleClient:
     def get(self, dataset: str, partition: int) -> Iterator[pa.RecordBatch]:
         """The partition's batches; the whole download is checked before the first one."""
         reader, spool = self._open_stream(dataset, partition)
-        return _batches(reader, spool)
+        return batches_then_close(reader, spool)
 
     def read_table(self, dataset: str, partition: int) -> pa.Table:
         """The partition as one table (the schema survives even with no batches)."""
@@ -220,7 +225,7 @@ class ShuffleClient:
         """Copy the partition's verified bytes to ``sink``; returns what the server committed."""
         spool, info = self._download(dataset, partition)
         with spool:
-            while chunk := spool.read(_CHUNK):
+            while chunk := spool.read(CHUNK):
                 sink.write(chunk)
         return info
 
@@ -321,7 +326,7 @@ class ShuffleClient:
             try:
                 digest = hashlib.sha256()
                 size = 0
-                while chunk := response.read(_CHUNK):
+                while chunk := response.read(CHUNK):
                     digest.update(chunk)
                     spool.write(chunk)
                     size += len(chunk)
@@ -351,7 +356,7 @@ class ShuffleClient:
     # ------------------------------------------------------------------ uploads
 
     def _upload(self, path: str, chunks: Iterable[bytes]) -> dict[str, Any]:
-        source = _Once(chunks)
+        source = SendOnce(chunks)
         headers = {
             "Content-Type": "application/vnd.apache.arrow.stream",
             "Transfer-Encoding": "chunked",
@@ -363,7 +368,7 @@ class ShuffleClient:
                 return decode_json(response.read())
             except (OSError, http.client.HTTPException) as error:
                 if source.started:  # the chunks taken cannot be sent again: do not retry
-                    raise _CutOff(error) from error
+                    raise CutOff(error) from error
                 raise
 
         def once() -> Any:
@@ -377,9 +382,9 @@ class ShuffleClient:
                     retry_statuses=RETRY_NONE,
                     fresh_after=_FRESH_CONNECTION_AFTER,
                 )
-            except _SourceFailed as error:
+            except SourceFailed as error:
                 raise error.cause from None
-            except (Unreachable, _CutOff) as error:
+            except (Unreachable, CutOff) as error:
                 problem = error.problem
                 raise ShuffleUnavailable(
                     f"PUT {self.url}{path} failed after {source.sent} byte(s) were sent: "
@@ -425,97 +430,6 @@ class ShuffleClient:
             raise request_error(error.status, error.message, self.url) from None
         except Unreachable as error:
             raise ShuffleUnavailable(str(error)) from error.problem
-
-
-class _CutOff(Exception):
-    """An upload failed after its first chunk was taken: it cannot be replayed."""
-
-    def __init__(self, problem: Exception) -> None:
-        super().__init__(str(problem))
-        self.problem = problem
-
-
-class _SourceFailed(Exception):
-    """The upload's own chunks raised: the body is cut off and the connection must go."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(f"the chunks of the upload raised {cause!r}")
-        self.cause = cause
-
-
-class _Once:
-    """Wraps an upload's chunks: counts what was sent and whether any chunk was taken."""
-
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self._chunks = iter(chunks)
-        self.started = False
-        self.sent = 0
-
-    def __iter__(self) -> Iterator[bytes]:
-        return self
-
-    def __next__(self) -> bytes:
-        self.started = True
-        while True:
-            try:
-                chunk = next(self._chunks)
-            except StopIteration:
-                raise
-            except Exception as error:
-                raise _SourceFailed(error) from error
-            if chunk:  # an empty chunk would end a chunked body early
-                self.sent += len(chunk)
-                return bytes(chunk)
-
-
-# ---------------------------------------------------------------------------------- Arrow
-
-
-class _Sink:
-    """A write-only file for ``pyarrow.ipc.new_stream`` whose bytes are drained into chunks."""
-
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-        self.closed = False
-
-    def write(self, data: bytes | memoryview) -> int:
-        self.buffer += data
-        return len(data)
-
-    def flush(self) -> None:
-        return None
-
-    def close(self) -> None:
-        self.closed = True
-
-    def drain(self) -> bytes:
-        data = bytes(self.buffer)
-        self.buffer.clear()
-        return data
-
-
-def ipc_chunks(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> Iterator[bytes]:
-    """An IPC stream of ``batches`` in chunks of about 1 MiB, written as batches arrive."""
-    import pyarrow as pa  # noqa: PLC0415
-
-    sink = _Sink()
-    writer = pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), schema)
-    try:
-        for batch in batches:
-            writer.write_batch(batch)
-            if len(sink.buffer) >= _CHUNK:
-                yield sink.drain()
-    finally:
-        writer.close()
-    if sink.buffer:
-        yield sink.drain()
-
-
-def _batches(reader: pa.ipc.RecordBatchStreamReader, spool: IO[bytes]) -> Iterator[pa.RecordBatch]:
-    try:
-        yield from reader
-    finally:
-        spool.close()
 
 
 __all__ = ["ShuffleClient"]

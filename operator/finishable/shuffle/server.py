@@ -36,7 +36,6 @@ import asyncio
 import contextlib
 import errno
 import hmac
-import json
 import logging
 import os
 import time
@@ -56,9 +55,18 @@ from finishable.shuffle.records import (
     UnknownUpload,
     check_attempt,
     check_dataset,
-    check_partition,
 )
 from finishable.shuffle.store import PartitionStore
+from finishable.shuffle.wire import (
+    HttpError,
+    driver_epoch,
+    error_response,
+    flag,
+    json_body,
+    json_response,
+    partition_names,
+    positive,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -81,27 +89,6 @@ class BindError(StartupError):
     """The address is taken or not ours: the configuration may be fine (exit code 1)."""
 
     exit_code = 1
-
-
-class _HttpError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def _json_response(status: int, payload: object) -> web.Response:
-    return web.Response(
-        status=status,
-        body=json.dumps(payload, separators=(",", ":")).encode("utf-8"),
-        content_type="application/json",
-    )
-
-
-def _error(status: int, message: str) -> web.Response:
-    response = _json_response(status, {"error": message})
-    if status == 401:
-        response.headers["WWW-Authenticate"] = 'Bearer realm="finishable-shuffle"'
-    return response
 
 
 class ShuffleServer:
@@ -205,28 +192,28 @@ class ShuffleServer:
     ) -> web.StreamResponse:
         try:
             return await handler(request)
-        except _HttpError as error:
-            return _error(error.status, str(error))
+        except HttpError as error:
+            return error_response(error.status, str(error))
         except (InvalidName, NotArrowStream) as error:
-            return _error(400, str(error))
+            return error_response(400, str(error))
         except (UnknownUpload, PartitionMissing, DatasetMissing) as error:
-            return _error(404, str(error))
+            return error_response(404, str(error))
         except web.HTTPException as error:
             if error.status == 404:
-                return _error(404, f"no route {request.method} {request.path}")
+                return error_response(404, f"no route {request.method} {request.path}")
             if error.status == 405:
-                return _error(405, f"{request.method} is not allowed on {request.path}")
+                return error_response(405, f"{request.method} is not allowed on {request.path}")
             raise
         except asyncio.CancelledError:
             raise
         except OSError as error:
             if error.errno in (errno.ENOSPC, errno.EDQUOT):
-                return _error(507, f"the shuffle server's disk is full: {error}")
+                return error_response(507, f"the shuffle server's disk is full: {error}")
             logger.exception("shuffle server: %s %s failed", request.method, request.path)
-            return _error(500, f"{type(error).__name__}: {error}")
+            return error_response(500, f"{type(error).__name__}: {error}")
         except Exception as error:
             logger.exception("shuffle server: %s %s failed", request.method, request.path)
-            return _error(500, f"{type(error).__name__}: {error}")
+            return error_response(500, f"{type(error).__name__}: {error}")
 
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
@@ -244,45 +231,13 @@ class ShuffleServer:
                 if not header
                 else "wrong bearer token"
             )
-            return _error(401, why)
+            return error_response(401, why)
         return await handler(request)
-
-    # ------------------------------------------------------------------ request parts
-
-    @staticmethod
-    def _names(request: web.Request) -> tuple[str, int]:
-        dataset = check_dataset(request.match_info["dataset"])
-        return dataset, check_partition(request.match_info["partition"])
-
-    @staticmethod
-    def _flag(request: web.Request, name: str) -> bool:
-        value = request.query.get(name)
-        if value is None:
-            return False
-        lowered = value.lower()
-        if lowered in ("true", "1", "yes"):
-            return True
-        if lowered in ("false", "0", "no", ""):
-            return False
-        raise _HttpError(
-            400, f"query parameter {name}={value!r} is not valid: expected true or false"
-        )
-
-    @staticmethod
-    async def _body(request: web.Request) -> dict[str, Any]:
-        raw = await request.read()
-        try:
-            document = json.loads(raw) if raw else {}
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise _HttpError(400, f"the body is not JSON: {error}") from None
-        if not isinstance(document, dict):
-            raise _HttpError(400, "the body must be a JSON object")
-        return document
 
     # ------------------------------------------------------------------ handlers
 
     async def _health(self, request: web.Request) -> web.Response:
-        return _json_response(
+        return json_response(
             200,
             {
                 "status": "ok",
@@ -300,16 +255,16 @@ class ShuffleServer:
     def _refuse_superseded(self, epoch: tuple[int, int], what: str) -> None:
         if self.driver_epoch is not None and epoch < self.driver_epoch:
             run, attempt = self.driver_epoch
-            raise _HttpError(
+            raise HttpError(
                 409,
                 f"{what} of driver attempt {epoch[1]} of run {epoch[0]} refused: attempt "
                 f"{attempt} of run {run} registered since, and a superseded driver writes nothing",
             )
 
     async def _register(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        attempt = _positive(body.get("attempt"), "body.attempt")
-        epoch = (_positive(body.get("run", 1), "body.run"), attempt)
+        body = await json_body(request)
+        attempt = positive(body.get("attempt"), "body.attempt")
+        epoch = (positive(body.get("run", 1), "body.run"), attempt)
         self._refuse_superseded(epoch, "the registration")
         if self.driver_epoch != epoch:
             logger.info(
@@ -326,7 +281,7 @@ class ShuffleServer:
         self.driver_epoch = epoch
         self.last_heartbeat = self._clock()
         self._released_for_idle = False
-        return _json_response(
+        return json_response(
             200,
             {
                 "job": self.job,
@@ -337,19 +292,19 @@ class ShuffleServer:
         )
 
     async def _put(self, request: web.Request) -> web.Response:
-        dataset, partition = self._names(request)
+        dataset, partition = partition_names(request)
         attempt = request.query.get("attempt")
         if attempt is None:
-            raise _HttpError(
+            raise HttpError(
                 400,
                 "query parameter attempt is missing: expected the writing attempt, 1 to 64 "
                 "letters, digits, '_', '.' or '-'",
             )
         check_attempt(attempt)
-        epoch = _epoch(request.query.get("epoch"), "query parameter epoch")
+        epoch = driver_epoch(request.query.get("epoch"), "query parameter epoch")
         if epoch is not None:
             self._refuse_superseded(epoch, "the upload")
-        commit = self._flag(request, "commit")
+        commit = flag(request, "commit")
         upload = await asyncio.to_thread(self.store.begin, dataset, partition, attempt)
         try:
             buffer = bytearray()
@@ -366,7 +321,7 @@ class ShuffleServer:
             self.store.abort(upload)
             raise
         if not commit:
-            return _json_response(
+            return json_response(
                 200, {"upload": upload.id, "bytes": upload.size, "sha256": upload.sha256}
             )
         if epoch is not None and self.driver_epoch is not None and epoch < self.driver_epoch:
@@ -374,27 +329,27 @@ class ShuffleServer:
             self._refuse_superseded(epoch, "the commit")
         meta = await asyncio.to_thread(self.store.commit, upload.id)
         self.metrics.puts.inc()
-        return _json_response(200, meta.to_json())
+        return json_response(200, meta.to_json())
 
     async def _commit(self, request: web.Request) -> web.Response:
-        dataset, partition = self._names(request)
-        body = await self._body(request)
+        dataset, partition = partition_names(request)
+        body = await json_body(request)
         upload_id = body.get("upload")
         if not isinstance(upload_id, str) or not upload_id:
-            raise _HttpError(
+            raise HttpError(
                 400,
                 f"body.upload {upload_id!r} is not valid: expected the id a PUT without "
                 "commit=true answered",
             )
-        epoch = _epoch(body.get("epoch"), "body.epoch")
+        epoch = driver_epoch(body.get("epoch"), "body.epoch")
         if epoch is not None:
             self._refuse_superseded(epoch, "the commit")
         meta = await asyncio.to_thread(self.store.commit, upload_id, dataset, partition)
         self.metrics.puts.inc()
-        return _json_response(200, meta.to_json())
+        return json_response(200, meta.to_json())
 
     async def _get(self, request: web.Request) -> web.StreamResponse:
-        dataset, partition = self._names(request)
+        dataset, partition = partition_names(request)
         meta, handle = await asyncio.to_thread(self.store.open, dataset, partition)
         try:
             # The file's own size, not the sidecar's: a damaged file is sent as it is, and the
@@ -430,11 +385,11 @@ class ShuffleServer:
         if dataset is not None:
             check_dataset(dataset)
         corrupt = []
-        if self._flag(request, "verify"):
+        if flag(request, "verify"):
             corrupt = await asyncio.to_thread(self.store.verify, dataset)
             self.metrics.corrupt.inc(len(corrupt))
         partitions = await asyncio.to_thread(self.store.partitions, dataset)
-        return _json_response(
+        return json_response(
             200,
             {
                 "job": self.job,
@@ -444,7 +399,7 @@ class ShuffleServer:
         )
 
     async def _release_job(self, request: web.Request) -> web.Response:
-        include_promoted = self._flag(request, "includePromoted")
+        include_promoted = flag(request, "includePromoted")
         released = await asyncio.to_thread(self.store.release, include_promoted=include_promoted)
         self._count_release(released)
         logger.info(
@@ -453,14 +408,14 @@ class ShuffleServer:
             self.job,
             " (promoted datasets included)" if include_promoted else "",
         )
-        return _json_response(200, {"released": released})
+        return json_response(200, {"released": released})
 
     async def _release_dataset(self, request: web.Request) -> web.Response:
         dataset = check_dataset(request.match_info["dataset"])
         released = await asyncio.to_thread(self.store.release_dataset, dataset)
         self._count_release(released)
         logger.info("shuffle server: released %d partition(s) of %r", released, dataset)
-        return _json_response(200, {"released": released})
+        return json_response(200, {"released": released})
 
     def _count_release(self, released: int) -> None:
         self.metrics.releases.labels("request").inc()
@@ -470,33 +425,11 @@ class ShuffleServer:
         dataset = check_dataset(request.match_info["dataset"])
         summary = await asyncio.to_thread(self.store.promote, dataset)
         logger.info("shuffle server: dataset %r promoted", dataset)
-        return _json_response(200, summary.to_json())
+        return json_response(200, summary.to_json())
 
     async def _datasets(self, request: web.Request) -> web.Response:
         summaries = await asyncio.to_thread(self.store.datasets)
-        return _json_response(200, [summary.to_json() for summary in summaries])
-
-
-def _positive(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _HttpError(400, f"{field} {value!r} is not valid: expected an integer >= 1")
-    return value
-
-
-def _epoch(value: object, field: str) -> tuple[int, int] | None:
-    """``R.N`` (run R, driver attempt N): the writing driver's epoch, where a request gives it."""
-    if value is None:
-        return None
-    run, _, attempt = str(value).partition(".")
-    if not (
-        isinstance(value, str)
-        and run.isdigit()
-        and attempt.isdigit()
-        and int(run) >= 1
-        and int(attempt) >= 1
-    ):
-        raise _HttpError(400, f"{field}={value!r} is not valid: expected RUN.ATTEMPT, e.g. 1.2")
-    return int(run), int(attempt)
+        return json_response(200, [summary.to_json() for summary in summaries])
 
 
 def create_app(store: PartitionStore, token: str, retain_timeout: float) -> web.Application:

@@ -49,7 +49,8 @@ from finishable.connectors.staging import StagedPart, TaskIdentity, stage_batche
 from finishable.connectors.streaming.commit_hook import post_json
 from finishable.coordinator.events import AddSplits, NoMoreSplits
 from finishable.coordinator.splits import SentinelSplit
-from finishable.shuffle.client import ShuffleClient, ipc_chunks
+from finishable.shuffle.client import ShuffleClient
+from finishable.shuffle.streams import ipc_chunks
 
 log = logging.getLogger(__name__)
 

@@ -114,7 +114,11 @@ def _describe(args: argparse.Namespace, out: TextIO) -> int:
             f"{shuffle.retain_timeout} after a driver is lost\n"
         )
     if spec.recovery.enabled:
-        out.write(f"# a lost driver is restarted up to {spec.recovery.max_attempts} times\n")
+        recovery = spec.recovery
+        out.write(
+            f"# a lost driver is restarted, up to {recovery.max_attempts} times within any "
+            f"{recovery.failure_rate_interval} (spec.recovery.failureRateInterval)\n"
+        )
     stops = {
         DesiredState.SUSPENDED: "stop with savepoint",
         DesiredState.FINISHED: "stop with savepoint and drain",

@@ -111,6 +111,7 @@ def test_metrics_of_a_batch_recovery() -> None:
     assert job.status.phase is Phase.RECOVERING
     labels = {"namespace": "ns", "job": "job"}
     assert value(registry, "finishable_driver_restarts_total", **labels) == 1
+    assert value(registry, "finishable_driver_restarts_left", **labels) == 2
     assert value(registry, "finishable_shuffle_pods_retained", **labels) == 2
     job.step(PodPhase.ABSENT, after=10)  # the backoff passed: attempt 2
     recovered = job.report(DriverState.RUNNING, tasks_skipped=8, tasks_rerun=2)

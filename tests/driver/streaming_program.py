@@ -27,6 +27,7 @@ def main() -> None:
     parser.add_argument("--bounded", action="store_true")
     parser.add_argument("--on-error", default="fail")
     parser.add_argument("--seed-rows", type=int, default=0)
+    parser.add_argument("--group-by", default="page", help="the column counted per window")
     args = parser.parse_args()
 
     job = FinishableJob.from_env()
@@ -63,9 +64,9 @@ def main() -> None:
             )
         )
     counts = (
-        clicks.groupBy(F.window("ts", "1 minute"), "page")
+        clicks.groupBy(F.window("ts", "1 minute"), args.group_by)
         .count()
-        .select(F.col("window.start").alias("window_start"), "page", "count")
+        .select(F.col("window.start").alias("window_start"), args.group_by, "count")
     )
     job.write_stream(counts, sinks.TransactionalFiles(args.output, format="parquet", name="counts"))
     job.run()

@@ -304,21 +304,43 @@ def test_a_lost_shuffle_server_and_a_corrupt_partition_are_recomputed(
     jobs.append(job)
     job.run()
     job.wait_splits(FILES // 2)
-    # server 0's machine is gone (process and volume); the runner starts it again, empty
-    os.kill(job.shuffle_pid(0), signal.SIGKILL)
-    shutil.rmtree(job.home / "shuffle" / "0" / "data", ignore_errors=True)
-    # and one committed partition on server 1 rots on disk
-    files = sorted((job.home / "shuffle" / "1" / "data").rglob("*.arrow"))
-    assert files, "server 1 holds committed partitions"
-    damaged = bytearray(files[0].read_bytes())
-    damaged[len(damaged) // 2] ^= 0xFF
-    files[0].write_bytes(bytes(damaged))
-    job.kill_driver()  # the new attempt must notice both while recovering
+    assert job.runner is not None
+    # The runner is paused while the faults are arranged, so no new attempt reads or replaces
+    # a partition before the damage is done.
+    os.kill(job.runner.pid, signal.SIGSTOP)
+    try:
+        job.kill_driver()
+        # server 0's machine is gone (process and volume); the runner starts it again, empty
+        os.kill(job.shuffle_pid(0), signal.SIGKILL)
+        shutil.rmtree(job.home / "shuffle" / "0" / "data", ignore_errors=True)
+        # and a partition on server 1 that the next attempt will not recompute (its task is
+        # durably finished) but must read rots on disk: only its checksum can tell
+        damaged = _durable_partition_file(job, server=1)
+        data = bytearray(damaged.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        damaged.write_bytes(bytes(data))
+    finally:
+        os.kill(job.runner.pid, signal.SIGCONT)
     output = job.finish()
     assert "Finished" in output
     assert job.published() == truth
     server_log = (job.home / "shuffle" / "1" / "server.log").read_text()
-    assert "checksum" in server_log or "corrupt" in server_log.lower()
+    assert f"{damaged.parent.name}/{damaged.stem} is corrupt" in server_log, server_log[-4000:]
+
+
+def _durable_partition_file(job: BatchJob, server: int) -> Path:
+    """A committed partition on shuffle server ``server`` whose task the event log says is
+    durably finished: the next attempt keeps it and reads it instead of recomputing it."""
+    _, tasks = durable_at_crash(job.events())
+    data = job.home / "shuffle" / str(server) / "data"
+    for _, event in job.events():
+        if isinstance(event, TaskFinished) and (event.stage, event.task) in tasks:
+            for ref in event.partitions:
+                # <data-dir>/<job>/<dataset>/<partition>.arrow
+                path = next(data.glob(f"*/{ref.dataset}/{ref.partition}.arrow"), None)
+                if path is not None:
+                    return path
+    raise AssertionError(f"no durably finished partition on shuffle server {server}: {job.logs()}")
 
 
 def test_a_driver_after_the_retain_timeout_recomputes_everything(

@@ -433,7 +433,8 @@ def test_bounded_input_ends_finished_through_its_final_checkpoint(
 def test_bad_input_is_named_a_missing_savepoint_refused_and_unreadable_files_skipped(
     tmp_path: Path, cleanup: list[Job]
 ) -> None:
-    missing = Job(tmp_path / "missing", "missing", max_attempts=1)
+    # Errors no restart can cure fail the job after its first attempt, whatever the budget.
+    missing = Job(tmp_path / "missing", "missing")
     cleanup.append(missing)
     document = yaml.safe_load(missing.manifest.read_text())
     document["spec"]["restoreFrom"] = {"savepoint": str(tmp_path / "nowhere" / "sp-1.blob")}
@@ -442,6 +443,17 @@ def test_bad_input_is_named_a_missing_savepoint_refused_and_unreadable_files_ski
     assert missing.runner is not None
     refused, _ = missing.runner.communicate(timeout=240)
     assert missing.runner.returncode == 1 and "no savepoint at" in refused
+    assert (missing.status()["phase"], missing.status()["attempt"]) == ("Failed", 1), refused
+
+    typo = Job(tmp_path / "typo", "typo", "--group-by=pgae")
+    cleanup.append(typo)
+    typo.run()
+    assert typo.runner is not None
+    output, _ = typo.runner.communicate(timeout=240)
+    status = typo.status()
+    assert typo.runner.returncode == 1, output
+    assert (status["phase"], status["attempt"], status["restarts"]) == ("Failed", 1, 0), output
+    assert "pgae" in status["message"] and "not restarted" in status["message"], status
 
     failing = Job(tmp_path / "fail", "unreadable", "--bounded", "--format=parquet", max_attempts=1)
     cleanup.append(failing)

@@ -10,13 +10,13 @@ from finishable.api.control import DriverReport, DriverState, RequestOutcome, Re
 from finishable.api.models import ConditionStatus, ConditionType, Phase
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import CheckpointStatus, FinishableSparkJobStatus, SavepointStatus
+from finishable.lifecycle.budget import restart_backoff
 from finishable.lifecycle.decisions import (
     TRANSITIONS,
     ActionKind,
     Decision,
     Observation,
     PodPhase,
-    restart_backoff,
 )
 from finishable.lifecycle.phases import next_status
 
@@ -297,6 +297,67 @@ def test_attempts_exhausted_fail_the_job() -> None:
     assert job.condition(ConditionType.READY)[0] is ConditionStatus.FALSE
 
 
+def crash_and_recover(job: Job, after: timedelta = timedelta(seconds=1)) -> timedelta:
+    """One driver loss ``after`` since the last step, and the restart that follows; returns the
+    backoff the machine chose."""
+    job.step(PodPhase.FAILED, after=after)
+    assert job.phase is Phase.RECOVERING, job.status.message
+    recovery = job.status.recovery
+    assert recovery.next_attempt_at is not None and recovery.driver_lost_at is not None
+    backoff = recovery.next_attempt_at - recovery.driver_lost_at
+    job.step(PodPhase.FAILED, after=backoff)
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.phase is Phase.RUNNING
+    return backoff
+
+
+def test_losses_older_than_the_failure_rate_interval_count_for_nothing() -> None:
+    job = Job(recovery={"maxAttempts": 2, "failureRateInterval": "10m"})
+    job.run()
+    assert job.status.restarts_left == 2
+    assert crash_and_recover(job) == restart_backoff(1)
+    assert crash_and_recover(job) == restart_backoff(2)
+    assert job.status.restarts_left == 0
+    # Calm for longer than the interval: both losses leave the window, the budget is whole again.
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING), after=timedelta(minutes=11))
+    assert job.status.restarts_left == 2 and job.status.recent_losses == []
+    # ... and the backoff starts short again.
+    assert crash_and_recover(job) == restart_backoff(1)
+    assert crash_and_recover(job) == restart_backoff(2)
+    assert job.status.restarts == 4
+    job.step(PodPhase.FAILED)
+    assert job.phase is Phase.FAILED
+    assert "failureRateInterval (10m)" in job.status.message
+    assert job.status.restarts_left == 0
+
+
+def test_a_zero_interval_counts_every_loss_of_the_run() -> None:
+    job = Job(recovery={"maxAttempts": 1, "failureRateInterval": "0s"})
+    job.run()
+    crash_and_recover(job)
+    job.step(PodPhase.FAILED, after=timedelta(days=30))
+    assert job.phase is Phase.FAILED
+    assert "whole life" in job.status.message
+
+
+def test_a_permanent_failure_fails_the_job_without_a_restart() -> None:
+    job = Job()
+    job.run()
+    report = job.report(
+        DriverState.FAILED, message="AnalysisException: `pgae` cannot be resolved", permanent=True
+    )
+    decision = job.step(PodPhase.FAILED, report)
+    assert job.phase is Phase.FAILED
+    assert ActionKind.START_DRIVER not in kinds(decision)
+    assert job.status.restarts == 0
+    assert "pgae" in job.status.message and "not restarted" in job.status.message
+    # The same report without the mark goes through the restart budget.
+    other = Job()
+    other.run()
+    other.step(PodPhase.FAILED, other.report(DriverState.FAILED, message="executor lost"))
+    assert other.phase is Phase.RECOVERING
+
+
 def test_recovery_disabled_fails_at_once() -> None:
     job = Job(recovery={"enabled": False})
     job.run()
@@ -503,7 +564,8 @@ def test_random_observations_stay_in_the_table(mode: str, steps: list[Any]) -> N
             if event.reason == "PhaseChanged":
                 old, new = event.message.split(":")[0].split(" -> ")
                 assert Phase(new) in TRANSITIONS[Phase(old)]
-        assert job.status.restarts <= job.spec.recovery.max_attempts
+        assert len(job.status.recent_losses) <= job.spec.recovery.max_attempts
+        assert all(job.now - loss < timedelta(hours=1) for loss in job.status.recent_losses)
         if job.phase in (Phase.FINISHED, Phase.FAILED):
             assert ActionKind.START_DRIVER not in kinds(decision)
             assert job.status.pending_request is None or job.phase is Phase.FAILED

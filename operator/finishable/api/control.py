@@ -64,4 +64,11 @@ class DriverReport(ApiModel):
     tasks_rerun: int = Field(default=0, ge=0, description="Batch recovery: tasks re-run.")
     splits_reread: int = Field(default=0, ge=0, description="Finished splits read again.")
     message: str = Field(default="", description="A sentence for people.")
+    permanent: bool = Field(
+        default=False,
+        description=(
+            "FAILED with an error a restart cannot cure (the program's, the configuration's, an "
+            "unreadable savepoint): the job fails at once instead of using its restart budget."
+        ),
+    )
     updated_at: datetime | None = Field(default=None, description="When the report was written.")

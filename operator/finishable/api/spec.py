@@ -228,7 +228,18 @@ class RecoverySpec(ApiModel):
         default=3,
         ge=0,
         le=100,
-        description="Driver restarts allowed before the job is Failed.",
+        description=(
+            "Driver restarts allowed within failureRateInterval; one more driver loss in that "
+            "window fails the job."
+        ),
+    )
+    failure_rate_interval: Duration = Field(
+        default=Duration(hours=1),
+        description=(
+            "The sliding window in which driver losses count against maxAttempts (Flink's "
+            "failure-rate strategy): older losses count for nothing, for the budget and the "
+            "restart backoff alike. 0s counts every loss of the run."
+        ),
     )
     previous_worker_recovery_timeout: Duration = Field(
         default=Duration(seconds=30),

@@ -134,6 +134,18 @@ class FinishableSparkJobStatus(ApiModel):
     )
     attempt: int = Field(default=0, ge=0, description="Driver attempt number, from 1.")
     restarts: int = Field(default=0, ge=0, description="Driver restarts after crashes.")
+    recent_losses: list[datetime] = Field(
+        default_factory=list,
+        description="When the driver losses that count against the restart budget happened.",
+    )
+    restarts_left: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Driver losses the job survives now: spec.recovery.maxAttempts minus the losses "
+            "within spec.recovery.failureRateInterval."
+        ),
+    )
     restore_from: str = Field(
         default="",
         description=(

@@ -45,9 +45,7 @@ class StateDisposal:
     keep: list[str] = field(default_factory=list)
 
 
-def dispose_state(
-    configmaps: Iterable[Mapping[str, Any]], policy: RetainOnDelete
-) -> StateDisposal:
+def dispose_state(configmaps: Iterable[Mapping[str, Any]], policy: RetainOnDelete) -> StateDisposal:
     """Sort a job's state ConfigMaps by ``policy``. A ConfigMap without the object-name
     annotation is not one the state backend wrote: it stays only under ``Everything``."""
     disposal = StateDisposal()

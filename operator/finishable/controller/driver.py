@@ -34,6 +34,10 @@ class DriverError(RuntimeError):
     """The driver cannot start the program; the message names the field and the file."""
 
 
+class ProgramMissing(DriverError):
+    """The program file is not where the spec says: no restart can find it."""
+
+
 def program_path(config: JobConfig) -> Path:
     """The program to run: a local path, or a copy of a remote one in the work directory."""
     target = config.spec.application.file
@@ -48,7 +52,7 @@ def program_path(config: JobConfig) -> Path:
     else:
         path = _fetch(target, Path(config.work_dir) / "application")
     if not path.is_file():
-        raise DriverError(
+        raise ProgramMissing(
             f"spec.application.file: {target!r}: {path} does not exist; local:///path names a "
             "file inside the image"
         )
@@ -97,11 +101,30 @@ def driver_environment(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def _report_permanent(config: JobConfig, attempt: int, message: str) -> None:
+    """Tell the operator that this attempt failed in a way no restart cures, so the job fails
+    at once with the reason instead of restarting into the same error."""
+    from finishable.api.control import DriverReport, DriverState  # noqa: PLC0415
+    from finishable.driver.job import open_control  # noqa: PLC0415 - pyspark: only on failure
+
+    report = DriverReport(
+        attempt=attempt, state=DriverState.FAILED, message=message, permanent=True
+    )
+    try:
+        open_control(config).write_report(report)
+    except Exception:  # the exit code still tells the operator that the attempt failed
+        log.warning("cannot write the driver report", exc_info=True)
+
+
 def run_driver(environ: Mapping[str, str] | None = None) -> NoReturn:
     """Replace this process with the user's program (see the module docstring)."""
     env = dict(os.environ if environ is None else environ)
     config, attempt, restore_from = config_from_env(env)
-    program = program_path(config)
+    try:
+        program = program_path(config)
+    except ProgramMissing as error:
+        _report_permanent(config, attempt, str(error))
+        raise
     command = driver_command(config, program)
     log.info(
         "job %s attempt %d%s: %s",

@@ -85,6 +85,13 @@ class Metrics:
             per_job,
             registry=registry,
         )
+        self.restarts_left = Gauge(
+            "finishable_driver_restarts_left",
+            "Driver losses the job survives now: spec.recovery.maxAttempts minus the losses "
+            "within spec.recovery.failureRateInterval.",
+            per_job,
+            registry=registry,
+        )
         self._phases: dict[JobKey, Phase] = {}
         self._jobs_per_phase: dict[Phase, int] = dict.fromkeys(Phase, 0)
         for phase in Phase:
@@ -106,6 +113,7 @@ class Metrics:
             self.tasks_skipped,
             self.tasks_rerun,
             self.shuffle_retained,
+            self.restarts_left,
         ):
             with contextlib.suppress(KeyError):
                 metric.remove(*key)
@@ -125,6 +133,8 @@ class Metrics:
         self._record_progress(key, before, after)
         retained = after.recovery.shuffle_retained_until is not None
         self.shuffle_retained.labels(*key).set(shuffle_replicas if retained else 0)
+        if after.restarts_left is not None:
+            self.restarts_left.labels(*key).set(after.restarts_left)
 
     def _record_transition(
         self, before: FinishableSparkJobStatus, after: FinishableSparkJobStatus, now: datetime

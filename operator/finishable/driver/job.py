@@ -44,6 +44,7 @@ from finishable.connectors.sources import Source
 from finishable.connectors.streaming.commit_hook import HOOK_OPTION, BatchHookClient
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.batch.runtime import BatchRuntime
+from finishable.driver.failures import PermanentFailure, ProgramError, is_permanent
 from finishable.driver.outcome import JobFailed, JobSuperseded, Outcome
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.streaming.checkpoints import (
@@ -99,7 +100,7 @@ class FinishableJob:
         self.restore_from = restore_from
         self._token = token or secrets.token_urlsafe(24)
         self._state = _claim_state(config, attempt)
-        self._control = control or _open_control(config)
+        self._control = control or open_control(config)
         self._control.write_guard = self._state.fence.check  # reports of a stale attempt: none
         self._store = SnapshotStore(self._state, retained=config.spec.checkpointing.retained)
         self._lineage = lineage_of(config.run_key, restore_from)
@@ -152,7 +153,9 @@ class FinishableJob:
 
         def report(kind: type[BaseException], error: BaseException, trace: Any) -> None:
             if not isinstance(error, JobFailed | KeyboardInterrupt | Fenced):
-                self._report(DriverState.FAILED, f"{kind.__name__}: {error}")
+                self._report(
+                    DriverState.FAILED, f"{kind.__name__}: {error}", permanent=is_permanent(error)
+                )
             previous(kind, error, trace)
 
         sys.excepthook = report
@@ -189,14 +192,14 @@ class FinishableJob:
     def write(self, dataframe: DataFrame, sink: TransactionalSink) -> None:
         """Batch: the job's output, committed once on the final checkpoint."""
         if not isinstance(sink, TransactionalFiles):
-            raise TypeError(
+            raise ProgramError(
                 f"a Batch job writes to sinks.TransactionalFiles, got {type(sink).__name__}"
             )
         self._batch_runtime("write").write(dataframe, sink)
 
     def _batch_runtime(self, what: str) -> BatchRuntime:
         if self._batch is None:
-            raise ValueError(
+            raise ProgramError(
                 f"job.{what}() builds Batch jobs, but spec.mode is {self.config.spec.mode.value}: "
                 "use read_stream/write_stream, or set spec.mode: Batch"
             )
@@ -211,18 +214,18 @@ class FinishableJob:
         the order of the calls); keep it stable across versions of the program.
         """
         if self._batch is not None:
-            raise ValueError(
+            raise ProgramError(
                 "read_stream builds Streaming jobs, but spec.mode is Batch: use job.read, "
                 "job.stage and job.write"
             )
         if not isinstance(source, Source):
-            raise TypeError(
+            raise ProgramError(
                 f"read_stream takes a finishable source (sources.Files or sources.Range), "
                 f"got {type(source).__name__}"
             )
         coordinator_name = name or f"source-{len(self._sources)}"
         if any(c.name == coordinator_name for c in self._sources):
-            raise ValueError(f"two sources are named {coordinator_name!r}; pass distinct names")
+            raise ProgramError(f"two sources are named {coordinator_name!r}; pass distinct names")
         coordinator = SourceCoordinator(coordinator_name, source)
         self._sources.append(coordinator)
         return coordinator.stream(self._spark, self._endpoint.url, self._token)
@@ -232,11 +235,11 @@ class FinishableJob:
     ) -> None:
         """Write ``dataframe`` exactly once into ``sink`` (one output per job)."""
         if self._batch is not None:
-            raise ValueError(
+            raise ProgramError(
                 "write_stream builds Streaming jobs, but spec.mode is Batch: use job.write"
             )
         if self._output is not None:
-            raise ValueError(
+            raise ProgramError(
                 "this job already writes to a sink: a FinishableJob has one output (union the "
                 "DataFrames, or run a second job)"
             )
@@ -270,10 +273,11 @@ class FinishableJob:
         except (JobFailed, SavepointError, ValueError, OSError) as error:
             message = str(error)
             log.error("job %s attempt %d failed: %s", self.name, self.attempt, message)
+            permanent = is_permanent(error)
             if executor is not None:
-                executor.report_failure(message)
+                executor.report_failure(message, permanent=permanent)
             else:
-                self._report(DriverState.FAILED, message)
+                self._report(DriverState.FAILED, message, permanent=permanent)
             raise JobFailed(message) from error
         finally:
             self._close()
@@ -286,7 +290,7 @@ class FinishableJob:
         except (JobFailed, ValueError, OSError) as error:
             message = str(error)
             log.error("job %s attempt %d failed: %s", self.name, self.attempt, message)
-            runtime.report_failure(message)
+            runtime.report_failure(message, permanent=is_permanent(error))
             raise JobFailed(message) from error
         finally:
             self._close()
@@ -295,9 +299,9 @@ class FinishableJob:
 
     def _prepare(self) -> StreamingExecutor:
         if self._output is None:
-            raise JobFailed("the program called run() without write_stream(): nothing to run")
+            raise ProgramError("the program called run() without write_stream(): nothing to run")
         if not self._sources:
-            raise JobFailed("the program called run() without read_stream(): nothing to read")
+            raise ProgramError("the program called run() without read_stream(): nothing to read")
         dataframe, sink, output_mode = self._output
         fingerprints = Fingerprints(
             sources={c.name: c.source.fingerprint() for c in self._sources},
@@ -317,7 +321,7 @@ class FinishableJob:
             allowed=self.config.spec.restore_from.allow_sink_ahead,
         )
         if problem is not None:
-            raise JobFailed(problem)
+            raise PermanentFailure(problem)
         log.info("attempt %d starts from %s", self.attempt, restored.origin)
         self._clear_work_dir()
         restored.apply(self._checkpoint_dir)
@@ -373,16 +377,18 @@ class FinishableJob:
         if scheme in OBJECT_STORE_SCHEMES:
             return f"{url}/staging"
         if scheme == "configmap":
-            raise ValueError(
+            raise ProgramError(
                 "TransactionalCallback needs staging_url when checkpoints are stored in "
                 "ConfigMaps: pass a location every executor and the driver can reach"
             )
         return str(Path(self.config.work_dir).parent / "staging")
 
-    def _report(self, state: DriverState, message: str) -> None:
+    def _report(self, state: DriverState, message: str, *, permanent: bool = False) -> None:
         try:
             self._control.write_report(
-                DriverReport(attempt=self.attempt, state=state, message=message)
+                DriverReport(
+                    attempt=self.attempt, state=state, message=message, permanent=permanent
+                )
             )
         except Exception:  # the report is best effort; the failure itself is logged by caller
             log.warning("cannot write the driver report", exc_info=True)
@@ -412,7 +418,8 @@ def _claim_state(config: JobConfig, attempt: int) -> FencedBackend:
     return FencedBackend(backend, fence)
 
 
-def _open_control(config: JobConfig) -> ControlChannel:
+def open_control(config: JobConfig) -> ControlChannel:
+    """The job's control channel as the configuration names it (a directory or a ConfigMap)."""
     if config.control is ControlType.LOCAL:
         if not config.control_dir:
             raise JobFailed("the job configuration has control: Local but no control_dir")

@@ -3,9 +3,9 @@
 :func:`finishable.lifecycle.phases.next_status` takes an :class:`Observation` (the driver pod and
 the driver's report, as the operator or the local runner saw them) and returns a
 :class:`Decision`: the next status, the :class:`Action` s to perform and the :class:`Event` s to
-post. The table of allowed phase changes (:data:`TRANSITIONS`), the restart backoff and which
-desired-state changes a phase refuses are here too, so that callers and tests can read the
-machine's contract without its step-by-step logic.
+post. The table of allowed phase changes (:data:`TRANSITIONS`) and which desired-state changes
+a phase refuses are here too (the restart budget is :mod:`finishable.lifecycle.budget`), so that
+callers and tests can read the machine's contract without its step-by-step logic.
 """
 
 from __future__ import annotations
@@ -43,11 +43,6 @@ STOPPING_PHASES = frozenset({P.SAVEPOINTING, P.DRAINING})
 DRIVER_PHASES = frozenset(
     {P.SUBMITTED, P.RUNNING, P.SAVEPOINTING, P.DRAINING, P.FINISHING, P.RECOVERING}
 )
-
-RESTART_BACKOFF_BASE = timedelta(seconds=1)
-"""Short: a new attempt reuses what survived (shuffle partitions, checkpoints); maxAttempts bounds
-the loop of a driver that keeps crashing."""
-RESTART_BACKOFF_MAX = timedelta(minutes=2)
 
 
 class PodPhase(StrEnum):
@@ -119,12 +114,6 @@ class Decision:
 
 class IllegalPhaseTransition(AssertionError):
     """The machine tried a transition outside :data:`TRANSITIONS`: a bug, never a user error."""
-
-
-def restart_backoff(restarts: int) -> timedelta:
-    """Exponential backoff before driver restart number ``restarts`` (1-based)."""
-    delay: timedelta = RESTART_BACKOFF_BASE * 2 ** max(0, restarts - 1)
-    return min(delay, RESTART_BACKOFF_MAX)
 
 
 def illegal_state_change(

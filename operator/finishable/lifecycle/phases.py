@@ -29,6 +29,12 @@ from finishable.api.models import (
 )
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import ControlRequest, FinishableSparkJobStatus, RecoveryStatus
+from finishable.lifecycle.budget import (
+    counted_losses,
+    describe_interval,
+    restart_backoff,
+    restarts_left,
+)
 from finishable.lifecycle.conditions import conditions_for
 from finishable.lifecycle.decisions import (
     TERMINAL_PHASES,
@@ -41,7 +47,6 @@ from finishable.lifecycle.decisions import (
     Observation,
     PodPhase,
     illegal_state_change,
-    restart_backoff,
 )
 from finishable.lifecycle.table import LifecycleMode
 
@@ -117,6 +122,7 @@ def next_status(
         _absorb_report(step)
         _advance(step, spec)
         _release_shuffle_on_end(step, spec)
+        _count_restart_budget(step, spec)
         step.status.observed_generation = observation.generation
     _set_conditions(step)
     return Decision(step.status, tuple(step.actions), tuple(step.events))
@@ -189,6 +195,17 @@ def _advance(step: _Step, spec: FinishableSparkJobSpec) -> None:
     handler(step, spec)
 
 
+def _count_restart_budget(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    """Losses leave the window as time passes: the status shows the budget as it is now."""
+    status = step.status
+    counted = counted_losses(
+        status.recent_losses, step.obs.now, spec.recovery.failure_rate_interval
+    )
+    status.recent_losses = list(counted)
+    alive = spec.recovery.enabled and status.phase is not P.FAILED
+    status.restarts_left = restarts_left(counted, spec.recovery.max_attempts) if alive else 0
+
+
 def _start_driver(step: _Step) -> None:
     """Ask for the current attempt's driver (an idempotent create, so safe to repeat)."""
     step.act(
@@ -231,6 +248,7 @@ def _on_failed(step: _Step, spec: FinishableSparkJobSpec) -> None:
     if not changed or spec.state is DesiredState.SUSPENDED:
         return
     status.restarts = 0
+    status.recent_losses = []
     status.recovery = RecoveryStatus()
     if (
         spec.restart_nonce == status.restart_nonce
@@ -296,25 +314,37 @@ def _driver_lost(step: _Step) -> str | None:
 def _crash(step: _Step, spec: FinishableSparkJobSpec, reason: str) -> None:
     status = step.status
     status.pending_request = None
+    report = step.report
+    if report is not None and report.state is DriverState.FAILED and report.permanent:
+        step.move(
+            P.FAILED,
+            f"{reason}; not restarted: a restart cannot cure this error. Fix the program or "
+            "the spec and apply the job again (a changed spec restarts a Failed job)",
+        )
+        return
     if not spec.recovery.enabled:
         step.move(P.FAILED, f"{reason}; recovery is disabled")
         return
-    if status.restarts >= spec.recovery.max_attempts:
+    now = step.obs.now
+    interval = spec.recovery.failure_rate_interval
+    counted = counted_losses(status.recent_losses, now, interval)
+    if len(counted) >= spec.recovery.max_attempts:
         step.move(
             P.FAILED,
             f"{reason}; all {spec.recovery.max_attempts} restarts allowed by "
-            "spec.recovery.maxAttempts are used",
+            f"spec.recovery.maxAttempts {describe_interval(interval)} are used",
         )
         return
     status.restarts += 1
-    now = step.obs.now
+    status.recent_losses = [*counted, now]
+    status.restarts_left = restarts_left(status.recent_losses, spec.recovery.max_attempts)
     retained = None
     if spec.mode is JobMode.BATCH:
         retained = now + spec.effective_shuffle.retain_timeout
     status.recovery = RecoveryStatus(
         reason=reason,
         driver_lost_at=now,
-        next_attempt_at=now + restart_backoff(status.restarts),
+        next_attempt_at=now + restart_backoff(len(status.recent_losses)),
         shuffle_retained_until=retained,
     )
     step.move(P.RECOVERING, reason)

@@ -198,6 +198,7 @@ def report_document(job: LocalJob) -> dict[str, Any]:
         document["message"] = status.message
         document["attempt"] = status.attempt
         document["restarts"] = status.restarts
+        document["restartsLeft"] = status.restarts_left
         document["recovery"] = status.recovery.model_dump(
             mode="json", by_alias=True, exclude_none=True
         )
@@ -224,6 +225,7 @@ def describe(status: FinishableSparkJobStatus, report: DriverReport | None) -> l
         lines.append(
             f"recovery: {status.restarts} driver restarts; {recovery.tasks_skipped} tasks "
             f"skipped, {recovery.tasks_rerun} re-run, {recovery.splits_reread} splits re-read"
+            + ("" if status.restarts_left is None else f"; {status.restarts_left} restarts left")
         )
     for condition in status.conditions:
         if condition.type is ConditionType.DEGRADED and condition.status is ConditionStatus.TRUE:

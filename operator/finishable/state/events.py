@@ -161,9 +161,13 @@ class JobEventStore:
 
     def _recover(self) -> tuple[int, int]:
         base = self.log.read_base()
-        first_segment, first_seq = (0, FIRST_SEQ) if base is None else (
-            base.next_segment,
-            base.through_seq + 1,
+        first_segment, first_seq = (
+            (0, FIRST_SEQ)
+            if base is None
+            else (
+                base.next_segment,
+                base.through_seq + 1,
+            )
         )
         numbers = [n for n in self.log.segment_numbers() if n >= first_segment]
         self._segments_since_base = len(numbers)
@@ -277,9 +281,7 @@ class JobEventStore:
                 f"durable (last error: {self.last_error!r})"
             )
         if self._failure is not None:
-            raise EventStoreError(
-                f"the job event store failed: {self._failure}"
-            ) from self._failure
+            raise EventStoreError(f"the job event store failed: {self._failure}") from self._failure
 
     def replay(self) -> Iterator[JobEvent]:
         """Durable events in order (flush first to include your own recent appends)."""

@@ -216,6 +216,7 @@ class RuntimeCore:
         request: ControlRequest | None = None,
         outcome: RequestOutcome = RequestOutcome.IN_PROGRESS,
         savepoint: SavepointStatus | None = None,
+        permanent: bool = False,
     ) -> None:
         try:
             progress = self._progress() if self._reads else None
@@ -230,6 +231,7 @@ class RuntimeCore:
             tasks_rerun=self.figures.tasks_rerun,
             splits_reread=self.figures.splits_reread,
             savepoint=savepoint,
+            permanent=permanent,
             request=None
             if request is None
             else RequestReport(id=request.id, outcome=outcome, message=message),
@@ -239,5 +241,6 @@ class RuntimeCore:
         except Exception:
             log.warning("cannot write the driver report", exc_info=True)
 
-    def report_failure(self, message: str) -> None:
-        self._report(DriverState.FAILED, message)
+    def report_failure(self, message: str, *, permanent: bool = False) -> None:
+        """Tell the steering side why this attempt failed, and whether a restart can help."""
+        self._report(DriverState.FAILED, message, permanent=permanent)

@@ -39,6 +39,7 @@ from finishable.driver.batch.hook import TaskHookMixin
 from finishable.driver.batch.plan import OutputPlanned, StageKind, live_events, schedule
 from finishable.driver.batch.recovery import RecoveryMixin
 from finishable.driver.batch.rounds import RoundsMixin
+from finishable.driver.failures import PermanentFailure, ProgramError
 from finishable.driver.outcome import JobFailed, Outcome
 from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
 from finishable.shuffle.cluster import ShuffleCluster
@@ -121,9 +122,9 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         """Reader slots of ``source``; its enumerator restored from the log's newest snapshot."""
         _check_name("read name", name)
         if name in self._reads:
-            raise ValueError(f"two reads are named {name!r}; pass distinct names")
+            raise ProgramError(f"two reads are named {name!r}; pass distinct names")
         if not source.bounded:
-            raise ValueError(
+            raise ProgramError(
                 f"read {name!r}: a Batch job reads bounded sources; {source!r} is unbounded "
                 "(use read_stream in a Streaming job)"
             )
@@ -168,7 +169,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         """Materialise ``dataframe`` as dataset ``name``; a DataFrame reading it back."""
         _check_name("stage name", name)
         if any(s.name == name for s in self._stages):
-            raise ValueError(f"two stages are named {name!r}; pass distinct names")
+            raise ProgramError(f"two stages are named {name!r}; pass distinct names")
         stage = self._declare(name, dataframe, StageKind.STAGE)
         stage.promote = promote
         cls = stage_source_class(name, dataframe.schema)
@@ -184,11 +185,11 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
     def write(self, dataframe: DataFrame, sink: TransactionalFiles) -> None:
         """The job's output: staged per task, published once on the final checkpoint."""
         if not isinstance(sink, TransactionalFiles):
-            raise TypeError(
+            raise ProgramError(
                 f"a Batch job writes to sinks.TransactionalFiles, got {type(sink).__name__}"
             )
         if any(s.kind is StageKind.SINK for s in self._stages):
-            raise ValueError("this job already writes to a sink: a Batch job has one output")
+            raise ProgramError("this job already writes to a sink: a Batch job has one output")
         sink = sink.with_defaults(name=self.config.name)
         sink.store.probe()
         output_batch = self._plan_output(sink)
@@ -237,7 +238,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         read: DeclaredRead | None = None
         if reads:
             if len(reads) > 1 or staged or exchange or kind is StageKind.SINK:
-                raise ValueError(
+                raise ProgramError(
                     f"stage {name!r} reads source(s) {[r.name for r in reads]} with a shuffle, a "
                     "join, other inputs or straight into the sink: stage each source's rows "
                     "first with "
@@ -252,7 +253,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         parallelism = read.slots if read is not None else dataframe._jdf.rdd().getNumPartitions()
         record = self._log.stages.get(name)
         if record is not None and record.init.parallelism != parallelism:
-            raise JobFailed(
+            raise PermanentFailure(
                 f"stage {name!r} ran with {record.init.parallelism} task(s) in an earlier "
                 f"attempt but now plans {parallelism}: keep the program and "
                 "spark.sql.shuffle.partitions unchanged while a job recovers"
@@ -276,7 +277,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
     def run(self) -> Outcome:
         sink = next((s for s in self._stages if s.kind is StageKind.SINK), None)
         if sink is None or sink.sink is None:
-            raise JobFailed("the program called run() without job.write(): nothing to run")
+            raise ProgramError("the program called run() without job.write(): nothing to run")
         self._reset_unfinished_readers()
         self._count_recovery(resets=self._log_resets())
         self._report(DriverState.RUNNING, self._recovery_message())
@@ -328,7 +329,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
 
 def _check_name(what: str, name: str) -> None:
     if not NAME_PATTERN.match(name):
-        raise ValueError(
+        raise ProgramError(
             f"{what} {name!r} is not accepted: use 1-128 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit"
         )

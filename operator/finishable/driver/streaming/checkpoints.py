@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import pyspark
 
 from finishable.driver.checkpoint_log import CheckpointLog
+from finishable.driver.failures import PermanentError
 from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
 from finishable.driver.streaming.savepoints import (
     Savepoint,
@@ -62,6 +63,15 @@ PENDING_OFFSETS = "pending/offsets"
 """The raw offsets entry of the batch a sink is about to publish (one object, overwritten)."""
 LINEAGE_KEY = "lineage"
 _SNAPSHOT_NAME = re.compile(r"(?:^|[/.-])snapshots[/.](?P<tag>sp|chk)-(?P<id>\d+)\.blob$")
+
+
+class SavepointUnreachable(SavepointError):
+    """The store that holds the savepoint did not answer: a later attempt may read it."""
+
+
+class UnrestorableSavepoint(PermanentError, SavepointError):
+    """The savepoint to start from is missing, damaged or does not fit the program: every
+    attempt would fail the same way."""
 
 
 def lineage_of(run_key: str, restore_from: str) -> str:
@@ -164,7 +174,9 @@ def read_snapshot_location(location: str, store: SnapshotStore) -> tuple[bytes, 
             blob = backend.get(name)
     except ObjectNotFound:
         raise SavepointError(f"no savepoint at {location}") from None
-    except (StateError, OSError, ValueError) as error:
+    except (StateError, OSError) as error:
+        raise SavepointUnreachable(f"cannot read the savepoint at {location}: {error}") from None
+    except ValueError as error:
         raise SavepointError(f"cannot read the savepoint at {location}: {error}") from None
     try:
         payload, _ = decode_blob(blob, what=location)
@@ -202,15 +214,20 @@ def find_restore(
         )
     if not restore_from:
         return Restored("nothing (a new run)", None)
-    payload, what = read_snapshot_location(restore_from, store)
-    savepoint = decode_savepoint(payload, restore_from)
-    check_restorable(
-        savepoint.manifest,
-        sources=fingerprints.sources,
-        sinks=fingerprints.sinks,
-        allow_drained=allow_drained,
-        location=restore_from,
-    )
+    try:
+        payload, what = read_snapshot_location(restore_from, store)
+        savepoint = decode_savepoint(payload, restore_from)
+        check_restorable(
+            savepoint.manifest,
+            sources=fingerprints.sources,
+            sinks=fingerprints.sinks,
+            allow_drained=allow_drained,
+            location=restore_from,
+        )
+    except SavepointUnreachable:
+        raise  # its store may answer the next attempt
+    except SavepointError as error:
+        raise UnrestorableSavepoint(str(error)) from error
     return Restored(f"{what} at batch {savepoint.manifest.batch_id}", savepoint)
 
 

@@ -393,15 +393,17 @@ class StreamingExecutor:
             }[ending.mode]
             self._report(state, force=True)
 
-    def report_failure(self, message: str) -> None:
-        """Tell the steering side why this attempt failed."""
+    def report_failure(self, message: str, *, permanent: bool = False) -> None:
+        """Tell the steering side why this attempt failed, and whether a restart can help."""
         if self._answer is not None and self._answer.outcome is RequestOutcome.IN_PROGRESS:
             self._answer = RequestReport(
                 id=self._answer.id, outcome=RequestOutcome.FAILED, message=message
             )
-        self._report(DriverState.FAILED, force=True, message=message)
+        self._report(DriverState.FAILED, force=True, message=message, permanent=permanent)
 
-    def _report(self, state: DriverState, *, force: bool = False, message: str = "") -> None:
+    def _report(
+        self, state: DriverState, *, force: bool = False, message: str = "", permanent: bool = False
+    ) -> None:
         latest = self._keeper.latest
         checkpoint = latest.batch_id if latest is not None else None
         now = time.monotonic()
@@ -428,6 +430,7 @@ class StreamingExecutor:
                 request=self._answer,
                 coordinator=self._progress(latest),
                 message=message or self._skipped(),
+                permanent=permanent,
                 updated_at=datetime.now(UTC),
             )
         )

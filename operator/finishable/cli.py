@@ -29,7 +29,9 @@ from finishable.local.jobdir import (
     degraded,
     describe,
     local_job,
+    nothing_runs,
     report_document,
+    run_command,
     wait_for,
 )
 
@@ -165,50 +167,74 @@ def _stop(args: argparse.Namespace, out: TextIO) -> int:
     """Stop a local job with a savepoint (like setting spec.state), or with drain."""
     job = _local_job(args)
     target = DesiredState.FINISHED if args.drain else DesiredState.SUSPENDED
+    command = f"`finishable stop {job.name}{' --drain' if args.drain else ''}`"
+    runner = job.runner()
+    if not runner.alive:
+        status = job.read_status()
+        ended = {Phase.FINISHED, Phase.FAILED} | (set() if args.drain else {Phase.SUSPENDED})
+        if status is None or status.phase not in ended:
+            raise LocalJobError(nothing_runs(job, runner, status, command, args.state_dir))
+        out.write("\n".join(describe(status, job.channel.read_report())) + "\n")
+        return 1 if status.phase is Phase.FAILED else 0
     desired = job.edit_desired(state=target.value)
     what = "stop with savepoint and drain" if args.drain else "stop with savepoint"
     out.write(f"{job.name}: {what} requested\n")
     if args.no_wait:
         return 0
-    status = wait_for(
+    return _await(
         job,
-        lambda s: s.phase in SETTLED_PHASES or degraded(s, desired.generation) is not None,
-        args.timeout,
+        args,
+        lambda s: s.phase in SETTLED_PHASES,
+        generation=desired.generation,
+        command=command,
+        out=out,
     )
-    return _settled(job, status, args.timeout, desired.generation, out)
 
 
 def _savepoint(args: argparse.Namespace, out: TextIO) -> int:
     """Take a savepoint of a local job without stopping it (like bumping the nonce)."""
     job = _local_job(args)
+    command = f"`finishable savepoint {job.name}`"
+    runner = job.runner()
     current = job.read_status()
+    if not runner.alive:
+        raise LocalJobError(nothing_runs(job, runner, current, command, args.state_dir))
     nonce = (current.savepoint_trigger_nonce if current else 0) + 1
     desired = job.edit_desired(savepointTriggerNonce=nonce)
     out.write(f"{job.name}: savepoint requested\n")
     if args.no_wait:
         return 0
-    status = wait_for(
+    return _await(
         job,
+        args,
         lambda s: (
             (s.savepoint_trigger_nonce >= nonce and s.pending_request is None)
             or s.phase in SETTLED_PHASES
-            or degraded(s, desired.generation) is not None
         ),
-        args.timeout,
+        generation=desired.generation,
+        command=command,
+        out=out,
     )
-    return _settled(job, status, args.timeout, desired.generation, out)
 
 
-def _settled(
+def _await(
     job: LocalJob,
-    status: FinishableSparkJobStatus | None,
-    timeout: float,
+    args: argparse.Namespace,
+    done: Callable[[FinishableSparkJobStatus], bool],
+    *,
     generation: int,
+    command: str,
     out: TextIO,
 ) -> int:
+    """Wait for the runner to carry out a request: done, refused, timed out, or runner gone."""
+    status = wait_for(
+        job,
+        lambda s: done(s) or degraded(s, generation) is not None or not job.runner().alive,
+        args.timeout,
+    )
     if status is None:
         sys.stderr.write(
-            f"{job.name}: not done within {timeout:g}s; it goes on "
+            f"{job.name}: not done within {args.timeout:g}s; it goes on "
             f"(`finishable status {job.name}` shows progress)\n"
         )
         return 1
@@ -216,6 +242,11 @@ def _settled(
     if problem is not None:
         sys.stderr.write(f"{job.name}: {problem}\n")
         return 1
+    if not done(status):
+        runner = job.runner()
+        raise LocalJobError(
+            nothing_runs(job, runner, status, command, args.state_dir, recorded=True)
+        )
     out.write("\n".join(describe(status, job.channel.read_report())) + "\n")
     return 1 if status.phase is Phase.FAILED else 0
 
@@ -229,7 +260,14 @@ def _status(args: argparse.Namespace, out: TextIO) -> int:
     status = job.read_status()
     if status is None:
         raise LocalJobError(f"job {job.name!r} has no status yet")
-    out.write("\n".join(describe(status, job.channel.read_report())) + "\n")
+    lines = describe(status, job.channel.read_report())
+    runner = job.runner()
+    if runner.alive:
+        lines.append(f"runner: `finishable run` (pid {runner.pid})")
+    elif status.phase not in SETTLED_PHASES:
+        run = run_command(runner, args.state_dir)
+        lines.append(f"runner: none, nothing acts on the job; `{run}` continues it")
+    out.write("\n".join(lines) + "\n")
     return 0
 
 

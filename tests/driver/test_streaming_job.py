@@ -368,8 +368,11 @@ def process_ended(pid: int) -> bool:
 
 
 def test_a_driver_superseded_while_it_was_frozen_writes_nothing_and_stops(
-    tmp_path: Path, cleanup: list[Job]
+    tmp_path: Path, cleanup: list[Job], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A driver pod outlives an operator that lost it; a local driver dies with its runner unless
+    # told otherwise (finishable.local.driver_process.OUTLIVE_ENV).
+    monkeypatch.setenv("FINISHABLE_DRIVER_OUTLIVES_RUNNER", "1")
     job = Job(tmp_path, "zombie")
     cleanup.append(job)
     for index in range(2):

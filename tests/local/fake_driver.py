@@ -2,7 +2,9 @@
 
 It reads its job configuration from the environment exactly as ``FinishableJob.from_env`` does,
 counts "checkpoints", answers stop and savepoint requests, and can kill itself with SIGKILL at a
-given checkpoint of its first attempt (``--crash-at N``) to play a driver crash.
+given checkpoint of its first attempt (``--crash-at N``) to play a driver crash, or never answer a
+request (``--ignore-requests``) to play a stop that hangs. It does not watch its runner as
+``FinishableJob.from_env`` does: like a program still importing PySpark, it relies on the kernel.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from finishable.state.control import LocalControlChannel
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--crash-at", type=int, default=0)
+    parser.add_argument("--ignore-requests", action="store_true")
     args = parser.parse_args()
     config, attempt, restore_from = config_from_env()
     assert config.control_dir is not None
@@ -51,7 +54,7 @@ def main() -> None:
         checkpoint += 1
         if args.crash_at and attempt == 1 and checkpoint == args.crash_at:
             os.kill(os.getpid(), signal.SIGKILL)
-        request = channel.read_request(attempt)
+        request = None if args.ignore_requests else channel.read_request(attempt)
         if request is not None and request.id not in answered:
             answered.add(request.id)
             savepoint = SavepointStatus(

@@ -38,7 +38,8 @@ def test_status_round_trip_and_stop_timeout(
     job.write_status(FinishableSparkJobStatus(phase=Phase.RUNNING, attempt=1))
     status = job.read_status()
     assert status is not None and status.phase is Phase.RUNNING
-    assert main(["stop", "clickstream", "--state-dir", str(tmp_path), "--timeout", "0.2"]) == 1
+    with job.runner_lock(tmp_path / "job.yaml"):  # a live runner that never answers
+        assert main(["stop", "clickstream", "--state-dir", str(tmp_path), "--timeout", "0.2"]) == 1
     assert "not done within 0.2s" in capsys.readouterr().err
     assert job.read_desired().state is DesiredState.SUSPENDED
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
 
 def alive(pid: int) -> bool:
@@ -12,3 +14,39 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def ended(pid: int) -> bool:
+    """Gone, or a zombie nobody reaps (an orphan re-parented to an init that does not reap)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def group_members(pgid: int) -> dict[int, str]:
+    """The live processes of a process group (Linux ``/proc``), with their command lines."""
+    members: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue  # ended while we looked
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members[int(entry.name)] = command
+    return members
+
+
+def wait_ended(pids: list[int], timeout: float, what: str) -> None:
+    """Wait until every process of ``pids`` ended; generous ``timeout``, fail with ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [pid for pid in pids if not ended(pid)]
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"{what}: still running: {left}"
+        time.sleep(0.2)

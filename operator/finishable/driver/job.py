@@ -46,6 +46,7 @@ from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.batch.runtime import BatchRuntime
 from finishable.driver.failures import PermanentFailure, ProgramError, is_permanent
 from finishable.driver.outcome import JobFailed, JobSuperseded, Outcome
+from finishable.driver.runner_watch import watch_runner
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.streaming.checkpoints import (
     CheckpointKeeper,
@@ -136,6 +137,7 @@ class FinishableJob:
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+        watch_runner()  # a driver of `finishable run` ends with its runner
         job = cls(
             config,
             attempt=attempt,

@@ -12,16 +12,23 @@ the driver's report. Files:
 * ``control.json``, ``state.json``  the control channel between the runner and the driver;
 * ``job.json``      the job configuration handed to the driver;
 * ``uid``           the job's identity (a uuid), as a custom resource's uid: written when the
-  directory is created, so ``--fresh`` (a new directory) is a new job whose state is its own.
+  directory is created, so ``--fresh`` (a new directory) is a new job whose state is its own;
+* ``runner.lock``   held (``flock``) by the live ``finishable run`` of the job, with its pid and
+  manifest. Only a live runner acts on ``stop`` and ``savepoint``, so they check it first; a
+  lock is released by the kernel when its holder dies however it dies, and unlike a pid file it
+  cannot be mistaken for an unrelated process that reused the pid.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +48,10 @@ from finishable.state.control import LocalControlChannel
 
 DEFAULT_STATE_DIR = Path(".finishable")
 SETTLED_PHASES = frozenset({Phase.SUSPENDED, Phase.FINISHED, Phase.FAILED})
+RUNNER_LOCK = "runner.lock"
+LOCK_ATTEMPTS = 20
+"""How often a starting runner tries the lock, 50 ms apart: a ``finishable stop`` that tests it
+holds it for a moment, and must not make the runner take itself for the second one."""
 
 
 class LocalJobError(ValueError):
@@ -54,6 +65,15 @@ class Desired:
     generation: int = 1
     state: DesiredState | None = None
     savepoint_trigger_nonce: int | None = None
+
+
+@dataclass(frozen=True)
+class Runner:
+    """What the job's ``runner.lock`` says: is a runner holding it, and who held it last."""
+
+    alive: bool
+    pid: int | None = None
+    manifest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +100,10 @@ class LocalJob:
         return self.directory / "job.json"
 
     @property
+    def lock_file(self) -> Path:
+        return self.directory / RUNNER_LOCK
+
+    @property
     def uid(self) -> str:
         """The job's identity; created on first use, like the uid of a custom resource."""
         path = self.directory / "uid"
@@ -90,6 +114,59 @@ class LocalJob:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(uid + "\n", encoding="utf-8")
             return uid
+
+    # -- the runner's lock ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def runner_lock(self, manifest: Path) -> Iterator[None]:
+        """Hold the job as its one runner while the block runs; refuse if another holds it."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            if not _try_lock(fd, fcntl.LOCK_EX, LOCK_ATTEMPTS):
+                other = self.runner()
+                who = f" (pid {other.pid})" if other.pid else ""
+                raise LocalJobError(
+                    f"job {self.name!r} is already run by another `finishable run`{who} at "
+                    f"{self.directory}: steer it with `finishable stop {self.name}`, or end that "
+                    "runner first"
+                )
+            record = {"pid": os.getpid(), "manifest": str(manifest.resolve())}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(record).encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the lock; the file stays, with the last runner's record
+
+    def runner(self) -> Runner:
+        """Whether a live ``finishable run`` holds the job, and the last runner's record."""
+        try:
+            fd = os.open(self.lock_file, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return Runner(alive=False)
+        with os.fdopen(fd, "rb") as handle:
+            alive = not _try_lock(fd, fcntl.LOCK_SH, 1)  # a free lock is released on close
+            try:
+                record = json.loads(handle.read() or b"{}")
+            except ValueError:
+                record = {}
+        pid = record.get("pid") if isinstance(record, dict) else None
+        manifest = record.get("manifest") if isinstance(record, dict) else None
+        return Runner(
+            alive=alive,
+            pid=pid if isinstance(pid, int) else None,
+            manifest=manifest if isinstance(manifest, str) else None,
+        )
+
+    def clear(self) -> None:
+        """Remove the job's files (``--fresh``), all but the lock its runner holds."""
+        for entry in self.directory.iterdir():
+            if entry.name == RUNNER_LOCK:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
 
     # -- desired state (written by the steering commands) ---------------------------------
 
@@ -125,6 +202,19 @@ class LocalJob:
         _write_json(
             self.status_file, status.model_dump(mode="json", by_alias=True, exclude_none=True)
         )
+
+
+def _try_lock(fd: int, kind: int, attempts: int) -> bool:
+    """Take ``flock`` ``kind`` on ``fd`` without blocking; False if another process holds it."""
+    for attempt in range(attempts):
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if attempt + 1 < attempts:
+                time.sleep(0.05)
+            continue
+        return True
+    return False
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -174,6 +264,55 @@ def wait_for(
         if clock() >= deadline:
             return None
         sleep(poll)
+
+
+def nothing_runs(
+    job: LocalJob,
+    runner: Runner,
+    status: FinishableSparkJobStatus | None,
+    command: str,
+    state_dir: str | None,
+    *,
+    recorded: bool = False,
+) -> str:
+    """Why ``command`` on a job without a live ``finishable run`` would wait forever, and what
+    to do instead: only the runner acts on requests, as only the operator acts on a spec.
+
+    ``recorded``: the request is in ``desired.json`` already (its runner ended while it waited),
+    so the next run carries it out.
+    """
+    phase = status.phase if status is not None else None
+    run = run_command(runner, state_dir)
+    if recorded:
+        return (
+            f"{job.name}: its `finishable run` ended before {command} was done (the job was "
+            f"{phase.value if phase else 'not started'}): `{run}` continues it from its last "
+            "checkpoint and then carries out the request"
+        )
+    if phase is Phase.SUSPENDED:
+        return (
+            f"{job.name}: the job is Suspended and no `finishable run` runs it, so nothing would "
+            f"act on {command}: resume it with `{run} --resume`, then repeat {command}"
+        )
+    if phase in (Phase.FINISHED, Phase.FAILED):
+        return (
+            f"{job.name}: the job ended {phase.value} and no `finishable run` runs it, so "
+            f"nothing would act on {command} (`{run} --fresh` starts it again)"
+        )
+    was = f" (its runner ended while it was {phase.value})" if phase is not None else ""
+    return (
+        f"{job.name}: no `finishable run` runs this job{was}, so nothing would act on "
+        f"{command}. Run `{run}` to continue it from its last checkpoint, then repeat {command}"
+    )
+
+
+def run_command(runner: Runner, state_dir: str | None) -> str:
+    """The ``finishable run`` that continues a job: its last runner's manifest, if recorded."""
+    manifest = "MANIFEST"
+    if runner.manifest:
+        relative = os.path.relpath(runner.manifest)
+        manifest = runner.manifest if relative.startswith("..") else relative
+    return f"finishable run {manifest}" + (f" --state-dir {state_dir}" if state_dir else "")
 
 
 def degraded(status: FinishableSparkJobStatus, generation: int) -> str | None:

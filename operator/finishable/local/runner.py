@@ -6,22 +6,28 @@ observes the driver (a child process instead of a pod) and its report, asks the 
 machine (:func:`finishable.lifecycle.phases.next_status`) what to do, does it, and is the one
 writer of ``status.json``. So stop, drain, savepoints and crash recovery behave locally exactly
 as they will in a cluster.
+
+Ctrl-C and SIGTERM (``kill``, a supervisor, a CI job's end) are one request: stop with a
+savepoint, as ``finishable stop`` would, and exit once the job is Suspended. The stop is bounded
+by ``spec.stopTimeout``, since whoever sends SIGTERM expects the runner to end: when it fails or
+times out, or on a second signal, the runner kills the driver's process group and exits 128 +
+the signal's number, leaving the job to continue from its last checkpoint at the next run. The
+runner holds ``runner.lock`` while it lives (``stop`` tells from it whether anything will act on
+a request), and its driver dies with it however the runner dies (``local/driver_process.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TextIO
+from typing import TextIO
 from urllib.parse import urlsplit
 
 from finishable.api.control import DriverReport
@@ -36,17 +42,26 @@ from finishable.api.jobconfig import (
     write_config,
 )
 from finishable.api.manifest import FinishableSparkJob
-from finishable.api.models import DesiredState, JobMode, Phase, StorageType
+from finishable.api.models import (
+    ConditionStatus,
+    ConditionType,
+    DesiredState,
+    JobMode,
+    Phase,
+    StorageType,
+)
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import FinishableSparkJobStatus
 from finishable.lifecycle.decisions import Action, ActionKind, Decision, Observation, PodPhase
 from finishable.lifecycle.phases import next_status
+from finishable.local.driver_process import DriverProcess
 from finishable.local.jobdir import SETTLED_PHASES, LocalJob, LocalJobError, describe
 from finishable.local.shuffle import LocalShuffle
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE_SECONDS = 10.0
+STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+"""The signals that stop a local job with a savepoint, and how the runner names them."""
 
 
 def application_path(job: FinishableSparkJob, manifest: Path) -> Path:
@@ -69,35 +84,24 @@ def application_path(job: FinishableSparkJob, manifest: Path) -> Path:
     return path
 
 
-@dataclass
-class DriverProcess:
-    """One driver attempt as a child process."""
+class _Interrupted(KeyboardInterrupt):
+    """A second Ctrl-C or SIGTERM: the driver is killed now."""
 
-    attempt: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    log_file: IO[bytes]
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
-    def observe(self) -> tuple[PodPhase, str]:
-        code = self.process.poll()
-        if code is None:
-            return PodPhase.RUNNING, ""
-        if code == 0:
-            return PodPhase.SUCCEEDED, ""
-        if code < 0:
-            return PodPhase.FAILED, f"killed by signal {-code}; see {self.log_path}"
-        return PodPhase.FAILED, f"exit code {code}; see {self.log_path}"
 
-    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
-        """Terminate, then kill what does not end within ``grace`` seconds."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log_file.close()
+@dataclass(frozen=True)
+class _SignalStop:
+    """The stop with savepoint a first Ctrl-C or SIGTERM asked for, and how long it may take."""
+
+    signum: int
+    deadline: float
+    generation: int
+    edited: bool
+    previous: DesiredState | None
+    """The desired state before the signal, put back if the stop is given up."""
 
 
 @dataclass
@@ -111,7 +115,9 @@ class LocalRunner:
     poll_seconds: float = 0.5
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     driver: DriverProcess | None = None
-    _interrupts: int = 0
+    _signals: int = 0
+    _signalled: int | None = None
+    _signal_stop: _SignalStop | None = None
     _last_progress: str = ""
 
     @property
@@ -134,19 +140,25 @@ class LocalRunner:
     # -- entry point ------------------------------------------------------------------------
 
     def run(self, *, resume: bool = False, fresh: bool = False) -> int:
-        """Run to a settled phase; the exit code is 0 for Finished or Suspended, 1 for Failed."""
+        """Run to a settled phase; the exit code is 0 for Finished or Suspended, 1 for Failed,
+        128 + the signal's number when a Ctrl-C or SIGTERM ended it by killing the driver."""
         program = application_path(self.job, self.manifest)
-        status = self._prepare(resume=resume, fresh=fresh)
-        if self.shuffle is not None and status.phase not in SETTLED_PHASES:
-            self.shuffle.ensure()
-        self._write_config()
-        previous = signal.signal(signal.SIGINT, self._on_interrupt)
-        try:
-            return self._loop(status, program)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            if self.driver is not None:
-                self.driver.stop()
+        with self.local.runner_lock(self.manifest):
+            status = self._prepare(resume=resume, fresh=fresh)
+            if self.shuffle is not None and status.phase not in SETTLED_PHASES:
+                self.shuffle.ensure()
+            self._write_config()
+            previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
+            try:
+                return self._loop(status, program)
+            except _Interrupted as interrupted:
+                name = STOP_SIGNALS.get(signal.Signals(interrupted.signum), "a signal")
+                return self._give_up(interrupted.signum, f"{name} again")
+            finally:
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
+                if self.driver is not None:
+                    self.driver.stop()
 
     def _prepare(self, *, resume: bool, fresh: bool) -> FinishableSparkJobStatus:
         local = self.local
@@ -154,7 +166,7 @@ class LocalRunner:
         if fresh and local.directory.exists():
             if self.shuffle is not None:
                 self.shuffle.stop()
-            shutil.rmtree(local.directory)
+            local.clear()
         status = local.read_status()
         if status is None:
             local.directory.mkdir(parents=True, exist_ok=True)
@@ -180,7 +192,8 @@ class LocalRunner:
         return status
 
     def _kill_leftover_driver(self) -> None:
-        """A driver whose runner died keeps running (own session): end it before a new one."""
+        """A driver that outlived its runner (one that never reached ``from_env`` where there is
+        no PDEATHSIG, or ``OUTLIVE_ENV``) holds the work directory: end it before a new one."""
         pid_file = self.local.directory / "driver.pid"
         try:
             pid = int(pid_file.read_text().split()[-1])
@@ -228,6 +241,7 @@ class LocalRunner:
     def _loop(self, status: FinishableSparkJobStatus, program: Path) -> int:
         local = self.local
         while True:
+            self._stop_on_signal()
             desired = local.read_desired()
             spec = self._spec(desired.state, desired.savepoint_trigger_nonce)
             pod, message = self._observe_driver(status)
@@ -245,9 +259,12 @@ class LocalRunner:
             self._tell(status, decision)
             status = decision.status
             local.write_status(status)
-            alive = self.driver is not None and self.driver.process.poll() is None
+            alive = self.driver is not None and self.driver.alive()
             if status.phase in SETTLED_PHASES and not alive:
                 return self._farewell(status)
+            stuck = self._signal_stop_stuck(status)
+            if stuck is not None and self._signal_stop is not None:
+                return self._give_up(self._signal_stop.signum, stuck)
             time.sleep(self.poll_seconds)
 
     def _spec(self, state: DesiredState | None, nonce: int | None) -> FinishableSparkJobSpec:
@@ -295,7 +312,7 @@ class LocalRunner:
     def _start_driver(self, action: Action, program: Path) -> None:
         attempt = action.attempt
         if self.driver is not None:
-            if self.driver.attempt == attempt and self.driver.process.poll() is None:
+            if self.driver.attempt == attempt and self.driver.alive():
                 return
             self.driver.stop()
         local = self.local
@@ -312,19 +329,10 @@ class LocalRunner:
         }
         if self.shuffle is not None:
             env[TOKEN_ENV] = self.shuffle.token
-        log_file = log_path.open("ab")
-        process = subprocess.Popen(
-            [sys.executable, str(program), *self.job.spec.application.args],
-            cwd=Path.cwd(),  # relative paths in args mean what they mean to the user
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # Ctrl-C reaches the runner, which stops the driver cleanly
-        )
-        self.driver = DriverProcess(attempt, process, log_path, log_file)
-        (local.directory / "driver.pid").write_text(f"{attempt} {process.pid}\n")
-        self._say(f"driver attempt {attempt} started (pid {process.pid}, log {log_path})")
+        command = [sys.executable, str(program), *self.job.spec.application.args]
+        self.driver = DriverProcess.spawn(attempt, command, env, log_path)
+        (local.directory / "driver.pid").write_text(f"{attempt} {self.driver.pid}\n")
+        self._say(f"driver attempt {attempt} started (pid {self.driver.pid}, log {log_path})")
 
     # -- talking to the user ----------------------------------------------------------------
 
@@ -367,14 +375,77 @@ class LocalRunner:
         self.out.write(f"{stamp} {self.job.metadata.name}: {text}\n")
         self.out.flush()
 
-    def _on_interrupt(self, signum: int, frame: object) -> None:
-        """First Ctrl-C: stop with a savepoint. Second: stop the driver at once."""
-        self._interrupts += 1
-        if self._interrupts == 1:
-            self._say("stopping with a savepoint (Ctrl-C again to kill the driver)")
-            self.local.edit_desired(state=DesiredState.SUSPENDED.value)
+    # -- Ctrl-C and SIGTERM -----------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        """First Ctrl-C or SIGTERM: the loop stops the job with a savepoint. Second: kill.
+
+        The handler only takes note: the loop may be writing to the terminal or a job file, and
+        neither may be re-entered from here.
+        """
+        self._signals += 1
+        if self._signals == 1:
+            self._signalled = signum
+        elif self._signals == 2:
+            raise _Interrupted(signum)
+
+    def _stop_on_signal(self) -> None:
+        """Ask for the stop with savepoint a first signal wants, once, as `finishable stop` does
+        (a stop or drain the user asked for already is left alone); it may take stopTimeout."""
+        if self._signalled is None or self._signal_stop is not None:
             return
-        self._say("killing the driver")
+        signum = self._signalled
+        local = self.local
+        desired = local.read_desired()
+        previous = desired.state
+        edited = previous in (None, DesiredState.RUNNING)
+        if edited:
+            desired = local.edit_desired(state=DesiredState.SUSPENDED.value)
+        timeout = self.job.spec.stop_timeout
+        self._signal_stop = _SignalStop(
+            signum=signum,
+            deadline=time.monotonic() + timeout.total_seconds(),
+            generation=desired.generation,
+            edited=edited,
+            previous=previous,
+        )
+        name = STOP_SIGNALS.get(signal.Signals(signum), "a signal")
+        self._say(
+            f"{name}: stopping with a savepoint, within spec.stopTimeout ({timeout}) "
+            f"({name} again to kill the driver)"
+        )
+
+    def _signal_stop_stuck(self, status: FinishableSparkJobStatus) -> str | None:
+        """Why the stop a signal asked for will not end the job, if it will not."""
+        stop = self._signal_stop
+        if stop is None or status.phase in SETTLED_PHASES:
+            return None
+        timed_out = (
+            f"the stop did not complete within spec.stopTimeout ({self.job.spec.stop_timeout})"
+        )
+        for condition in status.conditions:
+            if (
+                condition.type is ConditionType.DEGRADED
+                and condition.status is ConditionStatus.TRUE
+                and (condition.observed_generation or 0) >= stop.generation
+            ):
+                if condition.reason == "StopTimedOut":
+                    return timed_out
+                if condition.reason == "StopFailed":
+                    return f"the stop failed ({condition.message})"
+        return timed_out if time.monotonic() >= stop.deadline else None
+
+    def _give_up(self, signum: int, why: str) -> int:
+        """End without a savepoint: kill the driver's group and leave the job as it is, so the
+        next run continues it from its last checkpoint (and does not stop it right away)."""
+        self._say(f"{why}: killing the driver")
         if self.driver is not None:
-            self.driver.stop(grace=0)
-        raise KeyboardInterrupt
+            self.driver.kill()
+        stop = self._signal_stop
+        if stop is not None and stop.edited:
+            self.local.edit_desired(state=stop.previous.value if stop.previous else None)
+        self._say(
+            f"the job was not stopped; `finishable run {self.manifest}` continues it from its "
+            "last checkpoint"
+        )
+        return 128 + signum

@@ -17,6 +17,7 @@ from finishable.driver.streaming.checkpoints import (
     LINEAGE_KEY,
     PENDING_OFFSETS,
     Fingerprints,
+    UnrestorableSavepoint,
     find_restore,
     lineage_of,
     read_snapshot_location,
@@ -123,7 +124,8 @@ def test_a_new_run_starts_from_its_savepoint_and_refuses_a_bad_one(
         read_snapshot_location(str(tmp_path / "nowhere" / "sp-000000000009.blob"), store)
     other = SnapshotStore(LocalDirBackend(tmp_path / "other"))
     changed = other.put_savepoint(1, blob(source, 2, sources="zzz"))
-    with pytest.raises(IncompatibleSavepoint, match="the source 'clicks' changed"):
+    # Permanent: no later attempt could start from it (the cause says why).
+    with pytest.raises(UnrestorableSavepoint, match="the source 'clicks' changed") as refused:
         find_restore(
             store,
             lineage="x",
@@ -131,8 +133,9 @@ def test_a_new_run_starts_from_its_savepoint_and_refuses_a_bad_one(
             allow_drained=False,
             fingerprints=PRINTS,
         )
+    assert isinstance(refused.value.__cause__, IncompatibleSavepoint)
     drained = other.put_savepoint(2, blob(source, 2, drained=True))
-    with pytest.raises(IncompatibleSavepoint, match="allowDrained"):
+    with pytest.raises(UnrestorableSavepoint, match="allowDrained"):
         find_restore(
             store,
             lineage="y",

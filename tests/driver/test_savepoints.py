@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
+from finishable.driver.streaming.cut import CutError, checkpoint_files
 from finishable.driver.streaming.savepoints import (
     IncompatibleSavepoint,
     Savepoint,
     SavepointError,
     SavepointManifest,
     check_restorable,
-    checkpoint_files,
     committed_watermark,
     decode_savepoint,
     encode_savepoint,
@@ -65,7 +65,7 @@ def test_cut_leaves_out_what_came_after_the_batch(tmp_path: Path) -> None:
 
 def test_cut_refuses_an_uncommitted_batch(tmp_path: Path) -> None:
     root = fake_checkpoint(tmp_path / "ckpt")
-    with pytest.raises(SavepointError, match="batch 3 is not committed"):
+    with pytest.raises(CutError, match="batch 3 is not committed"):
         checkpoint_files(root, 3)
 
 

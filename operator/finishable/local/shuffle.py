@@ -203,19 +203,20 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _terminate(pid: int, grace: float = 5.0) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not _pid_alive(pid):
+    """SIGTERM, then SIGKILL after ``grace``; return once the process is gone, so that nothing
+    it was still writing lands in a data directory deleted after it (a process finishes the
+    system call it is in before a SIGKILL takes it)."""
+    for signum, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 30.0)):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
             return
-        time.sleep(0.05)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not _pid_alive(pid):
+                return
+            time.sleep(0.05)
+    log.warning("shuffle server (pid %d) is still there 30 s after SIGKILL", pid)
 
 
 def _free_port() -> int:

@@ -33,6 +33,8 @@ import pyspark
 from finishable.driver.checkpoint_log import CheckpointLog
 from finishable.driver.failures import PermanentError
 from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
+from finishable.driver.streaming.cut import TornCut
+from finishable.driver.streaming.increments import Increments
 from finishable.driver.streaming.savepoints import (
     Savepoint,
     SavepointError,
@@ -44,6 +46,7 @@ from finishable.driver.streaming.savepoints import (
     latest_committed_batch,
     pack_checkpoint,
     unpack_checkpoint,
+    unpack_files,
 )
 from finishable.state import (
     ObjectNotFound,
@@ -55,6 +58,7 @@ from finishable.state import (
     StateError,
     open_backend,
 )
+from finishable.state.contents import ContentStore
 from finishable.state.snapshots import decode_blob
 
 log = logging.getLogger(__name__)
@@ -99,6 +103,8 @@ class Restored:
     """The raw ``offsets/N+1`` entry stored before a sink published N + 1, if any."""
     stored: SnapshotInfo | None = None
     """The checkpoint restored from, when it is one of this lineage's."""
+    contents: ContentStore | None = None
+    """Where an incremental checkpoint's files are: the store it was found in."""
 
     @property
     def batch_id(self) -> int:
@@ -114,7 +120,15 @@ class Restored:
         if self.savepoint is None:
             checkpoint_dir.mkdir(parents=True, exist_ok=True)
             return
-        unpack_checkpoint(self.savepoint.checkpoint, checkpoint_dir)
+        if self.savepoint.incremental:
+            if self.contents is None:
+                raise UnrestorableSavepoint(
+                    f"{self.origin} is an incremental checkpoint of another job's store: "
+                    "restore from a savepoint instead"
+                )
+            unpack_files(self.savepoint.files, self.contents.get, checkpoint_dir)
+        else:
+            unpack_checkpoint(self.savepoint.checkpoint, checkpoint_dir)
         if self.pending_offsets is not None:
             CheckpointLog(str(checkpoint_dir)).write_entry(
                 "offsets", self.batch_id + 1, self.pending_offsets
@@ -211,6 +225,7 @@ def find_restore(
             savepoint,
             _pending_offsets(store, lineage, info.id + 1),
             info,
+            ContentStore(store.backend, store.prefix),
         )
     if not restore_from:
         return Restored("nothing (a new run)", None)
@@ -228,7 +243,12 @@ def find_restore(
         raise  # its store may answer the next attempt
     except SavepointError as error:
         raise UnrestorableSavepoint(str(error)) from error
-    return Restored(f"{what} at batch {savepoint.manifest.batch_id}", savepoint)
+    own = restore_from.startswith(store.backend.location(store.prefix))
+    return Restored(
+        f"{what} at batch {savepoint.manifest.batch_id}",
+        savepoint,
+        contents=ContentStore(store.backend, store.prefix) if own else None,
+    )
 
 
 def _pending_offsets(store: SnapshotStore, lineage: str, batch_id: int) -> bytes | None:
@@ -280,6 +300,7 @@ class CheckpointKeeper:
         self._coordinators = list(coordinators)
         self._fingerprints = fingerprints
         self._lock = threading.RLock()
+        self._increments = Increments(store)
         self._snapshots: dict[int, dict[str, bytes]] = {}
         self._latest: StoredCheckpoint | None = None
         if restored.savepoint is not None:
@@ -345,7 +366,10 @@ class CheckpointKeeper:
     # -- checkpoints and savepoints ---------------------------------------------------------
 
     def store_latest(self) -> StoredCheckpoint | None:
-        """Store the newest committed batch whose snapshots are known, if not stored yet."""
+        """Store the newest committed batch whose snapshots are known, if not stored yet.
+
+        The query runs on meanwhile; a cut it tore (:class:`TornCut`) is skipped, not fatal.
+        """
         with self._lock:
             committed = latest_committed_batch(self._dir)
             if (
@@ -353,7 +377,12 @@ class CheckpointKeeper:
                 and committed > self._stored_through
                 and committed in self._snapshots
             ):
-                self._store_checkpoint(committed)
+                try:
+                    self._store_checkpoint(committed)
+                except TornCut as torn:  # the query ran on and Spark deleted what it needed
+                    log.warning(
+                        "checkpoint %d skipped, a later batch is cut next: %s", committed, torn
+                    )
             return self._latest
 
     def checkpoint(self, batch_id: int) -> StoredCheckpoint:
@@ -401,8 +430,8 @@ class CheckpointKeeper:
             )
             return info, stored
 
-    def _blob(self, batch_id: int, *, drained: bool) -> bytes:
-        manifest = SavepointManifest(
+    def _manifest(self, batch_id: int, *, drained: bool) -> SavepointManifest:
+        return SavepointManifest(
             job=self._job,
             batch_id=batch_id,
             watermark_ms=committed_watermark(self._dir, batch_id),
@@ -411,15 +440,32 @@ class CheckpointKeeper:
             sinks=dict(self._fingerprints.sinks),
             spark_version=pyspark.__version__,
         )
+
+    def _blob(self, batch_id: int, *, drained: bool) -> bytes:
+        """A self-contained savepoint: Spark's checkpoint as a tar."""
         return encode_savepoint(
-            Savepoint(manifest, pack_checkpoint(self._dir, batch_id), self._snapshots[batch_id])
+            Savepoint(
+                self._manifest(batch_id, drained=drained),
+                pack_checkpoint(self._dir, batch_id),
+                self._snapshots[batch_id],
+            )
         )
 
     def _store_checkpoint(self, batch_id: int) -> StoredCheckpoint:
-        blob = self._blob(batch_id, drained=False)
+        """An incremental checkpoint: upload the files no stored checkpoint has, then the index."""
+        files = self._increments.upload(self._dir, batch_id)
+        blob = encode_savepoint(
+            Savepoint(
+                self._manifest(batch_id, drained=False),
+                b"",
+                self._snapshots[batch_id],
+                files,
+            )
+        )
         info = self._store.put_checkpoint(
             batch_id, blob, metadata={LINEAGE_KEY: self._lineage, "job": self._job}
         )
+        self._increments.committed(batch_id, files)
         self._stored_through = batch_id
         self._latest = StoredCheckpoint(
             batch_id,
@@ -427,5 +473,12 @@ class CheckpointKeeper:
             committed_watermark(self._dir, batch_id),
             datetime.fromtimestamp(info.created_at, UTC),
         )
-        log.info("checkpoint %d stored (%d bytes)", batch_id, info.size)
+        log.info(
+            "checkpoint %d stored: %d files, %d bytes of which %d new, index %d bytes",
+            batch_id,
+            len(files),
+            self._increments.last.state_bytes,
+            self._increments.last.uploaded_bytes,
+            info.size,
+        )
         return self._latest

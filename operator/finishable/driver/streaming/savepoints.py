@@ -8,8 +8,14 @@ one blob in the snapshot store holding three things:
 * ``checkpoint.tar``: Spark's checkpoint directory cut at batch N: ``metadata``, ``sources/``,
   ``offsets/`` and ``commits/`` up to N, and state store files up to version N + 1 (the version
   batch N wrote). A batch planned or half-run after N is left out, so a query started from the
-  copy re-plans nothing: it continues with batch N + 1 from fresh offsets;
+  copy re-plans nothing: it continues with batch N + 1 from fresh offsets. The cut is taken
+  while the query runs and is checked to restore (:mod:`finishable.driver.streaming.cut`);
 * ``coordinators/<source>``: each source coordinator's snapshot taken at batch N.
+
+A periodic checkpoint has the same format, except that ``checkpoint.index`` (path → sha256)
+stands in for ``checkpoint.tar``: its files live once each in the store's content files
+(:mod:`finishable.state.contents`), shared with the checkpoints before and after it. A savepoint
+always carries its tar, so that it stays valid whatever happens to the job's checkpoints.
 
 ``check_restorable`` refuses a savepoint of a job with other sources or sinks (the job name may
 differ: starting a new job from an old one's savepoint is the point), or a drained one (event
@@ -21,9 +27,8 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -31,11 +36,12 @@ from pathlib import Path, PurePosixPath
 from pydantic import Field, ValidationError
 
 from finishable.api.models import ApiModel
+from finishable.driver.streaming.cut import read_cut
 
 FORMAT = "finishable.savepoint"
 FORMAT_VERSION = 1
-
-_VERSIONED = re.compile(r"^\.?(\d+)(\.[a-z]+)*$")  # 7, .7.crc, 8.delta, .8.delta.crc, 9.zip
+INDEX = "checkpoint.index"
+"""An incremental checkpoint's entry in place of ``checkpoint.tar``: path → sha256, as JSON."""
 
 
 class SavepointError(ValueError):
@@ -67,48 +73,34 @@ class Savepoint:
 
     manifest: SavepointManifest
     checkpoint: bytes
+    """Spark's checkpoint as a tar; empty in an incremental checkpoint, which has ``files``."""
     coordinators: Mapping[str, bytes] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)
+    """An incremental checkpoint's index: path in Spark's checkpoint → sha256 in the store's
+    content files (:mod:`finishable.state.contents`)."""
+
+    @property
+    def incremental(self) -> bool:
+        return bool(self.files)
 
 
 # -- Spark's checkpoint directory ------------------------------------------------------------
 
 
-def _version(name: str) -> int | None:
-    match = _VERSIONED.match(name)
-    return int(match.group(1)) if match else None
-
-
-def checkpoint_files(checkpoint_dir: Path, batch_id: int) -> list[Path]:
-    """The files of a consistent cut at ``batch_id``, relative to ``checkpoint_dir``, sorted."""
-    if not (checkpoint_dir / "commits" / str(batch_id)).is_file():
-        raise SavepointError(
-            f"batch {batch_id} is not committed in {checkpoint_dir}: a savepoint is cut only at "
-            "a committed batch"
-        )
-    selected: list[Path] = []
-    for path in sorted(checkpoint_dir.rglob("*")):
-        if not path.is_file():
-            continue
-        relative = path.relative_to(checkpoint_dir)
-        top = relative.parts[0]
-        version = _version(path.name)
-        if top in ("offsets", "commits") and len(relative.parts) == 2:
-            if version is None or version > batch_id:
-                continue
-        elif top == "state" and version is not None and version > batch_id + 1:
-            continue  # state written by a batch after the cut
-        selected.append(relative)
-    return selected
-
-
 def pack_checkpoint(checkpoint_dir: Path, batch_id: int) -> bytes:
-    """Spark's checkpoint cut at ``batch_id`` as an uncompressed tar (state files compress
-    themselves; a deterministic order keeps equal checkpoints byte-equal)."""
+    """Spark's checkpoint cut at ``batch_id`` as an uncompressed tar."""
+    read: dict[str, bytes] = {}
+    cut = read_cut(checkpoint_dir, batch_id, visit=lambda name, data, _: read.update({name: data}))
+    return pack_files({name: read[name] for name in cut})
+
+
+def pack_files(files: Mapping[str, bytes]) -> bytes:
+    """A cut's files as an uncompressed tar (state files compress themselves; a deterministic
+    order keeps equal checkpoints byte-equal)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        for relative in checkpoint_files(checkpoint_dir, batch_id):
-            data = (checkpoint_dir / relative).read_bytes()
-            info = tarfile.TarInfo(relative.as_posix())
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mtime = 0
             archive.addfile(info, io.BytesIO(data))
@@ -117,20 +109,38 @@ def pack_checkpoint(checkpoint_dir: Path, batch_id: int) -> bytes:
 
 def unpack_checkpoint(data: bytes, target: Path) -> None:
     """Recreate a checkpoint directory; ``target`` must not hold another one."""
-    if target.exists() and any(target.iterdir()):
-        raise SavepointError(f"{target} is not empty: refusing to mix two checkpoints")
-    target.mkdir(parents=True, exist_ok=True)
+    _empty_target(target)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
         for member in archive.getmembers():
-            name = PurePosixPath(member.name)
-            if not member.isfile() or name.is_absolute() or ".." in name.parts:
+            if not member.isfile():
                 raise SavepointError(f"the savepoint holds an unsafe entry {member.name!r}")
             source = archive.extractfile(member)
             if source is None:
                 raise SavepointError(f"cannot read {member.name!r} from the savepoint")
-            destination = target.joinpath(*name.parts)
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            destination.write_bytes(source.read())
+            _write_entry(target, member.name, source.read())
+
+
+def unpack_files(files: Mapping[str, str], fetch: Callable[[str], bytes], target: Path) -> None:
+    """Recreate a checkpoint directory from an incremental checkpoint's index, one file at a
+    time (``fetch`` reads a file by its sha256); ``target`` must not hold another one."""
+    _empty_target(target)
+    for name, digest in sorted(files.items()):
+        _write_entry(target, name, fetch(digest))
+
+
+def _empty_target(target: Path) -> None:
+    if target.exists() and any(target.iterdir()):
+        raise SavepointError(f"{target} is not empty: refusing to mix two checkpoints")
+    target.mkdir(parents=True, exist_ok=True)
+
+
+def _write_entry(target: Path, entry: str, data: bytes) -> None:
+    name = PurePosixPath(entry)
+    if name.is_absolute() or ".." in name.parts or not name.parts:
+        raise SavepointError(f"the savepoint holds an unsafe entry {entry!r}")
+    destination = target.joinpath(*name.parts)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    destination.write_bytes(data)
 
 
 def latest_committed_batch(checkpoint_dir: Path) -> int | None:
@@ -167,8 +177,11 @@ def encode_savepoint(savepoint: Savepoint) -> bytes:
     """One blob for the snapshot store: manifest, checkpoint and coordinator snapshots."""
     entries: dict[str, bytes] = {
         "manifest.json": savepoint.manifest.model_dump_json(by_alias=True, indent=2).encode(),
-        "checkpoint.tar": savepoint.checkpoint,
     }
+    if savepoint.incremental:
+        entries[INDEX] = json.dumps({"files": dict(savepoint.files)}, sort_keys=True).encode()
+    else:
+        entries["checkpoint.tar"] = savepoint.checkpoint
     for name, snapshot in sorted(savepoint.coordinators.items()):
         entries[f"coordinators/{name}"] = snapshot
     buffer = io.BytesIO()
@@ -191,7 +204,7 @@ def decode_savepoint(data: bytes, location: str = "the savepoint") -> Savepoint:
                     entries[member.name] = source.read()
     except (tarfile.TarError, EOFError, OSError) as error:
         raise SavepointError(f"{location} is not a finishable savepoint: {error}") from None
-    if "manifest.json" not in entries or "checkpoint.tar" not in entries:
+    if "manifest.json" not in entries or not {"checkpoint.tar", INDEX} & entries.keys():
         raise SavepointError(f"{location} is not a finishable savepoint: no manifest")
     try:
         manifest = SavepointManifest.model_validate_json(entries["manifest.json"])
@@ -207,7 +220,13 @@ def decode_savepoint(data: bytes, location: str = "the savepoint") -> Savepoint:
         for name, blob in entries.items()
         if name.startswith("coordinators/")
     }
-    return Savepoint(manifest, entries["checkpoint.tar"], coordinators)
+    files: dict[str, str] = {}
+    if INDEX in entries:
+        try:
+            files = {str(k): str(v) for k, v in json.loads(entries[INDEX])["files"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise SavepointError(f"{location} has an unreadable file index: {error}") from None
+    return Savepoint(manifest, entries.get("checkpoint.tar", b""), coordinators, files)
 
 
 def check_restorable(

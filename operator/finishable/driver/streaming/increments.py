@@ -1,0 +1,101 @@
+"""Incremental checkpoints: upload what changed since the last checkpoint, delete what no
+retained checkpoint needs any more.
+
+The checkpoint keeper cuts Spark's checkpoint directory (:mod:`.cut`) and hands every file it
+reads to the store's content files (:mod:`finishable.state.contents`) one at a time: a file whose
+sha256 is stored already is not uploaded again, and a file whose name, size, mtime and inode are
+unchanged since the last cut is not even read. So a checkpoint costs the bytes that changed (new
+state deltas or SST files, new log entries), and the driver holds one file at a time, not the
+state. After a checkpoint commits (and the store's retention dropped the oldest), the content
+files that no retained checkpoint's index names are deleted. Savepoints stay self-contained and
+pin nothing here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from finishable.driver.streaming.cut import CutFile, DigestCache, read_cut
+from finishable.driver.streaming.savepoints import SavepointError, decode_savepoint
+from finishable.state import SnapshotCorrupt, SnapshotKind, SnapshotNotFound, SnapshotStore
+from finishable.state.contents import ContentStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What one checkpoint took: its files, their total size, and the bytes it uploaded."""
+
+    files: int = 0
+    state_bytes: int = 0
+    uploaded_bytes: int = 0
+
+
+class Increments:
+    """Uploads of one driver attempt's checkpoints and collection of unreferenced files.
+
+    Not thread-safe: the checkpoint keeper calls it under its lock.
+    """
+
+    def __init__(self, store: SnapshotStore) -> None:
+        self._store = store
+        self._contents = ContentStore(store.backend, store.prefix)
+        self._cache = DigestCache()
+        self._indexes: dict[int, frozenset[str]] = {}
+        self.last = Upload()
+        self.uploaded_bytes = 0
+        """Bytes uploaded by this attempt's checkpoints, for benchmarks and logs."""
+
+    def upload(self, checkpoint_dir: Path, batch_id: int) -> dict[str, str]:
+        """Store the cut's new files; return its index (path → sha256)."""
+        uploaded = 0
+
+        def store(_name: str, data: bytes, digest: CutFile) -> None:
+            nonlocal uploaded
+            if self._contents.put(digest.sha256, data):
+                uploaded += digest.size
+
+        cut = read_cut(checkpoint_dir, batch_id, visit=store, cache=self._cache)
+        known = self._contents.known()
+        if any(digest.sha256 not in known for digest in cut.values()):
+            # A digest remembered from a cut that never committed, whose file was collected.
+            self._cache = DigestCache()
+            cut = read_cut(checkpoint_dir, batch_id, visit=store, cache=self._cache)
+        self.last = Upload(len(cut), sum(d.size for d in cut.values()), uploaded)
+        self.uploaded_bytes += uploaded
+        return {name: digest.sha256 for name, digest in cut.items()}
+
+    def committed(self, checkpoint_id: int, files: Mapping[str, str]) -> None:
+        """Checkpoint ``checkpoint_id`` committed: delete the files no retained one names."""
+        self._indexes[checkpoint_id] = frozenset(files.values())
+        retained = set(self._store.ids(SnapshotKind.CHECKPOINT))
+        referenced: set[str] = set()
+        for snapshot_id in sorted(retained):
+            index = self._indexes.get(snapshot_id)
+            if index is None:
+                index = self._read_index(snapshot_id)
+                if index is None:
+                    return  # what it needs is unknown: delete nothing this time
+                self._indexes[snapshot_id] = index
+            referenced |= index
+        self._indexes = {i: index for i, index in self._indexes.items() if i in retained}
+        self._contents.collect(referenced)
+
+    def _read_index(self, checkpoint_id: int) -> frozenset[str] | None:
+        """The digests a checkpoint another attempt stored names (none for a tar checkpoint)."""
+        try:
+            snapshot = self._store.get(SnapshotKind.CHECKPOINT, checkpoint_id)
+            return frozenset(decode_savepoint(snapshot.data, snapshot.info.location).files.values())
+        except SnapshotNotFound:
+            return frozenset()  # disposed meanwhile: it needs nothing
+        except (SnapshotCorrupt, SavepointError) as error:
+            log.warning(
+                "checkpoint files are not collected while checkpoint %d is unreadable: %s",
+                checkpoint_id,
+                error,
+            )
+            return None

@@ -11,7 +11,12 @@ from prometheus_client import CollectorRegistry
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
 from finishable.api.models import DesiredState, Phase, dump
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.api.status import CheckpointStatus, FinishableSparkJobStatus, SavepointStatus
+from finishable.api.status import (
+    CheckpointStatus,
+    CoordinatorStatus,
+    FinishableSparkJobStatus,
+    SavepointStatus,
+)
 from finishable.controller.metrics import Metrics
 from finishable.controller.reconcile import (
     StatusUnreadable,
@@ -159,3 +164,23 @@ def test_readers_name_the_field() -> None:
     assert read_status({**stored, "kopf": {"progress": {}}}).attempt == 2
     with pytest.raises(StatusUnreadable):
         read_status({"phase": "Sideways"})
+
+
+def test_metrics_of_stalled_checkpoints() -> None:
+    registry = CollectorRegistry()
+    job = Job(registry, checkpointing={"interval": "10s", "health": {"maxMissedIntervals": 2}})
+    labels = {"namespace": "ns", "job": "job"}
+    job.step(PodPhase.ABSENT)
+    done = CheckpointStatus(id=3, location="cp/3", time=job.now)
+    unread = CoordinatorStatus(splits_total=5, splits_finished=1)
+    report = job.report(DriverState.RUNNING, last_checkpoint=done, coordinator=unread)
+    job.step(PodPhase.RUNNING, report)
+    assert value(registry, "finishable_last_checkpoint_timestamp_seconds", **labels) == (
+        done.time.timestamp() if done.time else -1
+    )
+    assert value(registry, "finishable_checkpoints_stalled", **labels) == 0
+    job.step(PodPhase.RUNNING, report, after=30)
+    assert value(registry, "finishable_checkpoints_stalled", **labels) == 1
+    newer = CheckpointStatus(id=4, location="cp/4", time=job.now)
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING, last_checkpoint=newer))
+    assert value(registry, "finishable_checkpoints_stalled", **labels) == 0

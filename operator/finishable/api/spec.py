@@ -174,6 +174,27 @@ class StorageSpec(ApiModel):
         return self
 
 
+class CheckpointHealthSpec(ApiModel):
+    """The checkpoint-progress health check of a Running streaming job."""
+
+    max_missed_intervals: int = Field(
+        default=10,
+        ge=0,
+        le=100_000,
+        description=(
+            "A Running job with unread input and no checkpoint for this many checkpoint "
+            "intervals is marked Degraded (reason CheckpointsStalled); 0 turns the check off."
+        ),
+    )
+    restart_driver: bool = Field(
+        default=False,
+        description=(
+            "Also replace a stalled job's driver, as after a crash (it counts against "
+            "spec.recovery.maxAttempts)."
+        ),
+    )
+
+
 class CheckpointingSpec(ApiModel):
     """Periodic checkpoints: one per micro-batch, at most this often."""
 
@@ -189,6 +210,10 @@ class CheckpointingSpec(ApiModel):
         ge=1,
         le=100,
         description="How many completed checkpoints to keep; savepoints stay until disposed.",
+    )
+    health: CheckpointHealthSpec = Field(
+        default_factory=CheckpointHealthSpec,
+        description="Streaming: what happens when checkpoints stop completing.",
     )
     retain_on_delete: RetainOnDelete = Field(
         default=RetainOnDelete.SAVEPOINTS,

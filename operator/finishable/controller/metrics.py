@@ -13,8 +13,9 @@ from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from finishable.api.models import Phase
+from finishable.api.models import ConditionStatus, ConditionType, Phase
 from finishable.api.status import FinishableSparkJobStatus
+from finishable.lifecycle.health import STALLED_REASON
 
 JobKey = tuple[str, str]
 """(namespace, name) of a job."""
@@ -92,6 +93,20 @@ class Metrics:
             per_job,
             registry=registry,
         )
+        self.last_checkpoint = Gauge(
+            "finishable_last_checkpoint_timestamp_seconds",
+            "When the newest checkpoint completed (Unix time): alert on "
+            "time() - this, which grows between reconciles.",
+            per_job,
+            registry=registry,
+        )
+        self.checkpoints_stalled = Gauge(
+            "finishable_checkpoints_stalled",
+            "1 while the job is Degraded because no checkpoint completed for "
+            "spec.checkpointing.health.maxMissedIntervals intervals with input unread.",
+            per_job,
+            registry=registry,
+        )
         self._phases: dict[JobKey, Phase] = {}
         self._jobs_per_phase: dict[Phase, int] = dict.fromkeys(Phase, 0)
         for phase in Phase:
@@ -114,6 +129,8 @@ class Metrics:
             self.tasks_rerun,
             self.shuffle_retained,
             self.restarts_left,
+            self.last_checkpoint,
+            self.checkpoints_stalled,
         ):
             with contextlib.suppress(KeyError):
                 metric.remove(*key)
@@ -135,6 +152,16 @@ class Metrics:
         self.shuffle_retained.labels(*key).set(shuffle_replicas if retained else 0)
         if after.restarts_left is not None:
             self.restarts_left.labels(*key).set(after.restarts_left)
+        checkpoint = after.last_checkpoint
+        if checkpoint is not None and checkpoint.time is not None:
+            self.last_checkpoint.labels(*key).set(checkpoint.time.timestamp())
+        stalled = any(
+            c.type is ConditionType.DEGRADED
+            and c.status is ConditionStatus.TRUE
+            and c.reason == STALLED_REASON
+            for c in after.conditions
+        )
+        self.checkpoints_stalled.labels(*key).set(1 if stalled else 0)
 
     def _record_transition(
         self, before: FinishableSparkJobStatus, after: FinishableSparkJobStatus, now: datetime

@@ -48,6 +48,7 @@ from finishable.lifecycle.decisions import (
     PodPhase,
     illegal_state_change,
 )
+from finishable.lifecycle.health import STALLED_REASON, checkpoint_health
 from finishable.lifecycle.table import LifecycleMode
 
 P = Phase
@@ -455,6 +456,21 @@ def _on_running(step: _Step, spec: FinishableSparkJobSpec) -> None:
     if spec.savepoint_trigger_nonce != step.status.savepoint_trigger_nonce:
         step.status.savepoint_trigger_nonce = spec.savepoint_trigger_nonce
         step.request(RequestAction.SAVEPOINT, drain=False)
+        return
+    _watch_checkpoints(step, spec)
+
+
+def _watch_checkpoints(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    """Stalled checkpoints make the job Degraded, or replace its driver (lifecycle/health.py)."""
+    health = checkpoint_health(step.status, spec, step.obs.now)
+    if health.stalled and spec.checkpointing.health.restart_driver:
+        step.act(Action(ActionKind.DELETE_DRIVER, attempt=step.status.attempt))
+        _crash(step, spec, f"{health.stalled}; the driver is replaced")
+        return
+    if health.stalled:
+        step.degraded = (STALLED_REASON, health.stalled)
+    if health.look_again_in is not None:
+        step.act(Action(ActionKind.REQUEUE, after=health.look_again_in))
 
 
 def _await_savepoint(step: _Step, spec: FinishableSparkJobSpec, pending: ControlRequest) -> None:

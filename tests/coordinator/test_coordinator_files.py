@@ -144,11 +144,15 @@ def test_unbounded_source_discovers_new_files_off_the_coordinator_thread(
     make_host: HostFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: set[str] = set()
+    listings = [0]
     real = files_module.list_files
 
     def spy(*args: Any, **kwargs: Any) -> list[ListedFile]:
         threads.add(threading.current_thread().name)
-        return real(*args, **kwargs)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            listings[0] += 1
 
     monkeypatch.setattr(files_module, "list_files", spy)
     inbox = tmp_path / "inbox"  # does not exist yet: fine for an unbounded source
@@ -172,7 +176,10 @@ def test_unbounded_source_discovers_new_files_off_the_coordinator_thread(
     # A restored unbounded source does not rediscover files it has seen.
     snapshot = host.checkpoint_coordinator(1).result(TIMEOUT)
     host.global_failover(1, snapshot).result(TIMEOUT)
-    time.sleep(0.2)
+    # Three more listings: at most one of the replaced instance was in flight, and the restored
+    # one's first listing handed its result to the coordinator before its next listing began.
+    before = listings[0]
+    wait_for(lambda: listings[0] >= before + 3)
     assert discovered(host) == 2
     ready(host, 0, 0)
     restored = [s.url.rsplit("/", 1)[1] for s in splits_of(host, 0, 0)]

@@ -268,8 +268,10 @@ def test_global_reset_replaces_the_instance_and_drops_its_async_work(
     ready(host, 0, 0)
     host.global_failover(3, b"three", "driver lost").result(TIMEOUT)
     release.set()
-    time.sleep(0.1)
-    host.live_attempts().result(TIMEOUT)  # drain the queue
+    deadline = time.monotonic() + TIMEOUT
+    while host.dropped_callbacks == 0:  # the old instance's result arrives, and is dropped
+        assert time.monotonic() < deadline, "the old instance's async result never arrived"
+        time.sleep(0.01)
     assert handled == []
     assert [call[0] for call in log[0].calls] == ["start", "ready", "failed", "close"]
     assert log[1].calls == [("reset", 3, b"three"), ("start",)]
@@ -321,9 +323,11 @@ def test_call_async_runs_work_off_thread_and_handlers_on_it(recorded: Any) -> No
     assert worker.startswith("coordinator-rec-io") and handler_thread == "coordinator-rec"
     assert error is None
     host.close()
-    count = len(seen)
-    time.sleep(0.1)
-    assert len(seen) == count  # periodic work stops with the coordinator
+    # Periodic work stops with the coordinator: its timers are cancelled with its context, and a
+    # result still in flight is dropped, not handed to the closed instance.
+    context = log[0].context
+    assert context.closed and not context.pending_timers
+    assert all(name == "coordinator-rec" for _, name, _ in seen)
 
 
 def test_call_async_hands_errors_to_the_handler(recorded: Any) -> None:

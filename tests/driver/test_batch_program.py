@@ -21,6 +21,7 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 
 from finishable import FinishableJob, sinks, sources
 from finishable.api.jobconfig import JobConfig
+from finishable.driver.failures import ProgramError
 from finishable.driver.outcome import JobFailed
 from finishable.local.shuffle import LocalShuffle
 from finishable.shuffle import ShuffleClient
@@ -213,3 +214,12 @@ def test_batch_calls_in_a_streaming_job_and_a_batch_job_without_servers(
         streaming.read(sources.Files(str(orders), format="json", schema=SCHEMA))
     with pytest.raises(JobFailed, match="needs shuffle servers"):
         make_job(spark, tmp_path / "b", shuffle, urls=False)
+
+
+def test_a_streaming_output_mode_the_sinks_cannot_publish_is_refused_before_anything_runs(
+    spark: SparkSession, shuffle: LocalShuffle, tmp_path: Path
+) -> None:
+    job = make_job(spark, tmp_path, shuffle, mode="Streaming")
+    sink = sinks.TransactionalFiles(str(tmp_path / "out"), name="counts")
+    with pytest.raises(ProgramError, match=r"output_mode='update'.*'append' or 'complete'"):
+        job.write_stream(spark.range(1), sink, output_mode="update")

@@ -245,6 +245,12 @@ class FinishableJob:
                 "this job already writes to a sink: a FinishableJob has one output (union the "
                 "DataFrames, or run a second job)"
             )
+        if output_mode.lower() not in ("append", "complete"):
+            raise ProgramError(
+                f"write_stream(output_mode={output_mode!r}): a transactional sink publishes "
+                "whole micro-batches, in 'append' or 'complete' mode; for a running aggregation "
+                "use 'complete', or add a watermark and use 'append'"
+            )
         if isinstance(sink, TransactionalCallback):
             sink = sink.with_defaults(staging_url=self._default_staging())
         elif isinstance(sink, TransactionalFiles):

@@ -75,6 +75,12 @@ class HostContext(CoordinatorContext):
     def closed(self) -> bool:
         return self._closed.is_set()
 
+    @property
+    def pending_timers(self) -> int:
+        """Periodic or delayed work waiting for its timer (none once closed)."""
+        with self._timers_lock:
+            return len(self._timers)
+
     def close(self) -> None:
         self._closed.set()
         with self._timers_lock:

@@ -67,6 +67,7 @@ class CoordinatorHost(AttemptCalls):
         self._context = None
         self._started = False
         self._closed = False
+        self._dropped_callbacks = 0
         self._failure = None
         self._subtasks = {}
         self._last_checkpoint_id = NO_CHECKPOINT

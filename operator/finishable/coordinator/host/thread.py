@@ -55,6 +55,7 @@ class HostThread:
     _started: bool
     _closed: bool
     _failure: BaseException | None
+    _dropped_callbacks: int
     _subtasks: dict[int, SubtaskRecord]
     _last_checkpoint_id: int
     _thread: threading.Thread
@@ -79,6 +80,7 @@ class HostThread:
 
         def run() -> None:
             if context is not self._context or context.closed or self._closed:
+                self._dropped_callbacks += 1
                 return
             if self._failure is not None:
                 return
@@ -86,6 +88,12 @@ class HostThread:
                 self._invoke("callback", action)
 
         self._submit(run)
+
+    @property
+    def dropped_callbacks(self) -> int:
+        """Results of async work dropped because their coordinator instance was gone (a global
+        reset replaced it, or it closed): what makes a reset safe, made observable."""
+        return self._dropped_callbacks
 
     def _on_coordinator_thread(self) -> bool:
         return threading.current_thread() is self._thread

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from finishable.driver.streaming import increments as increments_module
 from finishable.driver.streaming.checkpoints import LINEAGE_KEY, find_restore, lineage_of
 from finishable.driver.streaming.increments import Increments
 from finishable.driver.streaming.savepoints import (
@@ -13,6 +14,7 @@ from finishable.driver.streaming.savepoints import (
     SavepointManifest,
     decode_savepoint,
     encode_savepoint,
+    pack_files,
 )
 from finishable.state import LocalDirBackend, SnapshotCorrupt, SnapshotStore
 from finishable.state.contents import ContentStore
@@ -24,16 +26,22 @@ RUN = lineage_of("j", "")
 
 def checkpoint(store: SnapshotStore, increments: Increments, root: Path, batch: int) -> None:
     """What the checkpoint keeper does for one batch."""
-    files = increments.upload(root, batch)
+    small, files = increments.upload(root, batch)
     manifest = SavepointManifest(
         job="j", batch_id=batch, sources=PRINTS.sources, sinks=PRINTS.sinks
     )
     store.put_checkpoint(
         batch,
-        encode_savepoint(Savepoint(manifest, b"", {"clicks": b"snap"}, files)),
+        encode_savepoint(Savepoint(manifest, pack_files(small), {"clicks": b"snap"}, files)),
         metadata={LINEAGE_KEY: RUN},
     )
     increments.committed(batch, files)
+
+
+@pytest.fixture(autouse=True)
+def share_every_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake checkpoints' files are tiny: share them all, as large files are shared."""
+    monkeypatch.setattr(increments_module, "INLINE_BELOW", 1)
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -124,3 +132,21 @@ def test_a_damaged_content_file_is_named(tmp_path: Path, store: SnapshotStore) -
     blob.write_bytes(blob.read_bytes()[:-1] + b"!")
     with pytest.raises(SnapshotCorrupt, match=f"checkpoint file {digest}"):
         ContentStore(store.backend, store.prefix).get(digest)
+
+
+def test_small_files_go_inside_the_checkpoint_and_large_ones_are_shared(
+    tmp_path: Path, store: SnapshotStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(increments_module, "INLINE_BELOW", 1000)
+    root = tmp_path / "live"
+    commit_batch(root, 0)
+    (root / PARTITION / "1.snapshot").write_text("s" * 5000)
+    checkpoint(store, Increments(store), root, 0)
+    saved = decode_savepoint(store.get_checkpoint(0).data)
+    assert set(saved.files) == {f"{PARTITION}/1.snapshot"}
+    assert saved.manifest.version == 2  # older readers refuse it rather than restore half
+    restored = find_restore(
+        store, lineage=RUN, restore_from="", allow_drained=False, fingerprints=PRINTS
+    )
+    restored.apply(tmp_path / "restored")
+    assert tree(tmp_path / "restored") == tree(root)

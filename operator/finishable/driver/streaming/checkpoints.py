@@ -45,8 +45,8 @@ from finishable.driver.streaming.savepoints import (
     encode_savepoint,
     latest_committed_batch,
     pack_checkpoint,
+    pack_files,
     unpack_checkpoint,
-    unpack_files,
 )
 from finishable.state import (
     ObjectNotFound,
@@ -120,15 +120,17 @@ class Restored:
         if self.savepoint is None:
             checkpoint_dir.mkdir(parents=True, exist_ok=True)
             return
-        if self.savepoint.incremental:
-            if self.contents is None:
-                raise UnrestorableSavepoint(
-                    f"{self.origin} is an incremental checkpoint of another job's store: "
-                    "restore from a savepoint instead"
-                )
-            unpack_files(self.savepoint.files, self.contents.get, checkpoint_dir)
-        else:
-            unpack_checkpoint(self.savepoint.checkpoint, checkpoint_dir)
+        if self.savepoint.incremental and self.contents is None:
+            raise UnrestorableSavepoint(
+                f"{self.origin} is an incremental checkpoint of another job's store: restore "
+                "from a savepoint instead"
+            )
+        unpack_checkpoint(
+            self.savepoint.checkpoint,
+            checkpoint_dir,
+            self.savepoint.files,
+            self.contents.get if self.contents is not None else None,
+        )
         if self.pending_offsets is not None:
             CheckpointLog(str(checkpoint_dir)).write_entry(
                 "offsets", self.batch_id + 1, self.pending_offsets
@@ -453,11 +455,11 @@ class CheckpointKeeper:
 
     def _store_checkpoint(self, batch_id: int) -> StoredCheckpoint:
         """An incremental checkpoint: upload the files no stored checkpoint has, then the index."""
-        files = self._increments.upload(self._dir, batch_id)
+        small, files = self._increments.upload(self._dir, batch_id)
         blob = encode_savepoint(
             Savepoint(
                 self._manifest(batch_id, drained=False),
-                b"",
+                pack_files(small),
                 self._snapshots[batch_id],
                 files,
             )
@@ -476,7 +478,7 @@ class CheckpointKeeper:
         log.info(
             "checkpoint %d stored: %d files, %d bytes of which %d new, index %d bytes",
             batch_id,
-            len(files),
+            self._increments.last.files,
             self._increments.last.state_bytes,
             self._increments.last.uploaded_bytes,
             info.size,

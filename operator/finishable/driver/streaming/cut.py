@@ -113,6 +113,8 @@ class DigestCache:
     """Digests of files already read, by name, size, mtime and inode: Spark never rewrites a
     checkpoint file in place, so a file whose stat is unchanged need not be read again."""
 
+    min_size: int = 0
+    """Smaller files are read every time (their bytes are needed, not just their digest)."""
     entries: dict[str, tuple[tuple[int, int, int], CutFile]] = field(default_factory=dict)
 
     def lookup(self, path: Path, name: str) -> CutFile | None:
@@ -123,7 +125,8 @@ class DigestCache:
         return None
 
     def remember(self, name: str, digest: CutFile, stat: os.stat_result) -> None:
-        self.entries[name] = ((stat.st_size, stat.st_mtime_ns, stat.st_ino), digest)
+        if digest.size >= self.min_size:
+            self.entries[name] = ((stat.st_size, stat.st_mtime_ns, stat.st_ino), digest)
 
     def keep_only(self, names: Iterable[str]) -> None:
         keep = set(names)

@@ -1,14 +1,14 @@
 """Incremental checkpoints: upload what changed since the last checkpoint, delete what no
 retained checkpoint needs any more.
 
-The checkpoint keeper cuts Spark's checkpoint directory (:mod:`.cut`) and hands every file it
-reads to the store's content files (:mod:`finishable.state.contents`) one at a time: a file whose
-sha256 is stored already is not uploaded again, and a file whose name, size, mtime and inode are
-unchanged since the last cut is not even read. So a checkpoint costs the bytes that changed (new
-state deltas or SST files, new log entries), and the driver holds one file at a time, not the
-state. After a checkpoint commits (and the store's retention dropped the oldest), the content
-files that no retained checkpoint's index names are deleted. Savepoints stay self-contained and
-pin nothing here.
+The checkpoint keeper cuts Spark's checkpoint directory (:mod:`.cut`) and hands every large file
+it reads to the store's content files (:mod:`finishable.state.contents`) one at a time: a file
+whose sha256 is stored already is not uploaded again, and a file whose name, size, mtime and inode
+are unchanged since the last cut is not even read. Small files go inside the checkpoint itself.
+So a checkpoint costs the bytes that changed (new state deltas or SST files, new log entries) and
+its small files, and the driver holds one large file at a time, not the state. After a checkpoint
+commits (and the store's retention dropped the oldest), the content files that no retained
+checkpoint's index names are deleted. Savepoints stay self-contained and pin nothing here.
 """
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ from finishable.state import SnapshotCorrupt, SnapshotKind, SnapshotNotFound, Sn
 from finishable.state.contents import ContentStore
 
 log = logging.getLogger(__name__)
+
+INLINE_BELOW = 16 * 1024
+"""Files smaller than this go inside the checkpoint itself (offsets, commits, small deltas and
+checksums), as Flink inlines small state: one object per small file would cost more requests
+(and, on the ConfigMap backend, more objects) than the bytes they save."""
 
 
 @dataclass(frozen=True)
@@ -44,30 +49,38 @@ class Increments:
     def __init__(self, store: SnapshotStore) -> None:
         self._store = store
         self._contents = ContentStore(store.backend, store.prefix)
-        self._cache = DigestCache()
+        self._cache = DigestCache(min_size=INLINE_BELOW)
         self._indexes: dict[int, frozenset[str]] = {}
         self.last = Upload()
         self.uploaded_bytes = 0
         """Bytes uploaded by this attempt's checkpoints, for benchmarks and logs."""
 
-    def upload(self, checkpoint_dir: Path, batch_id: int) -> dict[str, str]:
-        """Store the cut's new files; return its index (path → sha256)."""
+    def upload(
+        self, checkpoint_dir: Path, batch_id: int
+    ) -> tuple[dict[str, bytes], dict[str, str]]:
+        """Store the cut's new large files; return its small files (to go inline in the
+        checkpoint) and its index of large ones (path → sha256)."""
         uploaded = 0
+        small: dict[str, bytes] = {}
 
-        def store(_name: str, data: bytes, digest: CutFile) -> None:
+        def store(name: str, data: bytes, digest: CutFile) -> None:
             nonlocal uploaded
-            if self._contents.put(digest.sha256, data):
+            if digest.size < INLINE_BELOW:
+                small[name] = data
+            elif self._contents.put(digest.sha256, data):
                 uploaded += digest.size
 
         cut = read_cut(checkpoint_dir, batch_id, visit=store, cache=self._cache)
         known = self._contents.known()
-        if any(digest.sha256 not in known for digest in cut.values()):
+        if any(d.size >= INLINE_BELOW and d.sha256 not in known for d in cut.values()):
             # A digest remembered from a cut that never committed, whose file was collected.
-            self._cache = DigestCache()
+            self._cache = DigestCache(min_size=INLINE_BELOW)
+            small.clear()
             cut = read_cut(checkpoint_dir, batch_id, visit=store, cache=self._cache)
         self.last = Upload(len(cut), sum(d.size for d in cut.values()), uploaded)
         self.uploaded_bytes += uploaded
-        return {name: digest.sha256 for name, digest in cut.items()}
+        files = {name: d.sha256 for name, d in cut.items() if d.size >= INLINE_BELOW}
+        return {name: small[name] for name in cut if name not in files}, files
 
     def committed(self, checkpoint_id: int, files: Mapping[str, str]) -> None:
         """Checkpoint ``checkpoint_id`` committed: delete the files no retained one names."""

@@ -12,10 +12,11 @@ one blob in the snapshot store holding three things:
   while the query runs and is checked to restore (:mod:`finishable.driver.streaming.cut`);
 * ``coordinators/<source>``: each source coordinator's snapshot taken at batch N.
 
-A periodic checkpoint has the same format, except that ``checkpoint.index`` (path → sha256)
-stands in for ``checkpoint.tar``: its files live once each in the store's content files
-(:mod:`finishable.state.contents`), shared with the checkpoints before and after it. A savepoint
-always carries its tar, so that it stays valid whatever happens to the job's checkpoints.
+A periodic checkpoint has the same format, except that its tar holds only Spark's small files and
+``checkpoint.index`` (path → sha256) names the others, which live once each in the store's
+content files (:mod:`finishable.state.contents`), shared with the checkpoints before and after it
+(Flink inlines small state the same way). A savepoint always carries everything in its tar, so
+that it stays valid whatever happens to the job's checkpoints.
 
 ``check_restorable`` refuses a savepoint of a job with other sources or sinks (the job name may
 differ: starting a new job from an old one's savepoint is the point), or a drained one (event
@@ -39,9 +40,13 @@ from finishable.api.models import ApiModel
 from finishable.driver.streaming.cut import read_cut
 
 FORMAT = "finishable.savepoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The newest format this version reads: 1 is self-contained, 2 has an index of shared files."""
+SELF_CONTAINED_VERSION = 1
 INDEX = "checkpoint.index"
-"""An incremental checkpoint's entry in place of ``checkpoint.tar``: path → sha256, as JSON."""
+"""An incremental checkpoint's index of shared files (path → sha256), as JSON, beside the
+``checkpoint.tar`` of its small files; its manifest says version 2, so that a finishable too old
+to fetch the shared files refuses it instead of restoring half a checkpoint."""
 
 
 class SavepointError(ValueError):
@@ -56,7 +61,7 @@ class SavepointManifest(ApiModel):
     """What a savepoint is a copy of."""
 
     format: str = Field(default=FORMAT, description="Always finishable.savepoint.")
-    version: int = Field(default=FORMAT_VERSION, description="Format version.")
+    version: int = Field(default=SELF_CONTAINED_VERSION, description="Format version.")
     job: str = Field(description="The job that took it.")
     batch_id: int = Field(ge=0, description="The committed micro-batch it is cut at.")
     watermark_ms: int | None = Field(default=None, description="Event-time watermark after it.")
@@ -73,11 +78,11 @@ class Savepoint:
 
     manifest: SavepointManifest
     checkpoint: bytes
-    """Spark's checkpoint as a tar; empty in an incremental checkpoint, which has ``files``."""
+    """Spark's checkpoint as a tar: all of it, or in an incremental checkpoint its small files."""
     coordinators: Mapping[str, bytes] = field(default_factory=dict)
     files: Mapping[str, str] = field(default_factory=dict)
-    """An incremental checkpoint's index: path in Spark's checkpoint → sha256 in the store's
-    content files (:mod:`finishable.state.contents`)."""
+    """An incremental checkpoint's other files: path in Spark's checkpoint → sha256 in the
+    store's content files (:mod:`finishable.state.contents`)."""
 
     @property
     def incremental(self) -> bool:
@@ -107,8 +112,15 @@ def pack_files(files: Mapping[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def unpack_checkpoint(data: bytes, target: Path) -> None:
-    """Recreate a checkpoint directory; ``target`` must not hold another one."""
+def unpack_checkpoint(
+    data: bytes,
+    target: Path,
+    files: Mapping[str, str] | None = None,
+    fetch: Callable[[str], bytes] | None = None,
+) -> None:
+    """Recreate a checkpoint directory from its tar and, for an incremental checkpoint, its
+    shared ``files`` (``fetch`` reads one by sha256, one at a time); ``target`` must not hold
+    another checkpoint."""
     _empty_target(target)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
         for member in archive.getmembers():
@@ -118,13 +130,10 @@ def unpack_checkpoint(data: bytes, target: Path) -> None:
             if source is None:
                 raise SavepointError(f"cannot read {member.name!r} from the savepoint")
             _write_entry(target, member.name, source.read())
-
-
-def unpack_files(files: Mapping[str, str], fetch: Callable[[str], bytes], target: Path) -> None:
-    """Recreate a checkpoint directory from an incremental checkpoint's index, one file at a
-    time (``fetch`` reads a file by its sha256); ``target`` must not hold another one."""
-    _empty_target(target)
-    for name, digest in sorted(files.items()):
+    if files and fetch is None:
+        raise SavepointError("an incremental checkpoint needs the store that holds its files")
+    for name, digest in sorted((files or {}).items()):
+        assert fetch is not None
         _write_entry(target, name, fetch(digest))
 
 
@@ -175,13 +184,15 @@ def committed_watermark(checkpoint_dir: Path, batch_id: int) -> int | None:
 
 def encode_savepoint(savepoint: Savepoint) -> bytes:
     """One blob for the snapshot store: manifest, checkpoint and coordinator snapshots."""
+    manifest = savepoint.manifest
+    if savepoint.incremental:
+        manifest = manifest.model_copy(update={"version": FORMAT_VERSION})
     entries: dict[str, bytes] = {
-        "manifest.json": savepoint.manifest.model_dump_json(by_alias=True, indent=2).encode(),
+        "manifest.json": manifest.model_dump_json(by_alias=True, indent=2).encode(),
+        "checkpoint.tar": savepoint.checkpoint,
     }
     if savepoint.incremental:
         entries[INDEX] = json.dumps({"files": dict(savepoint.files)}, sort_keys=True).encode()
-    else:
-        entries["checkpoint.tar"] = savepoint.checkpoint
     for name, snapshot in sorted(savepoint.coordinators.items()):
         entries[f"coordinators/{name}"] = snapshot
     buffer = io.BytesIO()
@@ -204,8 +215,9 @@ def decode_savepoint(data: bytes, location: str = "the savepoint") -> Savepoint:
                     entries[member.name] = source.read()
     except (tarfile.TarError, EOFError, OSError) as error:
         raise SavepointError(f"{location} is not a finishable savepoint: {error}") from None
-    if "manifest.json" not in entries or not {"checkpoint.tar", INDEX} & entries.keys():
-        raise SavepointError(f"{location} is not a finishable savepoint: no manifest")
+    missing = [name for name in ("manifest.json", "checkpoint.tar") if name not in entries]
+    if missing:
+        raise SavepointError(f"{location} is not a finishable savepoint: no {missing[0]}")
     try:
         manifest = SavepointManifest.model_validate_json(entries["manifest.json"])
     except ValidationError as error:
@@ -226,7 +238,7 @@ def decode_savepoint(data: bytes, location: str = "the savepoint") -> Savepoint:
             files = {str(k): str(v) for k, v in json.loads(entries[INDEX])["files"].items()}
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise SavepointError(f"{location} has an unreadable file index: {error}") from None
-    return Savepoint(manifest, entries.get("checkpoint.tar", b""), coordinators, files)
+    return Savepoint(manifest, entries["checkpoint.tar"], coordinators, files)
 
 
 def check_restorable(

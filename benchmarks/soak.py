@@ -218,6 +218,7 @@ def main() -> None:
     for _ in range(4):  # something to read from the first batch on
         write_file(work / "input", written[0], args.rows)
         written[0] += 1
+    runner_log = (work / "runner.log").open("w")  # read at the end; a pipe would fill up
     runner = subprocess.Popen(
         [
             sys.executable,
@@ -228,7 +229,7 @@ def main() -> None:
             "--state-dir",
             str(state),
         ],
-        stdout=subprocess.PIPE,
+        stdout=runner_log,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=ROOT,
@@ -243,9 +244,7 @@ def main() -> None:
     try:
         while time.monotonic() < end:
             if runner.poll() is not None:
-                raise SystemExit(
-                    f"the runner ended early: {runner.stdout.read() if runner.stdout else ''}"
-                )
+                raise SystemExit(f"the runner ended early: {(work / 'runner.log').read_text()}")
             pid = driver_pid(state)
             if pid is not None and not running(pid):
                 pid = None  # between attempts
@@ -262,7 +261,9 @@ def main() -> None:
     # A drain reads no file the source has not discovered yet (FLIP-34): let it catch up first.
     caught_up(state)
     drained = cli("stop", "--drain", "--timeout", "900", state=state)
-    output, _ = runner.communicate(timeout=900)
+    runner.wait(timeout=900)
+    runner_log.close()
+    output = (work / "runner.log").read_text()
     if drained.returncode != 0 or runner.returncode != 0:
         raise SystemExit(f"the drain failed: {drained.stdout}{drained.stderr}\n{output[-4000:]}")
 

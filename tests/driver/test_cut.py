@@ -172,3 +172,36 @@ def test_a_torn_cut_says_what_went_missing(tmp_path: Path) -> None:
     (tmp_path / PARTITION / "2.delta").unlink()
     with pytest.raises(TornCut, match=r"version 3 needs the delta files of \[2\] after nothing"):
         read_cut(tmp_path, 2)
+
+
+def test_a_cut_holds_the_chain_a_restore_reads_not_every_retained_version(tmp_path: Path) -> None:
+    for batch in range(6):
+        commit_batch(tmp_path, batch)
+        if batch == 2:
+            maintain(tmp_path, retain=100)  # 3.snapshot; every delta stays, as Spark retains them
+    names = set(cut_bytes(tmp_path, 5))
+    state = {n.removeprefix(f"{PARTITION}/") for n in names if n.startswith(PARTITION)}
+    assert state == {
+        "3.snapshot",
+        ".3.snapshot.crc",
+        *(f"{v}.delta" for v in (4, 5, 6)),
+        *(f".{v}.delta.crc" for v in (4, 5, 6)),
+    }
+    assert {f"offsets/{b}" for b in range(6)} <= names  # the logs stay whole
+
+
+def test_a_rocksdb_cut_keeps_only_the_ssts_its_zip_lists(tmp_path: Path) -> None:
+    commit_batch(tmp_path, 0)
+    partition = tmp_path / PARTITION
+    (partition / "1.delta").unlink()
+    (partition / ".1.delta.crc").unlink()
+    (partition / "SSTs").mkdir()
+    for sst in ("0001-old.sst", "0002-new.sst"):
+        (partition / "SSTs" / sst).write_bytes(b"sst")
+        (partition / "SSTs" / f".{sst}.crc").write_bytes(b"crc")
+    (partition / "1.zip").write_bytes(rocksdb_zip(["0002-new.sst"]))
+    names = set(cut_bytes(tmp_path, 0))
+    assert (
+        f"{PARTITION}/SSTs/0002-new.sst" in names and f"{PARTITION}/SSTs/.0002-new.sst.crc" in names
+    )
+    assert not any("0001-old" in name for name in names)

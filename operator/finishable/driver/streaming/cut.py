@@ -149,10 +149,16 @@ def read_cut(
     problem = ""
     for _ in range(attempts):
         listing = _listing(checkpoint_dir, batch_id)
+        names = _cut_names(listing, batch_id)
         files: dict[str, CutFile] = {}
-        for name in _cut_names(listing, batch_id):
+        bases = _rocksdb_bases(names, batch_id)
+        for name in bases:  # read first: they name the SSTs to keep
             digest = _read(checkpoint_dir / name, name, visit, cache)
             if digest is not None:
+                files[name] = digest
+                bases[name] = digest.needs
+        for name in _restore_chain(names, batch_id, bases):
+            if name not in files and (digest := _read(checkpoint_dir / name, name, visit, cache)):
                 files[name] = digest
         files = {
             n: d for n, d in files.items() if not n.endswith(".crc") or _checksummed(n) in files
@@ -167,6 +173,62 @@ def read_cut(
         f"the checkpoint cut at batch {batch_id} of {checkpoint_dir} changed under {attempts} "
         f"reads: {problem}"
     )
+
+
+def _state_partitions(names: Iterable[str]) -> dict[str, dict[str, set[int]]]:
+    """State partition directories → versions of their HDFS or RocksDB files, by kind."""
+    partitions: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for name in names:
+        path = PurePosixPath(name)
+        kind = path.suffix.lstrip(".")
+        number = version_of(path.name)
+        if path.parts[0] == "state" and kind in _HDFS | _ROCKSDB and number is not None:
+            partitions[str(path.parent)][kind].add(number)  # (a checksum's kind is "crc")
+    return partitions
+
+
+def _base(versions: set[int], version: int) -> int:
+    return max((v for v in versions if v <= version), default=0)
+
+
+def _rocksdb_bases(names: Iterable[str], batch_id: int) -> dict[str, tuple[str, ...] | None]:
+    """The zip each RocksDB partition restores from (the newest at or below the batch's
+    version), mapped to the SSTs it needs once read (None until then)."""
+    return {
+        f"{directory}/{base}.zip": None
+        for directory, kinds in _state_partitions(names).items()
+        if (base := _base(kinds["zip"], batch_id + 1))
+    }
+
+
+def _restore_chain(
+    names: list[str], batch_id: int, bases: Mapping[str, tuple[str, ...] | None]
+) -> list[str]:
+    """``names`` without the state files no restore of the batch reads.
+
+    Spark keeps ``minBatchesToRetain`` versions of every partition (to roll back to any of
+    them); a restore of batch N reads one chain: the newest HDFS snapshot (or RocksDB zip) at or
+    below version N + 1 and the deltas (or changelogs) after it, and for a zip the SST files its
+    metadata lists. Leaving the rest out keeps a checkpoint the size of what it restores.
+    Checksums of the files left out go with them.
+    """
+    version = batch_id + 1
+    drop: set[str] = set()
+    for directory, kinds in _state_partitions(names).items():
+        rocksdb = bool(kinds["zip"] or kinds["changelog"])
+        base_kind, step_kind = ("zip", "changelog") if rocksdb else ("snapshot", "delta")
+        base = _base(kinds[base_kind], version)
+        drop |= {f"{directory}/{v}.{base_kind}" for v in kinds[base_kind] if v != base}
+        drop |= {f"{directory}/{v}.{step_kind}" for v in kinds[step_kind] if v <= base}
+        needs = bases.get(f"{directory}/{base}.zip") if rocksdb and base else None
+        if needs is not None:
+            kept = {f"{directory}/SSTs/{sst}" for sst in needs}
+            drop |= {
+                n
+                for n in names
+                if n.startswith(f"{directory}/SSTs/") and _checksummed(n) not in kept
+            }
+    return [name for name in names if name not in drop and _checksummed(name) not in drop]
 
 
 def _read(path: Path, name: str, visit: Visit | None, cache: DigestCache | None) -> CutFile | None:

@@ -191,7 +191,7 @@ def main() -> None:
     parser.add_argument("--provider", choices=sorted(PROVIDERS), default="hdfs")
     parser.add_argument("--every", type=float, default=1.0, help="seconds between input files")
     parser.add_argument("--rows", type=int, default=2000, help="clicks per input file")
-    parser.add_argument("--files-per-batch", type=int, default=4)
+    parser.add_argument("--files-per-batch", type=int, default=10)
     parser.add_argument(
         "--kill-every",
         type=float,

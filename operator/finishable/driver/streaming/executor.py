@@ -32,6 +32,7 @@ from finishable.driver.outcome import JobFailed, Outcome
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.streaming.boundary import await_batch_boundary
 from finishable.driver.streaming.checkpoints import CheckpointKeeper, StoredCheckpoint
+from finishable.driver.streaming.cut import CutError
 from finishable.driver.streaming.termination import Termination
 from finishable.lifecycle.table import Action, LifecycleMode, TaskEvent, TaskKind
 from finishable.lifecycle.task import TaskLifecycle
@@ -180,7 +181,7 @@ class StreamingExecutor:
                 )
                 return self._ended(DriverState.FINISHED if request.drain else DriverState.SUSPENDED)
             self._savepoint_now(request, target)
-        except (StopFailed, TimeoutError) as error:
+        except (StopFailed, TimeoutError, CutError) as error:  # CutError: a savepoint cut torn
             log.warning("request %s failed: %s; the job keeps running", request.id, error)
             for coordinator in self._coordinators:
                 coordinator.resume()

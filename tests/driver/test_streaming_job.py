@@ -28,6 +28,7 @@ import yaml
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.streaming.savepoints import decode_savepoint
 from finishable.state import LocalDirBackend, SnapshotKind, SnapshotStore
+from tests.support.processes import ended
 
 pytestmark = pytest.mark.slow
 
@@ -358,15 +359,6 @@ def test_driver_killed_at_random_moments_is_exactly_once(
     assert published(job.output) == Counter(ground_truth(job.input, seed_rows=6000))
 
 
-def process_ended(pid: int) -> bool:
-    """Gone, or a zombie nobody reaps (its runner was killed)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
-
-
 def test_a_driver_superseded_while_it_was_frozen_writes_nothing_and_stops(
     tmp_path: Path, cleanup: list[Job], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -399,7 +391,7 @@ def test_a_driver_superseded_while_it_was_frozen_writes_nothing_and_stops(
 
     os.killpg(zombie, signal.SIGCONT)
     deadline = time.monotonic() + 180
-    while not process_ended(zombie):
+    while not ended(zombie):
         assert time.monotonic() < deadline, "the superseded driver kept running" + job.driver_logs()
         time.sleep(0.5)
     zombie_log = (job.state / job.name / "driver-1.log").read_text()

@@ -49,22 +49,26 @@ class ContentStore:
             if name.endswith(".blob")
         }
 
+    def _known_set(self) -> set[str]:
+        """The live set (callers hold the lock): listed once, then kept up to date."""
+        if self._known is None:
+            self._known = self._listed()
+        return self._known
+
     def known(self) -> frozenset[str]:
         """The digests stored, as listed once and kept up to date by this object's writes."""
         with self._lock:
-            if self._known is None:
-                self._known = self._listed()
-            return frozenset(self._known)
+            return frozenset(self._known_set())
 
     def put(self, digest: str, data: bytes) -> bool:
         """Store ``data`` under its ``digest`` unless it is there; say whether it was uploaded."""
         name = self._name(digest)
-        if digest in self.known():
-            return False
+        with self._lock:
+            if digest in self._known_set():
+                return False
         self.backend.put(name, encode_blob(data))
         with self._lock:
-            assert self._known is not None
-            self._known.add(digest)
+            self._known_set().add(digest)
         return True
 
     def get(self, digest: str) -> bytes:

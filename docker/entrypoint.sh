@@ -19,7 +19,11 @@ while IFS='=' read -r name _; do
     java_opts+=("${!name}")
 done < <(env | grep -E '^SPARK_JAVA_OPT_[0-9]+=' | sort -t_ -k4 -n)
 
+# Spark's conf directory first (the log4j2 settings Spark copied from the driver live there).
 classpath="${SPARK_HOME}/jars/*"
+if [[ -n "${SPARK_CONF_DIR:-}" ]]; then
+    classpath="${SPARK_CONF_DIR}:${classpath}"
+fi
 if [[ -n "${SPARK_CLASSPATH:-}" ]]; then
     classpath="${SPARK_CLASSPATH}:${classpath}"
 fi

@@ -1,36 +1,131 @@
-"""The local cluster's pure parts: container paths and StatefulSet children."""
+"""The local cluster's parts: what a kubelet derives from a pod spec, the pod's sandbox, the
+StatefulSet children, and the process kubelet running real pods through the API."""
 
 from __future__ import annotations
 
-import json
+import os
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from e2e.localcluster.kubelet import Container, ProcessKubelet
-from e2e.localcluster.paths import PathMap
+from e2e.localcluster.podspec import Image, container_command, expand, hosts_file
+from e2e.localcluster.sandbox import Bind, plan_layout
 from e2e.localcluster.statefulsets import orphaned, stateful_claim, stateful_pod
 from finishable.kube.api import KubeApi
 from tests.support.k8s_emulator import EmulatorServer
 
-PATHS = PathMap({"/data": "/h/data", "/tmp/finishable": "/h/work", "/opt/app/": "/repo/app"})
+SHELL = Image(entrypoint=("/bin/sh", "-c"), cmd=("exit 0",), env={"PATH": "/usr/bin:/bin"})
 
 
-def test_paths_are_rewritten_at_path_boundaries_only() -> None:
-    cases = {
-        "--input=/data/orders": "--input=/h/data/orders",
-        "/data": "/h/data",
-        '{"work_dir": "/tmp/finishable/work"}': '{"work_dir": "/h/work/work"}',
-        "local:///opt/app/main.py": "local:///repo/app/main.py",
-        "file:///data/x": "file:///h/data/x",
-        "a:/data/b": "a:/h/data/b",
-        "/database": "/database",
-        "/tmp/finishable2": "/tmp/finishable2",
-        "http://host/data": "http://host/data",
-        "s3://bucket/data/x": "s3://bucket/data/x",
+# -- what a kubelet derives from a pod spec -------------------------------------------------------
+
+
+def test_command_and_args_combine_with_the_image_as_kubernetes_combines_them() -> None:
+    image = Image(entrypoint=("/entry.sh",), cmd=("--help",))
+    assert container_command(image, None, None) == ["/entry.sh", "--help"]
+    # Spark's executor pods carry only args: the image's entrypoint runs them.
+    assert container_command(image, None, ["executor"]) == ["/entry.sh", "executor"]
+    # A command replaces the entrypoint and drops the image's CMD.
+    assert container_command(image, ["finishable", "driver"], None) == ["finishable", "driver"]
+    assert container_command(image, ["python"], ["-V"]) == ["python", "-V"]
+
+
+def test_variable_references_expand_with_the_kubelets_rules() -> None:
+    env = {"POD_IP": "10.0.0.7", "EMPTY": ""}
+    assert expand("--conf spark.driver.host=$(POD_IP)", env) == "--conf spark.driver.host=10.0.0.7"
+    assert expand("$(EMPTY)x", env) == "x"
+    assert expand("$(UNSET) stays", env) == "$(UNSET) stays"
+    assert expand("$$(POD_IP) is escaped, $$ is $", env) == "$(POD_IP) is escaped, $ is $"
+    assert expand("$(POD_IP", env) == "$(POD_IP"
+    assert expand("cost: $5", env) == "cost: $5"
+
+
+def test_the_hosts_file_stands_in_for_cluster_dns() -> None:
+    names = {
+        "job-driver.ns.svc": ["127.9.0.4"],
+        "job-shuffle-0.job-shuffle-headless.ns.svc": ["127.9.0.5"],
+        "other.elsewhere.svc": ["127.9.0.6", "127.9.0.7"],
     }
-    assert {text: PATHS.translate(text) for text in cases} == cases
-    assert str(PATHS.host_path("/data/in")) == "/h/data/in"
-    assert str(PATHS.host_path("/elsewhere")) == "/elsewhere"
+    text = hosts_file("127.9.0.5", "job-shuffle-0", "ns", names, "job-shuffle-headless")
+    lines = text.splitlines()
+    assert (
+        "127.9.0.5\tjob-shuffle-0.job-shuffle-headless.ns.svc.cluster.local job-shuffle-0" in lines
+    )
+    assert (
+        "127.9.0.4\tjob-driver.ns.svc job-driver.ns.svc.cluster.local job-driver.ns job-driver"
+        in lines
+    )
+    # Another namespace's names resolve only in full, as with the pod's DNS search path.
+    assert "127.9.0.6\tother.elsewhere.svc other.elsewhere.svc.cluster.local" in lines
+    assert "127.9.0.7\tother.elsewhere.svc other.elsewhere.svc.cluster.local" in lines
+
+
+class FakeHost:
+    """A host file system of a few entries, for the sandbox planner."""
+
+    def __init__(self, entries: dict[str, str]) -> None:
+        self.entries = entries  # path -> dir, file or link:<target>
+
+    def kind(self, path: str) -> str | None:
+        entry = self.entries.get(path)
+        return None if entry is None else entry.split(":")[0]
+
+    def listdir(self, path: str) -> list[str]:
+        prefix = path.rstrip("/") + "/"
+        names = [p[len(prefix) :] for p in self.entries if p.startswith(prefix) and p != "/"]
+        return sorted(name for name in names if "/" not in name)
+
+    def readlink(self, path: str) -> str:
+        return self.entries[path].split(":", 1)[1]
+
+    def realpath(self, path: str) -> str:
+        return path
+
+
+def test_the_sandbox_mirrors_the_host_and_mounts_volumes_at_their_container_paths() -> None:
+    host = FakeHost(
+        {
+            "/": "dir",
+            "/usr": "dir",
+            "/usr/bin": "dir",
+            "/etc": "dir",
+            "/etc/passwd": "file",
+            "/lib64": "link:usr/lib64",
+            "/tmp": "dir",
+            "/proc": "dir",
+            "/opt": "dir",
+        }
+    )
+    layout = plan_layout(
+        [Bind("/h/config", "/etc/finishable", read_only=True), Bind("/h/data", "/data")],
+        links={"/etc/hosts": "/etc/podnet/hosts"},
+        dirs=("/home/finishable",),
+        host=host,
+    )
+    binds = {bind.target: bind for bind in layout.binds}
+    # Whole host directories, read-only (the kernel's writable); nothing created in them.
+    assert binds["/usr"] == Bind("/usr", "/usr", read_only=True)
+    assert binds["/proc"].read_only is False
+    assert binds["/opt"].read_only is True
+    # /etc is opened to hold a mount point of its own: its entries are bound one by one.
+    assert "/etc" in layout.dirs and "/etc" not in binds
+    assert binds["/etc/passwd"] == Bind("/etc/passwd", "/etc/passwd", True, directory=False)
+    assert binds["/etc/finishable"].source == "/h/config"
+    assert binds["/data"] == Bind("/h/data", "/data")
+    # The pod's own /tmp and home; the host's links kept as links.
+    assert "/tmp" not in binds and "/tmp" in layout.dirs and "/home/finishable" in layout.dirs
+    assert ("/lib64", "usr/lib64") in layout.links
+    assert ("/etc/hosts", "/etc/podnet/hosts") in layout.links
+    # Volumes come after the host's directories they lie in.
+    targets = [bind.target for bind in layout.binds]
+    assert targets.index("/data") > targets.index("/usr")
+
+
+# -- StatefulSets ---------------------------------------------------------------------------------
 
 
 def stateful_set(**spec: Any) -> dict[str, Any]:
@@ -80,34 +175,127 @@ def test_only_dependents_of_deleted_stateful_sets_are_orphans() -> None:
     assert not orphaned({"metadata": {"name": "bare"}}, set())
 
 
-def test_the_kubelet_writes_the_token_volume_and_the_pod_calls_as_its_account(
-    tmp_path: Path,
-) -> None:
-    """The admission plugin's ``kube-api-access-*`` volume, written by the process kubelet: a
-    token from the TokenRequest API (bound to the pod), ``ca.crt`` and the namespace, at the
-    mount path; the pod's kubeconfig carries that token, not the admin's."""
-    with EmulatorServer(required_token="admin-token") as server:
+# -- the process kubelet, running pods -----------------------------------------------------------
+
+
+def wait(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def kubelet_api(tmp_path: Path) -> Iterator[tuple[KubeApi, ProcessKubelet, EmulatorServer]]:
+    with EmulatorServer(required_token="admin-token", tls=True) as server:
         api = KubeApi.for_url(server.url, token="admin-token", namespace="ns1")
         api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "ns1"}})
-        body = {
-            "metadata": {"name": "p"},
-            "spec": {"containers": [{"name": "c", "image": "i", "command": ["true"]}]},
-        }
-        pod = api.request("POST", api.path("pods"), body=body).body
         kubelet = ProcessKubelet(
-            api, tmp_path, server=server.url, token="admin-token", image_paths={}, bin_dir=tmp_path
+            api, tmp_path, images={"sh": SHELL}, api_address=("127.0.0.1", server.tls_port)
         )
-        meta = pod["metadata"]
-        container = Container("ns1", "p", meta["uid"], "127.1.0.2", tmp_path / "p", pod)
-        _, env, _ = kubelet._prepare(container)
-        [volume] = pod["spec"]["volumes"]
-        files = tmp_path / "p" / "volumes" / volume["name"]
-        token = (files / "token").read_text()
-        assert (files / "namespace").read_text() == "ns1"
-        assert (files / "ca.crt").read_text().startswith("-----BEGIN CERTIFICATE-----")
-        credentials = json.loads(Path(env["KUBECONFIG"]).read_text())
-        assert credentials["users"][0]["user"]["token"] == token != "admin-token"
-        assert server.emulator is not None
-        user = server.emulator.users[token]
-        assert user.name == "system:serviceaccount:ns1:default" and user.bound_pod == "p"
+        yield api, kubelet, server
+        kubelet.stop()
         api.close()
+
+
+def pod_status(api: KubeApi, name: str) -> dict[str, Any]:
+    return dict(api.request("GET", api.path("pods", name)).body.get("status") or {})
+
+
+def test_the_kubelet_writes_the_token_volume_and_the_pod_calls_as_its_account(
+    tmp_path: Path, kubelet_api: tuple[KubeApi, ProcessKubelet, EmulatorServer]
+) -> None:
+    """The admission plugin's ``kube-api-access-*`` volume, written by the process kubelet: a
+    token from the TokenRequest API (bound to the pod), ``ca.crt`` and the namespace, mounted
+    where in-cluster clients look; the pod reaches the API server by its Service variables."""
+    api, kubelet, server = kubelet_api
+    body = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "sh"}]}}
+    pod = api.request("POST", api.path("pods"), body=body).body
+    meta = pod["metadata"]
+    container = Container("ns1", "p", meta["uid"], "127.1.0.2", tmp_path / "p", pod)
+    plan = kubelet._plan(container, SHELL)
+    [volume] = pod["spec"]["volumes"]
+    files = tmp_path / "p" / "volumes" / volume["name"]
+    token = (files / "token").read_text()
+    assert (files / "namespace").read_text() == "ns1"
+    assert (files / "ca.crt").read_text() == server.ca_pem
+    mounted = {bind.target: bind.source for bind in plan.layout.binds}
+    # (where /var/run is a link to /run, the mount point is where the link leads)
+    assert mounted[os.path.realpath("/var/run/secrets/kubernetes.io/serviceaccount")] == str(files)
+    assert plan.env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
+    assert plan.env["KUBERNETES_SERVICE_PORT"] == str(server.tls_port)
+    assert server.emulator is not None
+    user = server.emulator.users[token]
+    assert user.name == "system:serviceaccount:ns1:default" and user.bound_pod == "p"
+
+
+def test_a_pod_runs_in_its_own_root_with_its_volumes_address_and_name(
+    tmp_path: Path, kubelet_api: tuple[KubeApi, ProcessKubelet, EmulatorServer]
+) -> None:
+    """A real process in its sandbox: the ConfigMap at its mount path, an emptyDir it writes, a
+    private /tmp, its host name, its own address, $(VAR) references, and its exit code."""
+    api, kubelet, _ = kubelet_api
+    config = {"metadata": {"name": "settings"}, "data": {"greeting": "hello"}}
+    assert api.request("POST", api.path("configmaps"), body=config).status == 201
+    (Path("/tmp") / "host-only-file").write_text("the host's")
+    script = (
+        'cat /etc/settings/greeting > /scratch/out; echo " $(POD_IP)" >> /scratch/out; '
+        "hostname >> /scratch/out; ls /tmp | wc -l >> /scratch/out; "
+        "grep -c runner /etc/hosts >> /scratch/out; exit 3"
+    )
+    body = {
+        "metadata": {"name": "runner"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "sh",
+                    "args": [script],
+                    "env": [
+                        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+                    ],
+                    "volumeMounts": [
+                        {"name": "settings", "mountPath": "/etc/settings"},
+                        {"name": "scratch", "mountPath": "/scratch"},
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "settings", "configMap": {"name": "settings"}},
+                {"name": "scratch", "emptyDir": {}},
+            ],
+        },
+    }
+    assert api.request("POST", api.path("pods"), body=body).status == 201
+    kubelet.start()
+    status = wait(
+        lambda: (s := pod_status(api, "runner")).get("phase") in ("Succeeded", "Failed") and s,
+        "the pod to end",
+    )
+    assert status["phase"] == "Failed"
+    assert status["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
+    [directory] = (tmp_path / "pods" / "ns1").glob("runner-*")
+    out = (directory / "volumes" / "scratch" / "out").read_text().splitlines()
+    assert out == [f"hello {status['podIP']}", "runner", "0", "1"]
+    assert status["podIP"].startswith("127.") and status["podIP"] != "127.0.0.1"
+
+
+def test_a_pod_whose_image_cannot_be_had_waits_in_image_pull_back_off(
+    kubelet_api: tuple[KubeApi, ProcessKubelet, EmulatorServer],
+) -> None:
+    api, kubelet, _ = kubelet_api
+    body = {"metadata": {"name": "nope"}, "spec": {"containers": [{"name": "c", "image": "x:1"}]}}
+    assert api.request("POST", api.path("pods"), body=body).status == 201
+    kubelet.start()
+
+    def waiting() -> dict[str, Any] | None:
+        statuses = pod_status(api, "nope").get("containerStatuses") or [{}]
+        return (statuses[0].get("state") or {}).get("waiting")
+
+    state = wait(waiting, "the pod to wait")
+    assert state["reason"] == "ImagePullBackOff" and '"x:1"' in state["message"]
+    assert pod_status(api, "nope")["phase"] == "Pending"

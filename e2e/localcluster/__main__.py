@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from e2e.localcluster.cluster import DEFAULT_SPARK_MASTER, LocalCluster
+from e2e.localcluster.cluster import LocalCluster
 
 
 def main() -> int:
@@ -24,7 +24,11 @@ def main() -> int:
     parser.add_argument(
         "--namespace", action="append", help="namespaces to create and serve (default: default)"
     )
-    parser.add_argument("--spark-master", default=DEFAULT_SPARK_MASTER, help="drivers' master")
+    parser.add_argument(
+        "--spark-master",
+        help="the drivers' Spark master (default: the API server's k8s:// URL, so Spark creates "
+        "executor pods; local[N] runs Spark inside each driver pod)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()

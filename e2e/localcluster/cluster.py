@@ -5,11 +5,14 @@ operator, on one machine without containers (the e2e tier that needs no containe
 kmock emulator of ``tests/support``, checking custom resources against their CRD schema),
 applies ``crds/``, creates the namespaces, starts the controllers a cluster needs for our
 children (StatefulSets; the garbage collector is the emulator's) and the kubelet, and runs
-``finishable operator --spark-master local[2]``, as the chart's Deployment would run it: under
-RBAC, with the OwnerReferencesPermissionEnforcement admission plugin on (as in OpenShift), as the
-chart's ServiceAccount bound to the chart's rules (``chart_rbac``: the namespaced mode, peering
-on); the kubelet and the StatefulSet controller keep the admin's token. The
-admin kubeconfig is ``<directory>/kubeconfig``; logs are ``<directory>/operator/operator.log`` and
+``finishable operator`` as the chart's Deployment would run it: under RBAC, with the
+OwnerReferencesPermissionEnforcement admission plugin on (as in OpenShift), as the chart's
+ServiceAccount bound to the chart's rules (``chart_rbac``: the namespaced mode, peering on),
+with its default Spark master: the API server's ``k8s://`` URL, so Spark's Kubernetes backend in
+each driver creates its executor pods through the API and the kubelet runs them
+(``spark_master="local[2]"`` runs Spark inside the driver pod instead). The kubelet and the
+StatefulSet controller keep the admin's token. The admin kubeconfig is
+``<directory>/kubeconfig``; logs are ``<directory>/operator/operator.log`` and
 ``<directory>/pods/<namespace>/<pod>-<uid>/<container>.log``.
 """
 
@@ -17,15 +20,19 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
+import shutil
 import sys
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+import pyspark
 import yaml
 
 from e2e.localcluster.kubelet import ProcessKubelet, kubeconfig
+from e2e.localcluster.podspec import Image, service_environment
 from e2e.localcluster.statefulsets import StatefulSetController
 from finishable.kube.api import KubeApi
 from tests.controller.cluster import OperatorProcess
@@ -34,12 +41,7 @@ from tests.support.k8s_emulator import EmulatorServer
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE_PATHS = {
-    # Where the image (Dockerfile) keeps what the manifests name, on this machine.
-    "/opt/finishable/examples": ROOT / "examples",
-    "/opt/finishable/entrypoint.sh": ROOT / "docker" / "entrypoint.sh",
-}
-DEFAULT_SPARK_MASTER = "local[2]"
+IMAGE = "finishable-spark-operator:0.1.0"  # the image the examples and the e2e suite name
 # The chart, installed as release RELEASE in OPERATOR_NAMESPACE with watchNamespaces set (the
 # namespaced mode) and peering on: the operator runs as its ServiceAccount under the chart's RBAC.
 CHART = ROOT / "charts" / "finishable-spark-operator"
@@ -56,7 +58,7 @@ class LocalCluster:
         directory: Path,
         *,
         namespaces: tuple[str, ...] = ("default",),
-        spark_master: str = DEFAULT_SPARK_MASTER,
+        spark_master: str | None = None,
         port: int = 0,
     ) -> None:
         self.directory = directory.resolve()
@@ -81,6 +83,12 @@ class LocalCluster:
     @property
     def url(self) -> str:
         return str(self.server.url)
+
+    @property
+    def api_address(self) -> tuple[str, int]:
+        """Where pods reach the API server (its HTTPS port; the Service variables a kubelet
+        gives every container: ``KUBERNETES_SERVICE_HOST`` and ``_PORT``)."""
+        return "127.0.0.1", self.server.tls_port
 
     def api(self, user_agent: str, namespace: str | None = None) -> KubeApi:
         return KubeApi.for_url(
@@ -110,10 +118,8 @@ class LocalCluster:
         self.kubelet = ProcessKubelet(
             self.api("process-kubelet"),
             self.directory,
-            server=self.url,
-            token=self.token,
-            image_paths=IMAGE_PATHS,
-            bin_dir=Path(sys.executable).parent,
+            images={IMAGE: local_image()},
+            api_address=self.api_address,
         ).start()
         self._start_operator()
         return self
@@ -183,7 +189,10 @@ class LocalCluster:
             self.operator_token(),  # the chart's ServiceAccount, not the admin
             list(self.namespaces),
             identity="local-operator",
-            extra_args=["--spark-master", self.spark_master],
+            extra_args=["--spark-master", self.spark_master] if self.spark_master else [],
+            # What a kubelet gives every container: the operator derives Spark's default
+            # k8s:// master from it, as it would in its pod.
+            env=service_environment(*self.api_address),
         ).start()
 
     def metrics(self) -> str:
@@ -249,3 +258,38 @@ def chart_rbac(namespaces: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
             binding("ClusterRoleBinding", scanning, scanning, None),
         ),
     ]
+
+
+def local_image() -> Image:
+    """The project's image (the Dockerfile) as this machine stands in for it: its entrypoint,
+    CMD, ENV and WORKDIR, with this environment's interpreter, pyspark and Java in place of the
+    image's, and the files it copies (the examples, the entrypoint) from the repository.
+    ``tests/charts/test_dockerfile.py`` keeps the two in step."""
+    python = Path(sys.executable)
+    spark_home = Path(pyspark.__file__).resolve().parent
+    java = shutil.which("java")
+    java_home = os.environ.get("JAVA_HOME") or (
+        str(Path(java).resolve().parents[1]) if java else "/usr/lib/jvm/default-java"
+    )
+    return Image(
+        entrypoint=("/opt/finishable/entrypoint.sh",),
+        cmd=("finishable", "--help"),
+        env={
+            "PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "PIP_NO_CACHE_DIR": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "JAVA_HOME": java_home,
+            "SPARK_HOME": str(spark_home),
+            "PYSPARK_PYTHON": str(python),
+            "PYSPARK_DRIVER_PYTHON": str(python),
+            "HOME": "/home/finishable",
+        },
+        working_dir="/home/finishable",
+        files={
+            "/opt/finishable/examples": ROOT / "examples",
+            "/opt/finishable/entrypoint.sh": ROOT / "docker" / "entrypoint.sh",
+        },
+        dirs=("/home/finishable", "/tmp/finishable"),
+    )

@@ -1,27 +1,37 @@
-"""A process kubelet: runs the pods of an API server as local processes.
+"""A process kubelet: runs the pods of an API server as local processes, each in a sandbox of its
+own.
 
 It follows the pods through the API (every ``SYNC_SECONDS``), and for each one:
 
-* builds the container's volumes as host directories (ConfigMap and Secret files, projected
-  volumes: token, ConfigMap, downward API; emptyDir, hostPath, and a directory per
-  PersistentVolumeClaim that lives as long as the claim), maps the container's paths onto them
-  (``paths.PathMap``), and waits, ``Pending``, while a ConfigMap, Secret or claim it needs is
-  missing, as a real kubelet does;
-* resolves the environment (``value``, ``valueFrom`` Secret/ConfigMap keys and pod fields,
-  ``envFrom``), gives the process a kubeconfig with its ServiceAccount's token (that of its
-  projected ``kube-api-access-*`` volume, requested through the TokenRequest API and bound to
-  the pod, so that its API calls are made as its ServiceAccount, as on a real cluster), and its
-  own loopback IP and cluster DNS (``podnet/sitecustomize.py``);
-* starts the container's command and args in a new session, reports ``Running`` with the pod IP
-  (the container ID is ``process://<pid>``), runs readiness probes, and reports the exit code
-  when the process ends (``128 + n`` for a signal, as a container runtime does), killing the
-  rest of the process group: a container ends with its main process;
-* restarts containers of ``restartPolicy: Always/OnFailure`` pods with a back-off;
+* finds the container's image among the images it knows (:class:`podspec.Image`; an unknown
+  image leaves the pod ``Pending`` in ``ImagePullBackOff``, as a real kubelet leaves a pod whose
+  image cannot be pulled), and its command: the image's entrypoint and CMD combined with the
+  container's ``command`` and ``args`` (so Spark's executor pods, which carry only
+  ``args: [executor]``, run the image's entrypoint);
+* builds the volumes as host directories (:mod:`volumes`), and waits, ``Pending``, while a
+  ConfigMap, Secret or claim it needs is missing;
+* resolves the environment: the image's, the API server's Service variables
+  (``KUBERNETES_SERVICE_HOST``/``PORT``: pods reach the API with their ServiceAccount token
+  and the cluster CA at ``/var/run/secrets/kubernetes.io/serviceaccount``, as in-cluster clients
+  do), ``envFrom`` and ``env`` with ``$(VAR)`` expansion;
+* starts the container in a sandbox (:mod:`sandbox`): a mount namespace whose root mirrors the
+  host's read-only, with the image's files and the volumes at their container paths, a private
+  ``/tmp``, its own host name and an ``/etc/hosts`` that names the cluster's Services and pods;
+* gives every pod an address of its own in 127.0.0.0/8 (a random /16 per kubelet, so two local
+  clusters on one machine do not meet): reported as ``status.podIP``, and bound by what listens
+  on the wildcard address (Python through ``podnet/sitecustomize.py``, Spark through
+  ``SPARK_LOCAL_IP``);
+* reports ``Running`` (the container ID is ``process://<pid>``), runs readiness probes, reports
+  the exit code when the process ends (``128 + n`` for a signal, as a container runtime does;
+  ``StartError`` when the command cannot be executed) and kills the rest of the process group: a
+  container ends with its main process;
+* restarts containers of ``restartPolicy: Always/OnFailure`` pods with a back-off, each start
+  in a fresh root (the volumes persist, the container's own files do not);
 * kills the process group (SIGTERM, then SIGKILL after the grace period) when the pod is deleted.
 
-One container per pod (the first); init containers, liveness probes, resource limits, Service
-ports that differ from their target ports, and updates of projected files after the container
-started are not emulated.
+One container per pod (the first); init containers, liveness probes, resource limits,
+``runAsUser`` (every process runs as the kubelet's user), Service ports that differ from their
+target ports, and updates of projected files after the container started are not emulated.
 """
 
 from __future__ import annotations
@@ -29,12 +39,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
-import json
 import logging
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -43,44 +55,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.localcluster.paths import PathMap
+from e2e.localcluster import sandbox
+from e2e.localcluster.podspec import (
+    Image,
+    container_command,
+    expand,
+    hosts_file,
+    service_environment,
+)
+from e2e.localcluster.volumes import NotReady, PodRef, PodVolumes
 from finishable.kube.api import KubeApi
 
 log = logging.getLogger(__name__)
 
 SYNC_SECONDS = 0.25
 PODNET_DIR = Path(__file__).resolve().parent / "podnet"
+SANDBOX = Path(sandbox.__file__).resolve()
 MERGE = "application/merge-patch+json"
 RESTART_BACKOFF_MAX = 10.0
 GRACE_SECONDS_MAX = 10.0
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-# The host environment a container may see: what makes Java and Python work here, nothing more.
-HOST_ENV = ("JAVA_HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
-
-
-class NotReady(Exception):
-    """Something the pod needs does not exist yet: it stays Pending, and is tried again."""
-
-
-def kubeconfig(server: str, token: str, namespace: str, ca: str | None = None) -> dict[str, Any]:
-    """Credentials for the local API: the admin's, and each pod's in place of a token file.
-    ``ca``: the PEM of the cluster CA, for an ``https://`` server."""
-    cluster: dict[str, Any] = {"server": server}
-    if ca:
-        cluster["certificate-authority-data"] = base64.b64encode(ca.encode()).decode()
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "local", "cluster": cluster}],
-        "users": [{"name": "local", "user": {"token": token}}],
-        "contexts": [
-            {
-                "name": "local",
-                "context": {"cluster": "local", "user": "local", "namespace": namespace},
-            }
-        ],
-        "current-context": "local",
-    }
+POD_NET_DIR = "/etc/podnet"  # where a pod sees the kubelet's files for it (hosts, hostname)
+# Host variables a container may see: its locale and time zone, nothing more.
+HOST_ENV = ("LANG", "LC_ALL", "TZ")
 
 
 def now() -> str:
@@ -88,15 +84,9 @@ def now() -> str:
 
 
 @dataclass
-class Container:
+class Container(PodRef):
     """The process of a running pod and what is known about it."""
 
-    namespace: str
-    name: str
-    uid: str
-    ip: str
-    directory: Path
-    pod: dict[str, Any]
     process: subprocess.Popen[bytes] | None = None
     started: str = ""
     restarts: int = 0
@@ -105,54 +95,50 @@ class Container:
     restart_at: float | None = None
     last_exit: dict[str, Any] | None = None
     finished: bool = False
-    launch: tuple[list[str], dict[str, str], Path] | None = None
-    token: str | None = None  # the pod's ServiceAccount token (its projected volume's)
+    plan: sandbox.Plan | None = None
     reported: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def spec(self) -> dict[str, Any]:
-        return dict(self.pod["spec"]["containers"][0])
+    def hostname(self) -> str:
+        return str(self.pod["spec"].get("hostname") or self.name)[:63]
 
 
 class ProcessKubelet:
-    """Runs pods as processes (see the module docstring)."""
+    """Runs pods as sandboxed processes (see the module docstring)."""
 
     def __init__(
         self,
         api: KubeApi,
         root: Path,
         *,
-        server: str,
-        token: str,
-        image_paths: Mapping[str, Path],
-        bin_dir: Path,
+        images: Mapping[str, Image],
+        api_address: tuple[str, int],
     ) -> None:
         self.api = api
         self.root = root
-        self.server = server
-        self.token = token
-        self.image_paths = dict(image_paths)
-        self.bin_dir = bin_dir
-        self.hosts_file = root / "hosts.json"
+        self.images = dict(images)
+        self.service_env = service_environment(*api_address)
+        self.volumes = PodVolumes(api, root)
         self.containers: dict[str, Container] = {}  # by pod uid
         self._waiting: dict[str, str] = {}  # pod uid -> why it is still Pending (as reported)
         self._ips: dict[str, str] = {}  # pod uid -> IP
+        self._subnet = random.randint(16, 250)  # 127.<subnet>.0.0/16
         self._next_ip = 2
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="process-kubelet", daemon=True)
-        self._hosts_text = ""
+        self._names: dict[str, list[str]] = {}
 
     # -- life -------------------------------------------------------------------------------
 
     def start(self) -> ProcessKubelet:
         self.root.mkdir(parents=True, exist_ok=True)
-        self._write_hosts({})
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(30)
+        if self._thread.is_alive():
+            self._thread.join(30)
         for container in list(self.containers.values()):
             self._kill(container, grace=2.0)
 
@@ -176,6 +162,11 @@ class ProcessKubelet:
             pod = live.get(uid)
             if pod is None or pod["metadata"].get("deletionTimestamp"):
                 self._remove(container)
+        names = self._cluster_names(pods, services)
+        if names != self._names:
+            self._names = names
+            for container in self.containers.values():
+                self._write_hosts(container)
         for uid, pod in live.items():
             if pod["metadata"].get("deletionTimestamp"):
                 continue
@@ -186,7 +177,6 @@ class ProcessKubelet:
             else:
                 current.pod = pod
                 self._tend(current)
-        self._write_hosts(self._cluster_names(pods, services))
         self._collect_claims()
 
     def _list(self, path: str) -> list[dict[str, Any]]:
@@ -202,269 +192,111 @@ class ProcessKubelet:
         uid = meta["uid"]
         if uid not in self._ips:
             self._ips[uid] = self._allocate_ip()
-        ip = self._ips[uid]
         directory = self.root / "pods" / meta["namespace"] / f"{meta['name']}-{uid[:8]}"
-        container = Container(meta["namespace"], meta["name"], uid, ip, directory, pod)
+        container = Container(meta["namespace"], meta["name"], uid, self._ips[uid], directory, pod)
         try:
             if not pod["spec"].get("containers"):
                 raise NotReady("the pod has no containers")
-            command, env, cwd = self._prepare(container)
+            image = self._image(container)
+            container.plan = self._plan(container, image)
         except NotReady as reason:
-            if self._waiting.get(uid) != str(reason):  # report a new reason once, not each pass
-                self._waiting[uid] = str(reason)
-                self._patch_status(
-                    container,
-                    {"phase": "Pending", "reason": "ContainerCreating", "message": str(reason)},
-                )
+            self._report_pending(container, "ContainerCreating", str(reason))
+            return
+        except ImageUnknown as unknown:
+            self._report_pending(container, "ImagePullBackOff", str(unknown))
             return
         self._waiting.pop(uid, None)
         self.containers[uid] = container
-        self._launch(container, command, env, cwd)
+        self._write_hosts(container)
+        self._launch(container)
 
     def _allocate_ip(self) -> str:
         number = self._next_ip
         self._next_ip += 1
-        return f"127.1.{number // 250}.{number % 250 + 2}"
+        return f"127.{self._subnet}.{number // 250}.{number % 250 + 2}"
 
-    def _prepare(self, container: Container) -> tuple[list[str], dict[str, str], Path]:
-        """Volumes, path map, environment and command of the pod's first container."""
-        pod = container.pod
+    def _image(self, container: Container) -> Image:
+        name = str(container.spec.get("image") or "")
+        if name not in self.images:
+            known = ", ".join(sorted(self.images)) or "none"
+            raise ImageUnknown(
+                f'Back-off pulling image "{name}": the local cluster runs the images it was '
+                f"given ({known})"
+            )
+        return self.images[name]
+
+    def _plan(self, container: Container, image: Image) -> sandbox.Plan:
+        """The container's sandbox: its volumes mounted, its environment and command."""
         spec = container.spec
-        home = container.directory / "home"
-        home.mkdir(parents=True, exist_ok=True)
-        mounts: dict[str, Path | str] = dict(self.image_paths)
-        volumes = {volume["name"]: volume for volume in pod["spec"].get("volumes") or []}
+        volumes = {volume["name"]: volume for volume in container.pod["spec"].get("volumes") or []}
+        mounts = [
+            sandbox.Bind(str(source), target, read_only=True, directory=source.is_dir())
+            for target, source in image.files.items()
+        ]
         for mount in spec.get("volumeMounts") or []:
             volume = volumes.get(mount["name"])
             if volume is None:
                 raise NotReady(f"volumeMount {mount['name']!r} names no volume of the pod")
-            source = self._volume_dir(container, volume)
-            sub = mount.get("subPath")
-            mounts[mount["mountPath"]] = source / sub if sub else source
-        paths = PathMap(mounts)
-        # Projected files name container paths too (a job config's work_dir, say).
-        for mount in spec.get("volumeMounts") or []:
-            volume = volumes[mount["name"]]
-            if "configMap" in volume or "secret" in volume:
-                self._project(container, volume, paths)
-            if "projected" in volume:
-                self._project_sources(container, volume, paths)
-        env = self._environment(container, paths, home)
-        command = [paths.translate(part) for part in spec.get("command") or []]
-        command += [paths.translate(part) for part in spec.get("args") or []]
-        if not command:
-            raise NotReady("the container has no command (image entrypoints are not known here)")
-        executable = shutil.which(command[0], path=env["PATH"])
-        if executable is None:
-            raise NotReady(f"{command[0]!r} is not on the container's PATH")
-        command[0] = executable
-        cwd = paths.host_path(spec["workingDir"]) if spec.get("workingDir") else home
-        return command, env, cwd
-
-    def _volume_dir(self, container: Container, volume: dict[str, Any]) -> Path:
-        name = str(volume["name"])
-        local = container.directory / "volumes" / name
-        if any(kind in volume for kind in ("emptyDir", "configMap", "secret", "projected")):
-            local.mkdir(parents=True, exist_ok=True)
-            return local
-        if "hostPath" in volume:
-            path = Path(volume["hostPath"]["path"])
-            path.mkdir(parents=True, exist_ok=True)
-            return path
-        if "persistentVolumeClaim" in volume:
-            claim = volume["persistentVolumeClaim"]["claimName"]
-            response = self.api.request(
-                "GET",
-                self.api.path("persistentvolumeclaims", claim, namespace=container.namespace),
+            source = self.volumes.volume_dir(container, volume)
+            if mount.get("subPath"):
+                source = source / mount["subPath"]
+                if not source.exists():
+                    source.mkdir(parents=True)
+            read_only = bool(mount.get("readOnly")) or any(
+                kind in volume for kind in ("configMap", "secret", "projected")
             )
-            if response.status != 200:
-                raise NotReady(f"persistentvolumeclaim {claim!r} not found")
-            directory = self._claim_dir(container.namespace, response.body)
-            directory.mkdir(parents=True, exist_ok=True)
-            return directory
-        raise NotReady(f"volume {name!r}: only configMap, secret, emptyDir, hostPath and claims")
-
-    def _claim_dir(self, namespace: str, claim: dict[str, Any]) -> Path:
-        meta = claim["metadata"]
-        return self.root / "claims" / namespace / f"{meta['name']}-{meta['uid'][:8]}"
-
-    def _project(self, container: Container, volume: dict[str, Any], paths: PathMap) -> None:
-        """Write a ConfigMap's or Secret's keys as files (their container paths translated)."""
-        kind = "configMap" if "configMap" in volume else "secret"
-        source = volume[kind]
-        name = source.get("name") or source.get("secretName")
-        plural = "configmaps" if kind == "configMap" else "secrets"
-        response = self.api.request(
-            "GET", self.api.path(plural, name, namespace=container.namespace)
+            mounts.append(
+                sandbox.Bind(str(source), mount["mountPath"], read_only, source.is_dir())
+            )
+        net = container.directory / "net"
+        net.mkdir(parents=True, exist_ok=True)
+        mounts.append(sandbox.Bind(str(net), POD_NET_DIR, read_only=True))
+        layout = sandbox.plan_layout(
+            mounts,
+            links={f"/etc/{name}": f"{POD_NET_DIR}/{name}" for name in ("hosts", "hostname")},
+            dirs=image.dirs,
+            host=sandbox.RealHost(),
         )
-        if response.status != 200:
-            if source.get("optional"):
-                return
-            raise NotReady(f"{plural[:-1]} {name!r} not found")
-        files = self._data_of(plural, response.body)
-        items = source.get("items") or []
-        missing = [item["key"] for item in items if item["key"] not in files]
-        if missing:
-            raise NotReady(f"{plural[:-1]} {name!r} has no key {', '.join(missing)}")
-        selected = {item["path"]: files[item["key"]] for item in items} if items else files
-        target = container.directory / "volumes" / volume["name"]
-        for relative, content in selected.items():
-            path = target / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                path.write_text(paths.translate(content.decode()))
-            except UnicodeDecodeError:
-                path.write_bytes(content)
-
-    def _project_sources(
-        self, container: Container, volume: dict[str, Any], paths: PathMap
-    ) -> None:
-        """A projected volume: a ServiceAccount token (requested through the TokenRequest API,
-        bound to the pod), ConfigMap and Secret keys, downward API fields."""
-        target = container.directory / "volumes" / volume["name"]
-        for source in volume["projected"].get("sources") or []:
-            if "serviceAccountToken" in source:
-                token = self._request_token(container, source["serviceAccountToken"])
-                (target / source["serviceAccountToken"]["path"]).write_text(token)
-                container.token = token
-            for kind in ("configMap", "secret"):
-                if kind in source:
-                    ref = source[kind]
-                    as_volume = {"name": volume["name"], kind: ref}
-                    if kind == "secret":
-                        as_volume[kind] = {**ref, "secretName": ref.get("name")}
-                    self._project(container, as_volume, paths)
-            for item in (source.get("downwardAPI") or {}).get("items") or []:
-                if "fieldRef" not in item:
-                    raise NotReady(f"downwardAPI {item.get('path')!r}: only fieldRef")
-                path = target / item["path"]
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(self._field(container, item["fieldRef"]["fieldPath"]))
-
-    def _request_token(self, container: Container, source: dict[str, Any]) -> str:
-        """``POST .../serviceaccounts/NAME/token`` for the pod's account, bound to the pod."""
-        account = container.pod["spec"].get("serviceAccountName") or "default"
-        spec: dict[str, Any] = {
-            "expirationSeconds": int(source.get("expirationSeconds") or 3600),
-            "boundObjectRef": {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "name": container.name,
-                "uid": container.uid,
-            },
-        }
-        if source.get("audience"):
-            spec["audiences"] = [source["audience"]]
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-        path = self.api.path(
-            "serviceaccounts", account, namespace=container.namespace, subresource="token"
+        env = self._environment(container, image)
+        command = container_command(image, spec.get("command"), spec.get("args"))
+        command = [expand(part, env) for part in command]
+        if not command:
+            raise NotReady("the container has no command and its image no entrypoint")
+        return sandbox.Plan(
+            root=str(container.directory / "root"),
+            layout=layout,
+            hostname=container.hostname,
+            working_dir=spec.get("workingDir") or image.working_dir,
+            command=command,
+            env=env,
         )
-        response = self.api.request("POST", path, body=body)
-        if response.status != 201:
-            raise NotReady(f"no token for serviceaccount {account!r}: {response.message}")
-        return str(response.body["status"]["token"])
 
-    @staticmethod
-    def _data_of(plural: str, obj: dict[str, Any]) -> dict[str, bytes]:
-        """A ConfigMap's or Secret's keys as bytes."""
-        if plural == "secrets":
-            data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
-            data |= {k: str(v).encode() for k, v in (obj.get("stringData") or {}).items()}
-            return data
-        data = {k: str(v).encode() for k, v in (obj.get("data") or {}).items()}
-        data |= {k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()}
-        return data
-
-    def _environment(self, container: Container, paths: PathMap, home: Path) -> dict[str, str]:
-        spec = container.spec
-        pod = container.pod
-        credentials = container.directory / "kubeconfig"
-        # The pod's API calls are made as its ServiceAccount, with the token of its projected
-        # volume, as on a real cluster (a pod that mounts no token gets none: anonymous).
-        token = container.token or ""
-        credentials.write_text(json.dumps(kubeconfig(self.server, token, container.namespace)))
+    def _environment(self, container: Container, image: Image) -> dict[str, str]:
+        """The image's variables, then the pod's (the pod's win), and the pod network's."""
         env = {key: os.environ[key] for key in HOST_ENV if key in os.environ}
-        env |= {
-            "PATH": f"{self.bin_dir}:{os.environ.get('PATH', DEFAULT_PATH)}",
-            "HOME": str(home),
-            "HOSTNAME": pod["spec"].get("hostname") or container.name,
-            "KUBECONFIG": str(credentials),
-            "FINISHABLE_POD_IP": container.ip,
-            "FINISHABLE_CLUSTER_HOSTS": str(self.hosts_file),
-            "SPARK_LOCAL_IP": container.ip,
-        }
-        for source in spec.get("envFrom") or []:
-            for kind, plural in (("secretRef", "secrets"), ("configMapRef", "configmaps")):
-                if kind in source:
-                    ref = source[kind]
-                    obj = self._get(plural, ref["name"], container.namespace, ref.get("optional"))
-                    prefix = source.get("prefix", "")
-                    for key, data in self._data_of(plural, obj).items() if obj else ():
-                        env[prefix + key] = data.decode()
-        for variable in spec.get("env") or []:
-            value = self._env_value(container, variable)
-            if value is not None:
-                env[variable["name"]] = paths.translate(value)
-        env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(PODNET_DIR), env.get("PYTHONPATH", "")])
-        )
+        env |= dict(image.env)
+        env["HOSTNAME"] = container.hostname
+        env |= self.volumes.environment(container, self.service_env)
+        # The pod network: what binds the wildcard address binds the pod's own address.
+        env["PODNET_IP"] = container.ip
+        env["SPARK_LOCAL_IP"] = container.ip
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PODNET_DIR), env.get("PYTHONPATH")]))
         return env
 
-    def _get(
-        self, plural: str, name: str, namespace: str, optional: bool | None
-    ) -> dict[str, Any] | None:
-        response = self.api.request("GET", self.api.path(plural, name, namespace=namespace))
-        if response.status == 200:
-            return response.body
-        if optional:
-            return None
-        raise NotReady(f"{plural[:-1]} {name!r} not found")
-
-    def _env_value(self, container: Container, variable: dict[str, Any]) -> str | None:
-        if "valueFrom" not in variable:
-            return str(variable.get("value", ""))
-        source = variable["valueFrom"]
-        for kind, plural in (("secretKeyRef", "secrets"), ("configMapKeyRef", "configmaps")):
-            if kind in source:
-                ref = source[kind]
-                obj = self._get(plural, ref["name"], container.namespace, ref.get("optional"))
-                data = self._data_of(plural, obj) if obj else {}
-                if ref["key"] not in data:
-                    if ref.get("optional"):
-                        return None
-                    raise NotReady(f"{plural[:-1]} {ref['name']!r} has no key {ref['key']!r}")
-                return data[ref["key"]].decode()
-        if "fieldRef" in source:
-            return self._field(container, source["fieldRef"]["fieldPath"])
-        raise NotReady(f"env {variable['name']}: unsupported valueFrom {sorted(source)}")
-
-    def _field(self, container: Container, path: str) -> str:
-        meta = container.pod["metadata"]
-        fields = {
-            "metadata.name": meta["name"],
-            "metadata.namespace": meta["namespace"],
-            "metadata.uid": meta["uid"],
-            "spec.nodeName": "local",
-            "spec.serviceAccountName": container.pod["spec"].get("serviceAccountName", "default"),
-            "status.podIP": container.ip,
-            "status.hostIP": "127.0.0.1",
-        }
-        if path.startswith("metadata.labels['"):
-            return str((meta.get("labels") or {}).get(path[17:-2], ""))
-        if path not in fields:
-            raise NotReady(f"fieldRef {path!r} is not supported")
-        return str(fields[path])
-
-    def _launch(
-        self, container: Container, command: list[str], env: dict[str, str], cwd: Path
-    ) -> None:
-        container.directory.mkdir(parents=True, exist_ok=True)
+    def _launch(self, container: Container) -> None:
+        assert container.plan is not None
+        root = Path(container.plan.root)
+        shutil.rmtree(root, ignore_errors=True)  # a fresh container layer for every start
+        root.mkdir(parents=True)
+        plan_path = container.directory / "sandbox.json"
+        plan_path.write_text(container.plan.to_json())
+        (container.directory / sandbox.START_ERROR_FILE).unlink(missing_ok=True)
         log_path = container.directory / f"{container.spec['name']}.log"
         with log_path.open("ab") as out:
             container.process = subprocess.Popen(
-                command,
-                env=env,
-                cwd=cwd,
+                [sys.executable, "-E", "-s", str(SANDBOX), str(plan_path)],
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                cwd=container.directory,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -474,7 +306,6 @@ class ProcessKubelet:
         container.restart_at = None
         container.ready = False
         container.next_probe = time.monotonic()
-        container.launch = (command, env, cwd)
         log.info(
             "%s/%s: started pid %d", container.namespace, container.name, container.process.pid
         )
@@ -488,31 +319,15 @@ class ProcessKubelet:
             return
         process = container.process
         if container.restart_at is not None:
-            if time.monotonic() >= container.restart_at and container.launch is not None:
+            if time.monotonic() >= container.restart_at:
                 container.restarts += 1
-                self._launch(container, *container.launch)
+                self._launch(container)
             return
         if process is None:
             return
         code = process.poll()
         if code is not None:
-            self._kill_group(process.pid, signal.SIGKILL)
-            exit_code = 128 - code if code < 0 else code
-            container.last_exit = {
-                "exitCode": exit_code,
-                "reason": "Completed" if exit_code == 0 else "Error",
-                "startedAt": container.started,
-                "finishedAt": now(),
-            }
-            log.info("%s/%s: exited %d", container.namespace, container.name, exit_code)
-            policy = container.pod["spec"].get("restartPolicy", "Always")
-            if policy == "Always" or (policy == "OnFailure" and exit_code != 0):
-                backoff = min(RESTART_BACKOFF_MAX, 1.0 * 2**container.restarts)
-                container.restart_at = time.monotonic() + backoff
-                self._report_waiting(container)
-            else:
-                container.finished = True
-                self._report_terminated(container, "Succeeded" if exit_code == 0 else "Failed")
+            self._exited(container, process, code)
             return
         if time.monotonic() >= container.next_probe:
             ready, period = self._probe(container)
@@ -520,6 +335,28 @@ class ProcessKubelet:
             if ready != container.ready:
                 container.ready = ready
                 self._report_running(container)
+
+    def _exited(self, container: Container, process: subprocess.Popen[bytes], code: int) -> None:
+        self._kill_group(process.pid, signal.SIGKILL)
+        exit_code = 128 - code if code < 0 else code
+        start_error = container.directory / sandbox.START_ERROR_FILE
+        container.last_exit = {
+            "exitCode": exit_code,
+            "reason": "Completed" if exit_code == 0 else "Error",
+            "startedAt": container.started,
+            "finishedAt": now(),
+        }
+        if start_error.exists():
+            container.last_exit |= {"reason": "StartError", "message": start_error.read_text()}
+        log.info("%s/%s: exited %d", container.namespace, container.name, exit_code)
+        policy = container.pod["spec"].get("restartPolicy", "Always")
+        if policy == "Always" or (policy == "OnFailure" and exit_code != 0):
+            backoff = min(RESTART_BACKOFF_MAX, 1.0 * 2**container.restarts)
+            container.restart_at = time.monotonic() + backoff
+            self._report_waiting(container)
+        else:
+            container.finished = True
+            self._report_terminated(container, "Succeeded" if exit_code == 0 else "Failed")
 
     def _probe(self, container: Container) -> tuple[bool, float]:
         probe = container.spec.get("readinessProbe")
@@ -538,8 +375,6 @@ class ProcessKubelet:
             except OSError:
                 return False, period
         if "tcpSocket" in probe:
-            import socket  # noqa: PLC0415
-
             port = self._port(container, probe["tcpSocket"]["port"])
             try:
                 socket.create_connection((container.ip, port), timeout=1).close()
@@ -582,6 +417,21 @@ class ProcessKubelet:
             {"type": "ContainersReady", "status": value},
             {"type": "Ready", "status": value},
         ]
+
+    def _report_pending(self, container: Container, reason: str, message: str) -> None:
+        """A pod that cannot start yet: its container waits, saying why (once per reason)."""
+        if self._waiting.get(container.uid) == message:
+            return
+        self._waiting[container.uid] = message
+        state = {"waiting": {"reason": reason, "message": message}}
+        self._patch_status(
+            container,
+            {
+                "phase": "Pending",
+                "conditions": self._conditions(False),
+                "containerStatuses": [self._container_status(container, state)],
+            },
+        )
 
     def _report_running(self, container: Container) -> None:
         state = {"running": {"startedAt": container.started}}
@@ -708,14 +558,22 @@ class ProcessKubelet:
                 names[f"{meta['name']}.{meta['namespace']}.svc"] = ips
         return names
 
-    def _write_hosts(self, names: dict[str, list[str]]) -> None:
-        text = json.dumps(names, sort_keys=True)
-        if text == self._hosts_text:
-            return
-        partial = self.hosts_file.with_suffix(".tmp")
-        partial.write_text(text)
-        partial.replace(self.hosts_file)
-        self._hosts_text = text
+    def _write_hosts(self, container: Container) -> None:
+        """The pod's ``/etc/hosts`` and ``/etc/hostname``, replaced whole (a rename), so a
+        reader never sees half a file."""
+        subdomain = container.pod["spec"].get("subdomain")
+        files = {
+            "hosts": hosts_file(
+                container.ip, container.hostname, container.namespace, self._names, subdomain
+            ),
+            "hostname": container.hostname + "\n",
+        }
+        net = container.directory / "net"
+        net.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            partial = net / f".{name}.tmp"
+            partial.write_text(text)
+            partial.replace(net / name)
 
     def _collect_claims(self) -> None:
         """Delete the directories of claims that are gone (their data goes with them)."""
@@ -723,7 +581,32 @@ class ProcessKubelet:
         if not base.exists():
             return
         claims = self._list("/api/v1/persistentvolumeclaims")
-        kept = {self._claim_dir(c["metadata"]["namespace"], c) for c in claims}
+        kept = {self.volumes.claim_dir(c["metadata"]["namespace"], c) for c in claims}
         for directory in base.glob("*/*"):
             if directory not in kept:
                 shutil.rmtree(directory, ignore_errors=True)
+
+
+class ImageUnknown(Exception):
+    """The pod names an image the kubelet cannot run."""
+
+
+def kubeconfig(server: str, token: str, namespace: str, ca: str | None = None) -> dict[str, Any]:
+    """Credentials for the local API (the admin's kubeconfig). ``ca``: the PEM of the cluster
+    CA, for an ``https://`` server."""
+    cluster: dict[str, Any] = {"server": server}
+    if ca:
+        cluster["certificate-authority-data"] = base64.b64encode(ca.encode()).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": "local", "user": {"token": token}}],
+        "contexts": [
+            {
+                "name": "local",
+                "context": {"cluster": "local", "user": "local", "namespace": namespace},
+            }
+        ],
+        "current-context": "local",
+    }

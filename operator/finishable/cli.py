@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from finishable import __version__
 from finishable.api.models import DesiredState, JobMode, Phase, dump
 from finishable.api.status import FinishableSparkJobStatus
 from finishable.api.validation import InvalidManifest, load_documents, load_job, parse_manifest
+from finishable.controller.driverconf import default_master
 from finishable.controller.naming import KUBERNETES_MASTER
 from finishable.local.jobdir import (
     DEFAULT_STATE_DIR,
@@ -286,7 +288,7 @@ def _operator(args: argparse.Namespace, out: TextIO) -> int:
         standalone=args.standalone,
         priority=args.priority,
         resync_seconds=args.resync,
-        spark_master=args.spark_master,
+        spark_master=args.spark_master or default_master(os.environ),
     )
     try:
         return run_operator(options)
@@ -377,9 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     operator.add_argument(
         "--spark-master",
-        default=KUBERNETES_MASTER,
-        help="Spark master of the drivers: executor pods with the default; local[N] runs Spark "
-        "inside each driver pod (small clusters, CI)",
+        help="Spark master of the drivers. Default: the API server as pods reach it "
+        "(k8s://https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT in a pod, else "
+        f"{KUBERNETES_MASTER}): Spark creates executor pods; local[N] runs Spark inside each "
+        "driver pod (small clusters, CI)",
     )
     add("driver", _driver, "start a job's program in its driver pod (used by the operator)")
     shuffle = add(

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -215,9 +215,11 @@ class OperatorProcess:
         priority: int = 100,
         name: str = "operator",
         extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
         self.extra_args = list(extra_args)
+        self.env = dict(env or {})
         self.namespaces = namespaces
         self.identity = identity
         self.priority = priority
@@ -254,7 +256,12 @@ class OperatorProcess:
             "--resync", "5",
             *self.extra_args,
         ]  # fmt: skip
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "POD_ID": self.identity}
+        env = {
+            **os.environ,
+            **self.env,
+            "KUBECONFIG": str(self.kubeconfig),
+            "POD_ID": self.identity,
+        }
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir

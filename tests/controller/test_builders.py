@@ -54,8 +54,11 @@ def test_driver_pod_golden() -> None:
         run=2,
     )
     submit = (
-        "--driver-memory 2g --conf spark.kubernetes.driver.pod.name=clicks-driver-3 "
-        "--conf spark.kubernetes.executor.label.finishable.dev/attempt=3 pyspark-shell"
+        "--driver-memory 2g --conf 'spark.driver.host=$(FINISHABLE_POD_IP)' "
+        "--conf 'spark.driver.bindAddress=$(FINISHABLE_POD_IP)' "
+        "--conf spark.kubernetes.driver.pod.name=clicks-driver-3 "
+        "--conf spark.kubernetes.executor.label.finishable.dev/attempt=3 "
+        "--conf spark.kubernetes.executor.podNamePrefix=clicks-3 pyspark-shell"
     )
     assert pod == {
         "apiVersion": "v1",
@@ -64,6 +67,7 @@ def test_driver_pod_golden() -> None:
         "spec": {
             "serviceAccountName": "clicks-driver",
             "restartPolicy": "Never",
+            "securityContext": {"fsGroup": 1000},  # the image's user can write its volumes
             "containers": [
                 {
                     "name": "driver",
@@ -82,18 +86,20 @@ def test_driver_pod_golden() -> None:
                             "name": "POD_NAMESPACE",
                             "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
                         },
-                        {"name": "FINISHABLE_ENDPOINT_BIND", "value": "0.0.0.0"},
                         {
-                            "name": "FINISHABLE_ENDPOINT_HOST",
-                            "value": "clicks-driver.analytics.svc",
+                            "name": "FINISHABLE_POD_IP",
+                            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                         },
-                        {"name": "SPARK_CONF_DIR", "value": "/etc/finishable"},
+                        {"name": "FINISHABLE_ENDPOINT_BIND", "value": "0.0.0.0"},
+                        {"name": "FINISHABLE_ENDPOINT_HOST", "value": "$(FINISHABLE_POD_IP)"},
+                        {"name": "SPARK_CONF_DIR", "value": "/etc/finishable/spark"},
                         {"name": "PYSPARK_SUBMIT_ARGS", "value": submit},
                         {"name": "PYTHONUNBUFFERED", "value": "1"},
                     ],
                     "ports": [
                         {"name": "driver-rpc", "containerPort": 7078},
                         {"name": "blockmanager", "containerPort": 7079},
+                        {"name": "spark-ui", "containerPort": 4040},
                     ],
                     # 2 GiB + max(384 MiB, 10 %) of overhead = 2048 + 384
                     "resources": {
@@ -108,7 +114,21 @@ def test_driver_pod_golden() -> None:
                 }
             ],
             "volumes": [
-                {"name": "config", "configMap": {"name": "clicks-config"}},
+                {
+                    "name": "config",
+                    "configMap": {
+                        "name": "clicks-config",
+                        "items": [
+                            {"key": "job.json", "path": "job.json"},
+                            {
+                                "key": "executor-pod-template.yaml",
+                                "path": "executor-pod-template.yaml",
+                            },
+                            # Spark's own directory: it copies it to the executors' ConfigMap
+                            {"key": "spark-defaults.conf", "path": "spark/spark-defaults.conf"},
+                        ],
+                    },
+                },
                 {"name": "work", "emptyDir": {}},
             ],
         },
@@ -135,6 +155,7 @@ def test_driver_service_and_rbac_golden() -> None:
             "ports": [
                 {"name": "driver-rpc", "port": 7078, "targetPort": 7078},
                 {"name": "blockmanager", "port": 7079, "targetPort": 7079},
+                {"name": "spark-ui", "port": 4040, "targetPort": 4040},
             ],
         },
     }
@@ -216,7 +237,7 @@ def test_job_config_carries_the_derived_spark_conf() -> None:
     assert conf["spark.kubernetes.container.image"] == "img:1"
     assert conf["spark.executor.memory"] == "3g"
     assert conf["spark.executor.cores"] == "2"
-    assert conf["spark.driver.host"] == "clicks-driver.analytics.svc"
+    assert "spark.driver.host" not in conf, "the pod sets its own IP (PYSPARK_SUBMIT_ARGS)"
     assert conf["spark.kubernetes.executor.label.finishable.dev/job"] == "clicks"
     assert conf["spark.kubernetes.executor.label.finishable.dev/component"] == "executor"
     defaults = dict(line.split(" ", 1) for line in body["data"]["spark-defaults.conf"].splitlines())

@@ -649,3 +649,67 @@ def test_a_new_job_created_with_a_restart_nonce_is_not_degraded() -> None:
     job = Job(restartNonce=3)
     job.run()
     assert job.condition(ConditionType.DEGRADED)[0] is not ConditionStatus.TRUE
+
+
+def test_a_batch_run_keeps_the_shuffle_pods_it_started_with() -> None:
+    """Partitions are placed by shuffle pod: an edit of replicas is refused for the running run,
+    with a condition that says so, and applies to the next run."""
+    job = Job(mode="Batch", recovery={"enabled": False}, shuffle={"replicas": 2})
+    job.run()
+    assert job.status.shuffle_replicas == 2
+    job.edit(shuffle={"replicas": 5})
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.status.shuffle_replicas == 2
+    status, reason, message = job.condition(ConditionType.DEGRADED)
+    assert (status, reason) == (ConditionStatus.TRUE, "ShuffleReplicasPinned")
+    assert "spec.shuffle.replicas: 5" in message and "2 shuffle pods" in message
+    job.edit(shuffle={"replicas": 2})
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.condition(ConditionType.DEGRADED)[0] is not ConditionStatus.TRUE
+    # A new run takes the spec's number.
+    job.edit(shuffle={"replicas": 3})
+    job.step(PodPhase.FAILED)
+    assert job.phase is Phase.FAILED
+    job.edit(restartNonce=1, restartFrom="Scratch")
+    job.step()
+    assert (job.status.run, job.status.shuffle_replicas) == (2, 3)
+
+
+def test_a_streaming_job_pins_no_shuffle_pods() -> None:
+    job = Job()
+    job.run()
+    assert job.status.shuffle_replicas is None
+
+
+def _stop(job: Job, state: str, driver_state: DriverState) -> Decision:
+    """Ask a running job to stop (``spec.state``), and let its driver complete the request."""
+    job.edit(state=state)
+    sent = job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    request = next(a.request for a in sent.actions if a.request is not None)
+    assert request is not None
+    return job.step(
+        PodPhase.SUCCEEDED,
+        job.report(
+            driver_state,
+            request=RequestReport(id=request.id, outcome=RequestOutcome.COMPLETED),
+            savepoint=SavepointStatus(location="sp", drained=state == "Finished"),
+        ),
+    )
+
+
+def test_an_ended_driver_leaves_no_executor_pods() -> None:
+    """Suspended, Finished and Failed each delete the job's executor pods once: Spark deletes
+    them on a clean stop, not when its driver is killed."""
+    suspended, finished, failed = Job(), Job(), Job(recovery={"enabled": False})
+    for job in (suspended, finished, failed):
+        job.run()
+        assert ActionKind.DELETE_EXECUTORS not in kinds(job.decisions[-1])
+    endings = {
+        Phase.SUSPENDED: (suspended, _stop(suspended, "Suspended", DriverState.SUSPENDED)),
+        Phase.FINISHED: (finished, _stop(finished, "Finished", DriverState.FINISHED)),
+        Phase.FAILED: (failed, failed.step(PodPhase.FAILED)),
+    }
+    for phase, (job, ended) in endings.items():
+        assert job.phase is phase, (phase, job.status.message)
+        assert ActionKind.DELETE_EXECUTORS in kinds(ended), phase
+        assert ActionKind.DELETE_EXECUTORS not in kinds(job.step(PodPhase.ABSENT)), phase

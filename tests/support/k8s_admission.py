@@ -103,7 +103,7 @@ async def admit(
 
 
 def root_ca(emulator: StateEmulator) -> str:
-    return str(getattr(emulator, "ca_pem", "") or PLACEHOLDER_CA)
+    return emulator.ca_pem or PLACEHOLDER_CA
 
 
 async def populate_namespace(emulator: StateEmulator, request: kmock.Request, name: str) -> None:

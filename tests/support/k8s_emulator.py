@@ -15,7 +15,8 @@ What kmock 0.8 lacks, and this adds (generic for every resource, not ConfigMap-o
 * label selectors on list and watch (``=``, ``==``, ``!=``, ``key``, ``!key``, ``in``,
   ``notin``), a real list resourceVersion, and metadata-only lists;
 * watches that resume from a ``resourceVersion`` (a bounded event history; older ones get
-  410 Gone, as from a real server) and end after ``timeoutSeconds``;
+  410 Gone, as from a real server) and end after ``timeoutSeconds``, as an HTTP stream or, when
+  the client asks for the upgrade (fabric8, Spark's client, does), over a WebSocket;
 * JSON merge patch with ``null`` deletes, JSON patch (RFC 6902, with ``test``; a failed
   operation is 422 Invalid with the server's generic message, which kopf relies on), and a
   resourceVersion precondition;
@@ -304,6 +305,7 @@ class StateEmulator(KubernetesEmulator):
     validate_schemas: bool = False  # check custom resources against their CRD's schema
     authorize: bool = False  # RBAC over the stored roles and bindings (k8s_rbac)
     owner_reference_enforcement: bool = False  # the OwnerReferencesPermissionEnforcement plugin
+    ca_pem: str = ""  # the cluster CA of the HTTPS port: kube-root-ca.crt publishes it
     _schemas: dict[Any, Any] = attrs.field(factory=dict, init=False)
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     _history: collections.deque[tuple[int, Any, dict[str, Any]]] = attrs.field(
@@ -458,8 +460,10 @@ class StateEmulator(KubernetesEmulator):
         ``required_token`` every caller is the admin (the tests' open emulator)."""
         if self.required_token is None:
             return admin()
-        scheme, _, token = authorization.partition(" ")
-        user = self.users.get(token) if scheme == "Bearer" else None
+        # The scheme is case-insensitive (the server's bearertoken authenticator lowercases it:
+        # the Python client's in-cluster config sends "bearer").
+        scheme, _, token = authorization.strip().partition(" ")
+        user = self.users.get(token.strip()) if scheme.lower() == "bearer" else None
         if user is None:
             raise KubernetesError(status=401, reason="Unauthorized", message="Unauthorized")
         return user
@@ -979,6 +983,7 @@ class EmulatorServer:
             self.port = int(runner.addresses[0][1])
             if self._tls:
                 self.ca_pem, self.tls_port = await k8s_kubectl.serve_tls(runner)
+                emulator.ca_pem = self.ca_pem
             self._ready.set()
             try:
                 await self._stop.wait()

@@ -18,10 +18,13 @@
   ``==``, ``!=``), which ``kubectl wait`` and ``kubectl delete`` use; any other field of a custom
   resource is refused with 400, as a real server refuses it. (Built-ins' own extra fields, such
   as a Pod's ``spec.nodeName``, are accepted and matched by their dotted path.)
+* Watches as a real server serves them: ``application/json``, an event per line, or over a
+  WebSocket when the client asks for the upgrade, as fabric8 (Spark's client) does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime
 import hashlib
@@ -30,7 +33,7 @@ import json
 import re
 import ssl
 import tempfile
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -218,34 +221,79 @@ async def answer(
 async def watch(
     emulator: StateEmulator, request: kmock.Request, *, as_table: bool = False
 ) -> aiohttp.web.StreamResponse:
-    """A watch as a real server streams it: ``application/json``, one event per line (kmock's
-    own stream is ``application/octet-stream``, which client-go refuses); with
-    ``as=Table``, each event's object is a one-row Table (column definitions in the first)."""
-    assert request.resource is not None
+    """A watch as a real server serves it: ``application/json``, one event per line (kmock's
+    own stream is ``application/octet-stream``, which client-go refuses), or, when the client
+    asks for the upgrade (fabric8, Spark's Kubernetes client, does), over a WebSocket with one
+    JSON text frame per event; with ``as=Table``, each event's object is a one-row Table
+    (column definitions in the first)."""
+    assert request._raw_request is not None
+    events = _watch_events(emulator, request, as_table=as_table)
+    if asks_websocket(request._raw_request.headers):
+        return await _watch_over_websocket(request._raw_request, events)
     response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
     await response.prepare(request._raw_request)
-    first = True
-    include = request.params.get("includeObject", "Metadata")
     try:
-        async for event in emulator._serve_watch(request):
-            if not isinstance(event, Mapping):
-                continue
-            if as_table and event.get("type") != "ERROR":
-                obj = event["object"]
-                version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
-                converted = table(emulator, request.resource, [obj], version, include)
-                if not first:
-                    converted["columnDefinitions"] = None
-                first = False
-                await response.write(
-                    json.dumps({"type": event["type"], "object": converted}).encode() + b"\n"
-                )
-                continue
-            await response.write(json.dumps(event).encode() + b"\n")
+        async for event in events:
+            await response.write(event.encode() + b"\n")
         await response.write_eof()
     except (ConnectionError, RuntimeError):
         pass  # the client went away
     return response
+
+
+def asks_websocket(headers: Mapping[str, str]) -> bool:
+    """A request for the WebSocket upgrade (``Connection: Upgrade``, ``Upgrade: websocket``)."""
+    connection = {token.strip().lower() for token in headers.get("Connection", "").split(",")}
+    return "upgrade" in connection and headers.get("Upgrade", "").lower() == "websocket"
+
+
+async def _watch_over_websocket(
+    raw_request: aiohttp.web.BaseRequest, events: AsyncIterator[str]
+) -> aiohttp.web.StreamResponse:
+    """The watch's events as text frames; it ends when the watch does (timeout, an ERROR event)
+    or when the client closes the socket."""
+    socket = aiohttp.web.WebSocketResponse()
+    await socket.prepare(raw_request)
+
+    async def send() -> None:
+        async for event in events:
+            await socket.send_str(event)
+
+    async def receive() -> None:
+        async for _ in socket:  # the client sends nothing but its close frame
+            pass
+
+    tasks = [asyncio.ensure_future(send()), asyncio.ensure_future(receive())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await socket.close()
+    return socket
+
+
+async def _watch_events(
+    emulator: StateEmulator, request: kmock.Request, *, as_table: bool
+) -> AsyncIterator[str]:
+    """The watch's events, each encoded as JSON."""
+    assert request.resource is not None
+    first = True
+    include = request.params.get("includeObject", "Metadata")
+    async for event in emulator._serve_watch(request):
+        if not isinstance(event, Mapping):
+            continue
+        if as_table and event.get("type") != "ERROR":
+            obj = event["object"]
+            version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            converted = table(emulator, request.resource, [obj], version, include)
+            if not first:
+                converted["columnDefinitions"] = None
+            first = False
+            yield json.dumps({"type": event["type"], "object": converted})
+            continue
+        yield json.dumps(event)
 
 
 # -- discovery ------------------------------------------------------------------------------

@@ -29,6 +29,12 @@ RUN_ENV = "FINISHABLE_RUN"
 RESTORE_ENV = "FINISHABLE_RESTORE_FROM"
 FENCE_GRACE_ENV = "FINISHABLE_FENCE_GRACE_SECONDS"
 TOKEN_ENV = "FINISHABLE_TOKEN"
+POD_IP_ENV = "FINISHABLE_POD_IP"
+"""The driver pod's IP (the downward API's status.podIP): Spark's and the endpoint's address."""
+ENDPOINT_BIND_ENV = "FINISHABLE_ENDPOINT_BIND"
+"""Address the coordinator endpoint binds (default 127.0.0.1; 0.0.0.0 in a pod)."""
+ENDPOINT_HOST_ENV = "FINISHABLE_ENDPOINT_HOST"
+"""Host executors reach the coordinator endpoint at (the driver pod's IP in a cluster)."""
 
 
 class ControlType(StrEnum):

@@ -3,7 +3,8 @@
 The program and its resources, the desired state, where snapshots are stored, how a lost driver
 is recovered, and a Batch job's shuffle pods. Validators reject what can never run (an unknown
 URL scheme, a ConfigMap store with a URL, shuffle pods in Streaming mode) with a message that says
-what to write instead; the CRD's schema is generated from these models.
+what to write instead; the CRD's schema is generated from these models. The pods' own settings
+(driver, executors, the work volume) are :mod:`finishable.api.pods`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from finishable.api.models import (
     RetainOnDelete,
     StorageType,
 )
+from finishable.api.pods import DriverSpec, ExecutorSpec, PodSettings, WorkVolumeSpec, cpu_quantity
 from finishable.api.units import Duration, Quantity
 from finishable.api.volumes import driver_volumes
 
@@ -70,27 +72,6 @@ class ApplicationSpec(ApiModel):
             )
         driver_volumes(value)  # a VolumeConfError (a ValueError) names the key
         return value
-
-
-class DriverSpec(ApiModel):
-    """Resources of the Spark driver pod, which also hosts the split coordinators."""
-
-    cores: int = Field(default=1, ge=1, le=64, description="CPU cores for the driver.")
-    memory: Quantity = Field(
-        default=Quantity(1024**3),
-        description="Driver memory (spark.driver.memory), for example 1g or 1536Mi.",
-    )
-
-
-class ExecutorSpec(ApiModel):
-    """Resources of the Spark executors."""
-
-    instances: int = Field(default=2, ge=1, le=1000, description="Number of executor pods.")
-    cores: int = Field(default=1, ge=1, le=64, description="CPU cores per executor.")
-    memory: Quantity = Field(
-        default=Quantity(2 * 1024**3),
-        description="Memory per executor (spark.executor.memory), for example 2g or 4Gi.",
-    )
 
 
 class RestoreSpec(ApiModel):
@@ -300,10 +281,22 @@ class ShuffleStorageSpec(ApiModel):
         return value
 
 
-class ShuffleSpec(ApiModel):
+class ShuffleSpec(PodSettings):
     """Shuffle pods that keep result partitions alive across driver crashes (Batch mode only)."""
 
-    replicas: int = Field(default=2, ge=1, le=100, description="Number of shuffle pods.")
+    replicas: int = Field(
+        default=2,
+        ge=1,
+        le=100,
+        description=(
+            "Number of shuffle pods. Partitions are placed by pod, so a run keeps the number it "
+            "started with: a change applies to the next run (status.shuffleReplicas)."
+        ),
+    )
+    cores: str = Field(default="500m", description="CPU request of a shuffle pod.")
+    memory: Quantity = Field(
+        default=Quantity(512 * 1024**2), description="Memory of a shuffle pod (request and limit)."
+    )
     storage: ShuffleStorageSpec = Field(
         default_factory=ShuffleStorageSpec, description="Volume of each shuffle pod."
     )
@@ -314,6 +307,11 @@ class ShuffleSpec(ApiModel):
             "heartbeating; the reconnect window of a new driver attempt."
         ),
     )
+
+    @field_validator("cores")
+    @classmethod
+    def _cores(cls, value: str) -> str:
+        return cpu_quantity(value) or value
 
     @field_validator("retain_timeout")
     @classmethod
@@ -335,6 +333,20 @@ class FinishableSparkJobSpec(ApiModel):
     application: ApplicationSpec = Field(description="The PySpark program to run.")
     driver: DriverSpec = Field(default_factory=DriverSpec, description="Driver resources.")
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec, description="Executor resources.")
+    image_pull_secrets: list[str] = Field(
+        default_factory=list,
+        description="Secrets to pull the image with, for the driver, executor and shuffle pods.",
+    )
+    work_volume: WorkVolumeSpec | None = Field(
+        default=None,
+        description=(
+            "A ReadWriteMany volume the driver and every executor pod mount, for Spark's live "
+            "checkpoint (state-store files that executors write) and sink staging. Required by "
+            "a stateful Streaming query (aggregations, deduplication, stream joins) on executor "
+            "pods; unset, the driver keeps them in its own pod (enough for stateless queries and "
+            "local[N])."
+        ),
+    )
     state: DesiredState = Field(
         default=DesiredState.RUNNING,
         description=(

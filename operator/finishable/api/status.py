@@ -133,6 +133,15 @@ class FinishableSparkJobStatus(ApiModel):
         ),
     )
     attempt: int = Field(default=0, ge=0, description="Driver attempt number, from 1.")
+    shuffle_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Batch: the shuffle pods of the current run (spec.shuffle.replicas when the run "
+            "started). Partitions are placed by pod, so a change of the spec applies to the "
+            "next run."
+        ),
+    )
     restarts: int = Field(default=0, ge=0, description="Driver restarts after crashes.")
     recent_losses: list[datetime] = Field(
         default_factory=list,

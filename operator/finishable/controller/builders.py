@@ -6,54 +6,76 @@ job, and a driver crash never takes the shuffle pods along), and a deterministic
 the job's name, so that "create if absent" is idempotent across reconciles and operator restarts.
 
 The driver pod runs ``finishable driver``, which starts the user's program with the job
-configuration mounted from ``<job>-config``. Spark runs in client mode inside that pod: its
-Kubernetes master, executor labels and resources, and the driver's address (the headless Service
-``<job>-driver``) are derived from the spec in :mod:`finishable.controller.driverconf`; the
-children's names, ports and paths are :mod:`finishable.controller.naming`.
+configuration mounted from ``<job>-config``. Spark runs in client mode inside that pod and creates
+the executor pods itself, from the pod template of :mod:`finishable.controller.podparts`: its
+Kubernetes master, executor labels, resources and volumes are derived from the spec in
+:mod:`finishable.controller.driverconf`; the driver's address is its pod IP (the downward API),
+which the pod hands to Spark; the children's names, ports and paths are
+:mod:`finishable.controller.naming`.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
-from finishable.api.jobconfig import ATTEMPT_ENV, CONFIG_ENV, RESTORE_ENV, RUN_ENV, TOKEN_ENV
+from finishable.api.jobconfig import (
+    ATTEMPT_ENV,
+    CONFIG_ENV,
+    ENDPOINT_BIND_ENV,
+    ENDPOINT_HOST_ENV,
+    POD_IP_ENV,
+    RESTORE_ENV,
+    RUN_ENV,
+    TOKEN_ENV,
+)
 from finishable.api.models import JobMode
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.api.units import Quantity
 from finishable.api.volumes import driver_volumes
-from finishable.controller.driverconf import is_kubernetes_master, job_config
+from finishable.controller.driverconf import (
+    is_kubernetes_master,
+    job_config,
+    work_volume_claim,
+)
 from finishable.controller.naming import (
     BLOCK_MANAGER_PORT,
     CONFIG_DIR,
     CONTROL,
     DRIVER,
     DRIVER_PORT,
+    EXECUTOR_TEMPLATE_KEY,
     JOB_CONFIG_KEY,
     KUBERNETES_MASTER,
     SHUFFLE,
     SHUFFLE_DATA_DIR,
     SHUFFLE_PORT,
+    SPARK_CONF_DIR,
     SPARK_DEFAULTS_KEY,
     TOKEN_KEY,
+    UI_PORT,
     WORK_DIR,
+    WORK_VOLUME,
+    WORK_VOLUME_DIR,
     config_name,
     control_name,
-    driver_host,
     driver_pod_name,
     driver_service_name,
+    executor_name_prefix,
     rbac_name,
     shuffle_name,
     shuffle_service_name,
     state_name,
     token_name,
+    work_claim_name,
+)
+from finishable.controller.podparts import (
+    container_memory,
+    executor_pod_template,
+    pod_metadata,
+    pod_settings,
 )
 from finishable.kube.objects import LABEL_ATTEMPT, JobRef, labels, owner_reference, selector
-
-# Spark's default memory overhead of a JVM container: 10 %, at least 384 MiB.
-MEMORY_OVERHEAD_FACTOR = 0.10
-MEMORY_OVERHEAD_MIN = 384 * 1024**2
-
 
 # -- metadata ---------------------------------------------------------------------------------
 
@@ -69,21 +91,16 @@ def metadata(
     }
 
 
-# -- pod resources and configuration -----------------------------------------------------------
-
-
-def container_memory(memory: Quantity) -> str:
-    """A JVM's memory plus Spark's overhead, in whole mebibytes, as a pod resource."""
-    overhead = max(MEMORY_OVERHEAD_MIN, int(memory * MEMORY_OVERHEAD_FACTOR))
-    mebibytes = -(-(int(memory) + overhead) // 1024**2)
-    return f"{mebibytes}Mi"
-
-
 def config_map(
-    job: JobRef, spec: FinishableSparkJobSpec, master: str = KUBERNETES_MASTER
+    job: JobRef,
+    spec: FinishableSparkJobSpec,
+    master: str = KUBERNETES_MASTER,
+    *,
+    shuffle_replicas: int | None = None,
 ) -> dict[str, Any]:
-    """``<job>-config``: the job configuration and Spark's defaults, mounted into the driver."""
-    config = job_config(job, spec, master)
+    """``<job>-config``: the job configuration, Spark's defaults and the executor pod template,
+    mounted into the driver."""
+    config = job_config(job, spec, master, shuffle_replicas=shuffle_replicas)
     defaults = "".join(
         f"{key} {value}\n" for key, value in sorted(config.spec.application.spark_conf.items())
     )
@@ -94,6 +111,7 @@ def config_map(
         "data": {
             JOB_CONFIG_KEY: config.model_dump_json(by_alias=True, exclude_none=True, indent=2),
             SPARK_DEFAULTS_KEY: defaults,
+            EXECUTOR_TEMPLATE_KEY: json.dumps(executor_pod_template(spec), indent=2),
         },
     }
 
@@ -116,6 +134,25 @@ def token_secret(job: JobRef, token: str) -> dict[str, Any]:
         "metadata": metadata(job, token_name(job.name)),
         "type": "Opaque",
         "stringData": {TOKEN_KEY: token},
+    }
+
+
+def work_claim(job: JobRef, spec: FinishableSparkJobSpec) -> dict[str, Any] | None:
+    """``<job>-work``: the ReadWriteMany claim of ``spec.workVolume.size``, owned by the job."""
+    volume = spec.work_volume
+    if volume is None or volume.size is None:
+        return None
+    claim: dict[str, Any] = {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": str(volume.size)}},
+    }
+    if volume.storage_class_name:
+        claim["storageClassName"] = volume.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata(job, work_claim_name(job.name)),
+        "spec": claim,
     }
 
 
@@ -171,7 +208,9 @@ def role_binding(job: JobRef) -> dict[str, Any]:
 
 
 def driver_service(job: JobRef) -> dict[str, Any]:
-    """Headless: executors and the coordinator clients reach the current driver pod by name."""
+    """Headless, selecting the job's driver pods: ``kubectl port-forward svc/<job>-driver 4040``
+    reaches the current driver's Spark UI. Executors and coordinator clients do not use it:
+    they reach their own attempt's driver by its pod IP."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -187,6 +226,7 @@ def driver_service(job: JobRef) -> dict[str, Any]:
                     "port": BLOCK_MANAGER_PORT,
                     "targetPort": BLOCK_MANAGER_PORT,
                 },
+                {"name": "spark-ui", "port": UI_PORT, "targetPort": UI_PORT},
             ],
         },
     }
@@ -194,6 +234,30 @@ def driver_service(job: JobRef) -> dict[str, Any]:
 
 def _env(name: str, value: str) -> dict[str, Any]:
     return {"name": name, "value": value}
+
+
+def _field_env(name: str, field_path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def _submit_args(
+    job: JobRef, spec: FinishableSparkJobSpec, attempt: int, master: str
+) -> list[str]:
+    """spark-submit's arguments: what only this pod knows (its IP, its name, the attempt)."""
+    args = ["--driver-memory", spec.driver.memory.spark_memory()]
+    if is_kubernetes_master(master):
+        settings = {
+            # Executors reach the driver at its pod IP, so an attempt's executors only ever
+            # talk to their own driver (a Service would also name a lingering older one).
+            "spark.driver.host": f"$({POD_IP_ENV})",
+            "spark.driver.bindAddress": f"$({POD_IP_ENV})",
+            "spark.kubernetes.driver.pod.name": driver_pod_name(job.name, attempt),
+            f"spark.kubernetes.executor.label.{LABEL_ATTEMPT}": str(attempt),
+            "spark.kubernetes.executor.podNamePrefix": executor_name_prefix(job.name, attempt),
+        }
+        for key, value in settings.items():
+            args += ["--conf", f"{key}={value}"]
+    return [*args, "pyspark-shell"]
 
 
 def driver_pod(
@@ -208,19 +272,12 @@ def driver_pod(
     """``<job>-driver-<attempt>``: ``finishable driver`` with the job config, token, run and
     attempt.
 
-    Volumes declared with ``spark.kubernetes.driver.volumes.*`` in sparkConf are mounted too.
+    Volumes declared with ``spark.kubernetes.driver.volumes.*`` in sparkConf are mounted too,
+    and the work volume of ``spec.workVolume``.
     """
     name = driver_pod_name(job.name, attempt)
-    memory = container_memory(spec.driver.memory)
-    submit_args = ["--driver-memory", spec.driver.memory.spark_memory()]
-    if is_kubernetes_master(master):
-        submit_args += [
-            "--conf",
-            f"spark.kubernetes.driver.pod.name={name}",
-            "--conf",
-            f"spark.kubernetes.executor.label.{LABEL_ATTEMPT}={attempt}",
-        ]
-    submit_args.append("pyspark-shell")
+    driver = spec.driver
+    memory = container_memory(driver.memory, driver.memory_overhead)
     user_volumes = driver_volumes(spec.application.spark_conf)
     env = [
         _env(CONFIG_ENV, f"{CONFIG_DIR}/{JOB_CONFIG_KEY}"),
@@ -231,13 +288,43 @@ def driver_pod(
             "name": TOKEN_ENV,
             "valueFrom": {"secretKeyRef": {"name": token_name(job.name), "key": TOKEN_KEY}},
         },
-        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        _env("FINISHABLE_ENDPOINT_BIND", "0.0.0.0"),
-        _env("FINISHABLE_ENDPOINT_HOST", driver_host(job)),
-        _env("SPARK_CONF_DIR", CONFIG_DIR),
-        _env("PYSPARK_SUBMIT_ARGS", shlex.join(submit_args)),
+        _field_env("POD_NAMESPACE", "metadata.namespace"),
+        _field_env(POD_IP_ENV, "status.podIP"),
+        _env(ENDPOINT_BIND_ENV, "0.0.0.0"),
+        _env(ENDPOINT_HOST_ENV, f"$({POD_IP_ENV})"),
+        _env("SPARK_CONF_DIR", SPARK_CONF_DIR),
+        _env("PYSPARK_SUBMIT_ARGS", shlex.join(_submit_args(job, spec, attempt, master))),
         _env("PYTHONUNBUFFERED", "1"),
     ]
+    limits: dict[str, str] = {"memory": memory}
+    if driver.core_limit is not None:
+        limits["cpu"] = driver.core_limit
+    mounts: list[dict[str, Any]] = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "work", "mountPath": WORK_DIR},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {
+            "name": "config",
+            "configMap": {
+                "name": config_name(job.name),
+                "items": [
+                    {"key": JOB_CONFIG_KEY, "path": JOB_CONFIG_KEY},
+                    {"key": EXECUTOR_TEMPLATE_KEY, "path": EXECUTOR_TEMPLATE_KEY},
+                    {
+                        "key": SPARK_DEFAULTS_KEY,
+                        "path": f"{SPARK_CONF_DIR.removeprefix(CONFIG_DIR + '/')}/"
+                        f"{SPARK_DEFAULTS_KEY}",
+                    },
+                ],
+            },
+        },
+        {"name": "work", "emptyDir": {}},
+    ]
+    claim = work_volume_claim(job, spec)
+    if claim is not None:
+        mounts.append({"name": WORK_VOLUME, "mountPath": WORK_VOLUME_DIR})
+        volumes.append({"name": WORK_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
     container: dict[str, Any] = {
         "name": DRIVER,
         "image": spec.image,
@@ -246,33 +333,28 @@ def driver_pod(
         "ports": [
             {"name": "driver-rpc", "containerPort": DRIVER_PORT},
             {"name": "blockmanager", "containerPort": BLOCK_MANAGER_PORT},
+            {"name": "spark-ui", "containerPort": UI_PORT},
         ],
         "resources": {
-            "requests": {"cpu": str(spec.driver.cores), "memory": memory},
-            "limits": {"memory": memory},
+            "requests": {"cpu": str(driver.cores), "memory": memory},
+            "limits": limits,
         },
-        "volumeMounts": [
-            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-            {"name": "work", "mountPath": WORK_DIR},
-            *(volume.volume_mount() for volume in user_volumes),
-        ],
+        "volumeMounts": [*mounts, *(volume.volume_mount() for volume in user_volumes)],
     }
     secret_ref = spec.checkpointing.storage.secret_ref
     if secret_ref:
         container["envFrom"] = [{"secretRef": {"name": secret_ref}}]
+    own = metadata(job, name, DRIVER, attempt)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": metadata(job, name, DRIVER, attempt),
+        "metadata": pod_metadata(driver, own.pop("labels"), **own),
         "spec": {
-            "serviceAccountName": rbac_name(job.name),
+            "serviceAccountName": driver.service_account_name or rbac_name(job.name),
             "restartPolicy": "Never",
+            **pod_settings(driver, spec.image_pull_secrets),
             "containers": [container],
-            "volumes": [
-                {"name": "config", "configMap": {"name": config_name(job.name)}},
-                {"name": "work", "emptyDir": {}},
-                *(volume.volume() for volume in user_volumes),
-            ],
+            "volumes": [*volumes, *(volume.volume() for volume in user_volumes)],
         },
     }
 
@@ -303,8 +385,11 @@ def _health_probe(*, period: int) -> dict[str, Any]:
     }
 
 
-def shuffle_stateful_set(job: JobRef, spec: FinishableSparkJobSpec) -> dict[str, Any]:
-    """Shuffle pods owned by the custom resource (never by a driver): they outlive a crash."""
+def shuffle_stateful_set(
+    job: JobRef, spec: FinishableSparkJobSpec, replicas: int | None = None
+) -> dict[str, Any]:
+    """Shuffle pods owned by the custom resource (never by a driver): they outlive a crash.
+    ``replicas``: the run's pinned number (the spec's when None)."""
     shuffle = spec.effective_shuffle
     claim: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
@@ -313,13 +398,14 @@ def shuffle_stateful_set(job: JobRef, spec: FinishableSparkJobSpec) -> dict[str,
     if shuffle.storage.storage_class_name:
         claim["storageClassName"] = shuffle.storage.storage_class_name
     pod_labels = labels(job.name, SHUFFLE)
+    memory = f"{-(-int(shuffle.memory) // 1024**2)}Mi"
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
         "metadata": metadata(job, shuffle_name(job.name), SHUFFLE),
         "spec": {
             "serviceName": shuffle_service_name(job.name),
-            "replicas": shuffle.replicas,
+            "replicas": shuffle.replicas if replicas is None else replicas,
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector(job.name, SHUFFLE)},
             "persistentVolumeClaimRetentionPolicy": {
@@ -327,8 +413,9 @@ def shuffle_stateful_set(job: JobRef, spec: FinishableSparkJobSpec) -> dict[str,
                 "whenScaled": "Delete",
             },
             "template": {
-                "metadata": {"labels": pod_labels},
+                "metadata": pod_metadata(shuffle, pod_labels),
                 "spec": {
+                    **pod_settings(shuffle, spec.image_pull_secrets),
                     "containers": [
                         {
                             "name": SHUFFLE,
@@ -356,6 +443,10 @@ def shuffle_stateful_set(job: JobRef, spec: FinishableSparkJobSpec) -> dict[str,
                                 }
                             ],
                             "ports": [{"name": "shuffle", "containerPort": SHUFFLE_PORT}],
+                            "resources": {
+                                "requests": {"cpu": shuffle.cores, "memory": memory},
+                                "limits": {"memory": memory},
+                            },
                             "readinessProbe": _health_probe(period=5),
                             "livenessProbe": _health_probe(period=20),
                             "volumeMounts": [{"name": "data", "mountPath": SHUFFLE_DATA_DIR}],
@@ -374,11 +465,16 @@ def shuffle_stateful_set(job: JobRef, spec: FinishableSparkJobSpec) -> dict[str,
 
 
 def static_children(
-    job: JobRef, spec: FinishableSparkJobSpec, token: str, master: str = KUBERNETES_MASTER
+    job: JobRef,
+    spec: FinishableSparkJobSpec,
+    token: str,
+    master: str = KUBERNETES_MASTER,
+    *,
+    shuffle_replicas: int | None = None,
 ) -> list[dict[str, Any]]:
     """Everything but the driver pod, in creation order (RBAC and config before the pod)."""
     children = [
-        config_map(job, spec, master),
+        config_map(job, spec, master, shuffle_replicas=shuffle_replicas),
         channel_config_map(job, control_name(job.name)),
         channel_config_map(job, state_name(job.name)),
         token_secret(job, token),
@@ -387,8 +483,11 @@ def static_children(
         role_binding(job),
         driver_service(job),
     ]
+    claim = work_claim(job, spec)
+    if claim is not None:
+        children.append(claim)
     if spec.mode is JobMode.BATCH:
-        children += [shuffle_service(job), shuffle_stateful_set(job, spec)]
+        children += [shuffle_service(job), shuffle_stateful_set(job, spec, shuffle_replicas)]
     return children
 
 

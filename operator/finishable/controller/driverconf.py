@@ -1,29 +1,42 @@
 """What the driver is configured with: Spark's settings and the job configuration, from the spec.
 
-The user's ``sparkConf`` is overridden by what the operator derives from the resource: the master,
-the driver's resources and address, and (with a Kubernetes master) the executors' image, labels
-and resources. The job configuration (``job.json`` in ``<job>-config``) carries that spec, where
-snapshots are stored and the shuffle pods' addresses; ``FinishableJob.from_env()`` reads it in the
-driver. Pure functions of the job and its spec; :mod:`finishable.controller.builders` puts the
-result into ``<job>-config`` and the driver pod.
+Spark's settings come in three layers, each overriding the one before: defaults that suit where
+the job runs (with a Kubernetes master: parallelism sized from the executors the spec asks for,
+the UI on, tasks held until the executors registered), the user's ``sparkConf``, and what the
+operator derives from the resource (the master, resources, the executors' image, labels, pod
+template and volumes). The driver's address is the pod's own IP, which only the pod knows: the
+pod passes it to Spark itself (``builders.driver_pod``). The job configuration (``job.json`` in
+``<job>-config``) carries the spec with those settings, where snapshots are stored, the work
+directory and the shuffle pods' addresses; ``FinishableJob.from_env()`` reads it in the driver.
+Pure functions of the job and its spec; :mod:`finishable.controller.builders` puts the result
+into ``<job>-config`` and the driver pod.
 """
 
 from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from finishable.api.jobconfig import ControlType, JobConfig
 from finishable.api.models import JobMode, StorageType
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.controller.naming import (
     BLOCK_MANAGER_PORT,
+    CONFIG_DIR,
     DRIVER_PORT,
     EXECUTOR,
+    EXECUTOR_TEMPLATE_KEY,
     KUBERNETES_MASTER,
     SERVICE_ACCOUNT_DIR,
     SHUFFLE_PORT,
+    UI_PORT,
     WORK_DIR,
-    driver_host,
+    WORK_VOLUME,
+    WORK_VOLUME_DIR,
     shuffle_name,
     shuffle_service_name,
+    work_claim_name,
 )
 from finishable.kube.objects import (
     LABEL_COMPONENT,
@@ -34,20 +47,53 @@ from finishable.kube.objects import (
     job_label_value,
 )
 
+POD_ADDRESS_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
+"""Where the driver listens and how executors reach it: the pod's IP, set by the pod itself."""
+EXECUTOR_TEMPLATE_FILE = f"{CONFIG_DIR}/{EXECUTOR_TEMPLATE_KEY}"
+EXECUTOR_CONTAINER = "executor"  # the container of the executor pod template
+SHUFFLE_PARTITIONS_PER_CORE = 2
+
 
 def is_kubernetes_master(master: str) -> bool:
     return master.startswith("k8s://")
 
 
+def default_master(environ: Mapping[str, str]) -> str:
+    """Spark's master for the drivers: the API server as a pod reaches it. The kubelet names it
+    in every container (``KUBERNETES_SERVICE_HOST`` and ``_PORT``), as Spark's own cluster mode
+    reads it; an operator outside the cluster falls back to ``kubernetes.default.svc``."""
+    host = environ.get("KUBERNETES_SERVICE_HOST")
+    if not host:
+        return KUBERNETES_MASTER
+    port = environ.get("KUBERNETES_SERVICE_PORT") or "443"
+    return f"k8s://https://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def executor_cores(spec: FinishableSparkJobSpec) -> int:
+    """Task slots of all the executors the spec asks for."""
+    return spec.executor.instances * spec.executor.cores
+
+
+def program_dir(spec: FinishableSparkJobSpec) -> str | None:
+    """The directory of a program inside the image (``local:///...``): the executors' Python
+    workers import the program's modules from there, as the driver does."""
+    parts = urlsplit(spec.application.file)
+    if parts.scheme != "local":
+        return None
+    return posixpath.dirname(parts.path) or None
+
+
 def spark_conf(
     job: JobRef, spec: FinishableSparkJobSpec, master: str = KUBERNETES_MASTER
 ) -> dict[str, str]:
-    """The user's sparkConf, overridden by what the operator derives from the resource.
+    """Spark's settings: deployment defaults, then the user's sparkConf, then what the operator
+    derives from the resource (see the module docstring).
 
     With a Kubernetes master (the default) Spark starts executor pods itself; with another master
-    (``finishable operator --spark-master local[2]``: small clusters, CI, the e2e local cluster)
-    Spark runs inside the driver pod and the Kubernetes and driver-address settings are left out.
+    (``finishable operator --spark-master local[2]``: small clusters, CI) Spark runs inside the
+    driver pod and the Kubernetes settings are left out.
     """
+    user = dict(spec.application.spark_conf)
     derived = {
         "spark.master": master,
         "spark.submit.deployMode": "client",
@@ -55,26 +101,75 @@ def spark_conf(
         "spark.driver.cores": str(spec.driver.cores),
         "spark.driver.memory": spec.driver.memory.spark_memory(),
     }
-    if is_kubernetes_master(master):
-        executor_label = "spark.kubernetes.executor.label."
+    if not is_kubernetes_master(master):
+        return {**user, **derived}
+    for key in POD_ADDRESS_KEYS:
+        user.pop(key, None)
+    slots = executor_cores(spec)
+    defaults = {
+        "spark.default.parallelism": str(slots),
+        "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS_PER_CORE * slots),
+        "spark.ui.enabled": "true",
+        "spark.ui.port": str(UI_PORT),
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": (
+            f"{int(spec.executor.registration_timeout.total_seconds())}s"
+        ),
+    }
+    directory = program_dir(spec)
+    if directory:
+        defaults["spark.executorEnv.PYTHONPATH"] = directory
+    executor_label = "spark.kubernetes.executor.label."
+    executor = spec.executor
+    derived |= {
+        "spark.kubernetes.namespace": job.namespace,
+        "spark.kubernetes.container.image": spec.image,
+        "spark.kubernetes.authenticate.oauthTokenFile": f"{SERVICE_ACCOUNT_DIR}/token",
+        "spark.kubernetes.authenticate.caCertFile": f"{SERVICE_ACCOUNT_DIR}/ca.crt",
+        "spark.kubernetes.executor.podTemplateFile": EXECUTOR_TEMPLATE_FILE,
+        "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
+        f"{executor_label}{LABEL_JOB}": job_label_value(job.name),
+        f"{executor_label}{LABEL_COMPONENT}": EXECUTOR,
+        f"{executor_label}{LABEL_MANAGED_BY}": MANAGER,
+        "spark.driver.port": str(DRIVER_PORT),
+        "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
+        "spark.executor.instances": str(executor.instances),
+        "spark.executor.cores": str(executor.cores),
+        "spark.executor.memory": executor.memory.spark_memory(),
+    }
+    if executor.memory_overhead is not None:
+        derived["spark.executor.memoryOverhead"] = executor.memory_overhead.spark_memory()
+    if executor.core_request is not None:
+        derived["spark.kubernetes.executor.request.cores"] = executor.core_request
+    if executor.core_limit is not None:
+        derived["spark.kubernetes.executor.limit.cores"] = executor.core_limit
+    if executor.service_account_name is not None:
+        derived["spark.kubernetes.authenticate.executor.serviceAccountName"] = (
+            executor.service_account_name
+        )
+    if spec.work_volume is not None:
+        prefix = f"spark.kubernetes.executor.volumes.persistentVolumeClaim.{WORK_VOLUME}"
         derived |= {
-            "spark.kubernetes.namespace": job.namespace,
-            "spark.kubernetes.container.image": spec.image,
-            "spark.kubernetes.authenticate.oauthTokenFile": f"{SERVICE_ACCOUNT_DIR}/token",
-            "spark.kubernetes.authenticate.caCertFile": f"{SERVICE_ACCOUNT_DIR}/ca.crt",
-            "spark.kubernetes.executor.podNamePrefix": job.name,
-            f"{executor_label}{LABEL_JOB}": job_label_value(job.name),
-            f"{executor_label}{LABEL_COMPONENT}": EXECUTOR,
-            f"{executor_label}{LABEL_MANAGED_BY}": MANAGER,
-            "spark.driver.host": driver_host(job),
-            "spark.driver.bindAddress": "0.0.0.0",
-            "spark.driver.port": str(DRIVER_PORT),
-            "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
-            "spark.executor.instances": str(spec.executor.instances),
-            "spark.executor.cores": str(spec.executor.cores),
-            "spark.executor.memory": spec.executor.memory.spark_memory(),
+            f"{prefix}.mount.path": WORK_VOLUME_DIR,
+            f"{prefix}.options.claimName": work_volume_claim(job, spec) or "",
         }
-    return {**spec.application.spark_conf, **derived}
+    return {**defaults, **user, **derived}
+
+
+def work_volume_claim(job: JobRef, spec: FinishableSparkJobSpec) -> str | None:
+    """The claim of the job's work volume: the user's, or the one the operator creates."""
+    volume = spec.work_volume
+    if volume is None:
+        return None
+    return volume.claim_name or work_claim_name(job.name)
+
+
+def work_dir(job: JobRef, spec: FinishableSparkJobSpec) -> str:
+    """Spark's live checkpoint and scratch files: on the work volume (a directory per job, as
+    the claim may be shared), else in the driver pod."""
+    if spec.work_volume is None:
+        return f"{WORK_DIR}/work"
+    return f"{WORK_VOLUME_DIR}/{job.namespace}/{job.name}-{job.uid}/work"
 
 
 def state_url(spec: FinishableSparkJobSpec) -> str:
@@ -86,9 +181,14 @@ def state_url(spec: FinishableSparkJobSpec) -> str:
 
 
 def job_config(
-    job: JobRef, spec: FinishableSparkJobSpec, master: str = KUBERNETES_MASTER
+    job: JobRef,
+    spec: FinishableSparkJobSpec,
+    master: str = KUBERNETES_MASTER,
+    *,
+    shuffle_replicas: int | None = None,
 ) -> JobConfig:
-    """What ``FinishableJob.from_env()`` reads in the driver: the spec with the derived conf."""
+    """What ``FinishableJob.from_env()`` reads in the driver: the spec with the derived conf.
+    ``shuffle_replicas``: the shuffle pods the run started with (the spec's when None)."""
     conf = spark_conf(job, spec, master)
     application = spec.application.model_copy(update={"spark_conf": conf})
     return JobConfig(
@@ -97,18 +197,21 @@ def job_config(
         uid=job.uid,
         spec=spec.model_copy(update={"application": application}),
         state_url=state_url(spec),
-        work_dir=f"{WORK_DIR}/work",
+        work_dir=work_dir(job, spec),
         control=ControlType.CONFIG_MAP,
-        shuffle_urls=shuffle_urls(job, spec),
+        shuffle_urls=shuffle_urls(job, spec, shuffle_replicas),
     )
 
 
-def shuffle_urls(job: JobRef, spec: FinishableSparkJobSpec) -> list[str]:
+def shuffle_urls(
+    job: JobRef, spec: FinishableSparkJobSpec, replicas: int | None = None
+) -> list[str]:
     """The shuffle pods' stable addresses (StatefulSet pod names under the headless Service)."""
     if spec.mode is not JobMode.BATCH:
         return []
     domain = f"{shuffle_service_name(job.name)}.{job.namespace}.svc"
+    count = spec.effective_shuffle.replicas if replicas is None else replicas
     return [
         f"http://{shuffle_name(job.name)}-{index}.{domain}:{SHUFFLE_PORT}"
-        for index in range(spec.effective_shuffle.replicas)
+        for index in range(count)
     ]

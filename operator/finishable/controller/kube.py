@@ -31,6 +31,7 @@ PLURALS = {
     "Role": "roles",
     "RoleBinding": "rolebindings",
     "StatefulSet": "statefulsets",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
 }
 MERGE_PATCH = "application/merge-patch+json"
 

@@ -8,7 +8,6 @@ pods are here too: the builders, the Spark configuration and the reconciler all 
 
 from __future__ import annotations
 
-from finishable.kube.objects import JobRef
 from finishable.state.control import CONTROL_SUFFIX, STATE_SUFFIX
 
 DRIVER = "driver"
@@ -19,15 +18,25 @@ CONTROL = "control"  # the component label the control channel gives its ConfigM
 CONFIG_DIR = "/etc/finishable"
 JOB_CONFIG_KEY = "job.json"
 SPARK_DEFAULTS_KEY = "spark-defaults.conf"
+# Spark's configuration directory: Spark copies what it holds into the executors' ConfigMap, so
+# it holds Spark's files only, not the job configuration beside it.
+SPARK_CONF_DIR = f"{CONFIG_DIR}/spark"
+EXECUTOR_TEMPLATE_KEY = "executor-pod-template.yaml"
 WORK_DIR = "/tmp/finishable"
+WORK_VOLUME = "finishable-work"  # the volume name of spec.workVolume, in driver and executors
+WORK_VOLUME_DIR = "/var/lib/finishable"
 TOKEN_KEY = "token"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 KUBERNETES_MASTER = "k8s://https://kubernetes.default.svc:443"
 
 DRIVER_PORT = 7078
 BLOCK_MANAGER_PORT = 7079
+UI_PORT = 4040
 SHUFFLE_PORT = 7337
 SHUFFLE_DATA_DIR = "/data"
+# The image's user (Dockerfile: USER 1000): pods get it as fsGroup, so it can write volumes.
+IMAGE_GID = 1000
+EXECUTOR_NAME_PREFIX_MAX = 47  # Spark's limit on spark.kubernetes.executor.podNamePrefix
 
 
 def driver_pod_name(job: str, attempt: int) -> str:
@@ -67,6 +76,13 @@ def shuffle_service_name(job: str) -> str:
     return f"{job}-shuffle-headless"
 
 
-def driver_host(job: JobRef) -> str:
-    """The driver's DNS name: its headless Service resolves to the current driver pod."""
-    return f"{driver_service_name(job.name)}.{job.namespace}.svc"
+def work_claim_name(job: str) -> str:
+    """The ReadWriteMany claim the operator creates for ``spec.workVolume.size``."""
+    return f"{job}-work"
+
+
+def executor_name_prefix(job: str, attempt: int) -> str:
+    """Executor pods are ``<job>-<attempt>-exec-<id>``: an attempt's executors never take the
+    names of an earlier attempt's, which may still be going away."""
+    suffix = f"-{attempt}"
+    return job[: EXECUTOR_NAME_PREFIX_MAX - len(suffix)].rstrip("-") + suffix

@@ -106,7 +106,11 @@ def driver_pod_of(body: Mapping[str, Any]) -> DriverPod:
         phase = PodPhase.RUNNING
     message = str(status.get("message") or status.get("reason") or "")
     for container in status.get("containerStatuses") or []:
-        terminated = (container.get("state") or {}).get("terminated")
+        state = container.get("state") or {}
+        waiting, terminated = state.get("waiting"), state.get("terminated")
+        if waiting and waiting.get("reason") not in (None, "ContainerCreating"):
+            # ImagePullBackOff, CreateContainerConfigError...: why the driver does not start
+            message = ": ".join(filter(None, [waiting.get("reason"), waiting.get("message")]))
         if terminated and terminated.get("exitCode"):
             detail = terminated.get("message") or terminated.get("reason") or ""
             message = f"exit code {terminated['exitCode']}" + (f" ({detail})" if detail else "")
@@ -260,7 +264,10 @@ class JobLoop:
             spec_problems=problems,
         )
         decision = next_status(self.status, spec, observation)
-        replicas = spec.effective_shuffle.replicas if spec and spec.mode is JobMode.BATCH else 0
+        batch = spec is not None and spec.mode is JobMode.BATCH
+        replicas = decision.status.shuffle_replicas or (
+            spec.effective_shuffle.replicas if spec is not None and batch else 0
+        )
         try:
             written = await self.controller.writer.write(
                 self.job,
@@ -335,6 +342,8 @@ class JobLoop:
             await self.delete_drivers(
                 [pod for pod in pods if pod.attempt <= action.attempt and not pod.deleting]
             )
+        elif action.kind is ActionKind.DELETE_EXECUTORS:
+            await self.delete_executors(keep=None)
         elif action.kind is ActionKind.DELETE_SHUFFLE:
             await self.delete_shuffle(spec, phase)
 
@@ -347,7 +356,11 @@ class JobLoop:
         if self._children_for_attempt != attempt:
             token = secrets.token_urlsafe(32)
             for child in builders.static_children(
-                self.job, spec, token, self.controller.spark_master
+                self.job,
+                spec,
+                token,
+                self.controller.spark_master,
+                shuffle_replicas=self.status.shuffle_replicas,
             ):
                 if child["metadata"]["name"] == naming.config_name(self.job.name):
                     await self.kube.upsert_configmap(child)  # follows spec edits between attempts
@@ -356,6 +369,7 @@ class JobLoop:
             self._children_for_attempt = attempt
             self._shuffle_deleted = False
         if not any(pod.attempt == attempt for pod in pods):
+            await self.delete_executors(keep=attempt)  # an earlier attempt's, if any are left
             body = builders.driver_pod(
                 self.job,
                 spec,
@@ -371,20 +385,30 @@ class JobLoop:
         """Delete driver pods and the executors of their attempts."""
         for pod in pods:
             await self.kube.delete("pods", pod.name, namespace=self.job.namespace)
-            selector = {
-                LABEL_JOB: job_label_value(self.job.name),
-                LABEL_COMPONENT: naming.EXECUTOR,
-                LABEL_ATTEMPT: str(pod.attempt),
-            }
-            executors = await self.kube.list(
-                "pods",
-                namespace=self.job.namespace,
-                selector=",".join(f"{k}={v}" for k, v in selector.items()),
-            )
-            for executor in executors:
+            deleted = await self._delete_executor_pods(f"{LABEL_ATTEMPT}={pod.attempt}")
+            log.info("%s: deleted %s and %d executors", self.key, pod.name, deleted)
+
+    async def delete_executors(self, *, keep: int | None) -> None:
+        """Delete the job's executor pods, but those of attempt ``keep``. Spark deletes its
+        executors when it stops, and the garbage collector when their driver pod goes; this is
+        for a driver that crashed and whose pod stays (for its logs)."""
+        deleted = await self._delete_executor_pods(
+            f"{LABEL_ATTEMPT}!={keep}" if keep is not None else None
+        )
+        if deleted:
+            log.info("%s: deleted %d executor pods of ended attempts", self.key, deleted)
+
+    async def _delete_executor_pods(self, term: str | None) -> int:
+        selector = {LABEL_JOB: job_label_value(self.job.name), LABEL_COMPONENT: naming.EXECUTOR}
+        terms = [f"{key}={value}" for key, value in selector.items()]
+        executors = await self.kube.list(
+            "pods", namespace=self.job.namespace, selector=",".join([*terms, *filter(None, [term])])
+        )
+        for executor in executors:
+            if not executor["metadata"].get("deletionTimestamp"):
                 name = executor["metadata"]["name"]
                 await self.kube.delete("pods", name, namespace=self.job.namespace)
-            log.info("%s: deleted %s and %d executors", self.key, pod.name, len(executors))
+        return len(executors)
 
     async def delete_shuffle(self, spec: FinishableSparkJobSpec, phase: Phase) -> None:
         """Delete the shuffle pods (their StatefulSet); a job that goes on gets fresh ones."""
@@ -398,4 +422,6 @@ class JobLoop:
         if phase in TERMINAL_PHASES:
             self._shuffle_deleted = True
         else:
-            await self.kube.create(builders.shuffle_stateful_set(self.job, spec))
+            await self.kube.create(
+                builders.shuffle_stateful_set(self.job, spec, self.status.shuffle_replicas)
+            )

@@ -110,8 +110,9 @@ class KubeApi:
 
     @classmethod
     def from_environment(cls, *, namespace: str | None = None, **kwargs: Any) -> KubeApi:
-        """In a pod, the service account; elsewhere the kubeconfig (``$KUBECONFIG`` or default)."""
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        """As client-go (kubectl) chooses: the kubeconfig ``$KUBECONFIG`` names; else, in a pod,
+        the service account; else the default kubeconfig."""
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
             return cls.in_cluster(namespace=namespace, **kwargs)
         return cls.from_kubeconfig(namespace=namespace, **kwargs)
 

@@ -75,6 +75,7 @@ class ActionKind(StrEnum):
     CANCEL_REQUEST = "CancelRequest"  # withdraw the request in <job>-control
     DELETE_DRIVER = "DeleteDriver"  # delete the driver pod(s) and executors
     DELETE_SHUFFLE = "DeleteShuffle"  # delete the shuffle StatefulSet (its data goes)
+    DELETE_EXECUTORS = "DeleteExecutors"  # delete every executor pod of the job
     REQUEUE = "Requeue"  # call again after `after` even if nothing changes
 
 

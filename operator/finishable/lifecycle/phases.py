@@ -123,6 +123,7 @@ def next_status(
         _absorb_report(step)
         _advance(step, spec)
         _release_shuffle_on_end(step, spec)
+        _release_executors_on_end(step)
         _count_restart_budget(step, spec)
         step.status.observed_generation = observation.generation
     _set_conditions(step)
@@ -172,6 +173,14 @@ def _release_shuffle_on_end(step: _Step, spec: FinishableSparkJobSpec) -> None:
         step.act(delete)
 
 
+def _release_executors_on_end(step: _Step) -> None:
+    """A job whose driver ended (suspended, finished, failed) keeps no executor pods: Spark
+    deletes them on a clean stop, but a crashed driver's exited executors would stay."""
+    ended = step.status.phase in (*TERMINAL_PHASES, P.SUSPENDED)
+    if ended and step.before.phase is not step.status.phase:
+        step.act(Action(ActionKind.DELETE_EXECUTORS))
+
+
 def _advance(step: _Step, spec: FinishableSparkJobSpec) -> None:
     phase = step.status.phase
     lifecycle = step.status.lifecycle
@@ -191,6 +200,16 @@ def _advance(step: _Step, spec: FinishableSparkJobSpec) -> None:
                 if phase is P.FINISHED
                 else ""
             ),
+        )
+    pinned = step.status.shuffle_replicas
+    asked = spec.effective_shuffle.replicas
+    batch_running = spec.mode is JobMode.BATCH and phase not in TERMINAL_PHASES
+    if batch_running and pinned is not None and asked != pinned:
+        step.degraded = (
+            "ShuffleReplicasPinned",
+            f"spec.shuffle.replicas: {asked} is not applied to run {step.status.run}: its "
+            f"partitions are placed on its {pinned} shuffle pods; it applies to the next run "
+            "(or set it back to clear this)",
         )
     handler = _HANDLERS[phase]
     handler(step, spec)
@@ -236,6 +255,9 @@ def _on_pending(step: _Step, spec: FinishableSparkJobSpec) -> None:
         return
     attempt = step.status.attempt + 1
     step.status.restart_nonce = spec.restart_nonce
+    # A new run: its shuffle pods are as many as the spec says now, for the run's whole life.
+    batch = spec.mode is JobMode.BATCH
+    step.status.shuffle_replicas = spec.effective_shuffle.replicas if batch else None
     _start(step, spec, spec.restore_from.savepoint, f"driver attempt {attempt} submitted")
 
 

@@ -1,0 +1,239 @@
+"""What a job's pods are: the driver, the executors, the settings every pod takes, and the volume
+the driver shares with its executors.
+
+Every pod (driver, executors, shuffle pods) takes the settings users expect of a pod spec
+(labels, annotations, nodeSelector, tolerations, affinity, priority class, securityContext);
+the driver and the executors add their resources and ServiceAccount. Kubernetes objects passed
+through (a toleration, an affinity) are checked for unknown fields here, so a typo is refused
+with the field's name instead of being dropped by the API server.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Self
+
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
+
+from finishable.api.models import ApiModel
+from finishable.api.units import Duration, Quantity
+
+KubeObject = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+"""A Kubernetes object passed through to the pods as written (a toleration, an affinity)."""
+
+TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
+AFFINITY_KEYS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+_CPU = re.compile(r"^([0-9]+(\.[0-9]+)?|[0-9]+m)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _unknown_keys(value: dict[str, Any], known: tuple[str, ...], what: str) -> None:
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ValueError(
+            f"{what} has the unknown field(s) {', '.join(unknown)}; a {what} has {', '.join(known)}"
+        )
+
+
+class PodSettings(ApiModel):
+    """Where a job's pods run and what they carry, as in any pod spec: for the driver, the
+    executors (Spark builds their pods; the operator hands it these as a pod template) and the
+    shuffle pods alike."""
+
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels added to the pods (the operator's own finishable.dev/* labels win).",
+    )
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="Annotations added to the pods."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="The pods' nodeSelector."
+    )
+    tolerations: list[KubeObject] = Field(
+        default_factory=list,
+        description="The pods' tolerations (key, operator, value, effect, tolerationSeconds).",
+    )
+    affinity: KubeObject | None = Field(
+        default=None,
+        description="The pods' affinity (nodeAffinity, podAffinity, podAntiAffinity).",
+    )
+    priority_class_name: str | None = Field(default=None, description="The pods' PriorityClass.")
+    security_context: KubeObject | None = Field(
+        default=None,
+        description=(
+            "The pods' securityContext. Unset: fsGroup 1000, the image's user, so that it can "
+            "write its volumes."
+        ),
+    )
+
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for index, toleration in enumerate(value):
+            if not isinstance(toleration, dict):
+                raise ValueError(f"[{index}] must be an object, got {toleration!r}")
+            _unknown_keys(toleration, TOLERATION_KEYS, f"toleration [{index}]")
+        return value
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            _unknown_keys(value, AFFINITY_KEYS, "affinity")
+        return value
+
+
+def cpu_quantity(value: str | None) -> str | None:
+    """A CPU quantity as Kubernetes writes one (cores or millicores), or a clear error."""
+    if value is not None and not _CPU.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a CPU quantity: use cores (1, 1.5) or millicores (500m)"
+        )
+    return value
+
+
+def _account(value: str | None) -> str | None:
+    if value is not None and (len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value)):
+        raise ValueError(f"{value!r} is not a ServiceAccount name (a lowercase DNS subdomain)")
+    return value
+
+
+class DriverSpec(PodSettings):
+    """The Spark driver pod, which also hosts the split coordinators."""
+
+    cores: int = Field(default=1, ge=1, le=64, description="CPU cores for the driver.")
+    core_limit: str | None = Field(
+        default=None,
+        description="CPU limit of the driver pod (1, 1.5 or 1500m); no limit when unset.",
+    )
+    memory: Quantity = Field(
+        default=Quantity(1024**3),
+        description="Driver memory (spark.driver.memory), for example 1g or 1536Mi.",
+    )
+    memory_overhead: Quantity | None = Field(
+        default=None,
+        description=(
+            "Memory of the driver pod beyond the JVM heap (Python, off-heap): 10 % of memory, "
+            "at least 384Mi, when unset."
+        ),
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        description=(
+            "Run the driver as this ServiceAccount instead of the one the operator creates "
+            "(<job>-driver); it needs the rights of that account's Role (docs/operator.md)."
+        ),
+    )
+
+    @field_validator("core_limit")
+    @classmethod
+    def _core_limit(cls, value: str | None) -> str | None:
+        return cpu_quantity(value)
+
+    @field_validator("service_account_name")
+    @classmethod
+    def _account_name(cls, value: str | None) -> str | None:
+        return _account(value)
+
+
+class ExecutorSpec(PodSettings):
+    """The Spark executors: pods that Spark's Kubernetes backend creates from the driver."""
+
+    instances: int = Field(default=2, ge=1, le=1000, description="Number of executor pods.")
+    cores: int = Field(default=1, ge=1, le=64, description="CPU cores per executor.")
+    core_request: str | None = Field(
+        default=None,
+        description=(
+            "CPU request of an executor pod (spark.kubernetes.executor.request.cores, for "
+            "example 500m); cores when unset."
+        ),
+    )
+    core_limit: str | None = Field(
+        default=None,
+        description="CPU limit of an executor pod (spark.kubernetes.executor.limit.cores).",
+    )
+    memory: Quantity = Field(
+        default=Quantity(2 * 1024**3),
+        description="Memory per executor (spark.executor.memory), for example 2g or 4Gi.",
+    )
+    memory_overhead: Quantity | None = Field(
+        default=None,
+        description=(
+            "Memory of an executor pod beyond the JVM heap (spark.executor.memoryOverhead): "
+            "10 % of memory, at least 384Mi, when unset."
+        ),
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        description=(
+            "The executors' ServiceAccount. Unset: they mount no API token (they never call the "
+            "API)."
+        ),
+    )
+    registration_timeout: Duration = Field(
+        default=Duration(minutes=3),
+        description=(
+            "How long the driver waits for every executor to register before it plans tasks "
+            "(spark.scheduler.maxRegisteredResourcesWaitingTime); with none registered by then "
+            "the attempt fails, naming what keeps the executor pods from running."
+        ),
+    )
+
+    @field_validator("core_request", "core_limit")
+    @classmethod
+    def _cores(cls, value: str | None) -> str | None:
+        return cpu_quantity(value)
+
+    @field_validator("service_account_name")
+    @classmethod
+    def _account_name(cls, value: str | None) -> str | None:
+        return _account(value)
+
+    @field_validator("registration_timeout")
+    @classmethod
+    def _positive_timeout(cls, value: Duration) -> Duration:
+        if value.total_seconds() <= 0:
+            raise ValueError(f"must be longer than zero, got {str(value)!r}")
+        return value
+
+
+class WorkVolumeSpec(ApiModel):
+    """A volume the driver and every executor mount: Spark's live checkpoint directory (the
+    state-store files executors write), and the staging of callback sinks, live on it."""
+
+    claim_name: str | None = Field(
+        default=None,
+        description=(
+            "An existing ReadWriteMany PersistentVolumeClaim in the job's namespace (it may be "
+            "shared by several jobs: each uses a directory of its own)."
+        ),
+    )
+    size: Quantity | None = Field(
+        default=None,
+        description=(
+            "Have the operator create a ReadWriteMany claim <job>-work of this size, owned by "
+            "the job (deleted with it)."
+        ),
+    )
+    storage_class_name: str | None = Field(
+        default=None,
+        description=(
+            "StorageClass of the claim the operator creates (it must offer ReadWriteMany: NFS, "
+            "CephFS, EFS, Filestore...); the cluster default when unset."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if (self.claim_name is None) == (self.size is None):
+            raise ValueError(
+                "name an existing ReadWriteMany claim (claimName) or give a size for the "
+                "operator to create one, not both and not neither"
+            )
+        if self.claim_name is not None and self.storage_class_name is not None:
+            raise ValueError("storageClassName applies only to a claim the operator creates")
+        return self

@@ -1,0 +1,77 @@
+"""The parts every pod the operator builds shares: its memory with the JVM's overhead, the
+user's scheduling and security settings, its labels and annotations, and the template Spark
+builds each executor pod from. Pure functions; :mod:`finishable.controller.builders` assembles
+the pods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finishable.api.pods import PodSettings
+from finishable.api.spec import FinishableSparkJobSpec
+from finishable.api.units import Quantity
+from finishable.controller.driverconf import EXECUTOR_CONTAINER
+from finishable.controller.naming import IMAGE_GID
+
+# Spark's default memory overhead of a JVM container: 10 %, at least 384 MiB.
+MEMORY_OVERHEAD_FACTOR = 0.10
+MEMORY_OVERHEAD_MIN = 384 * 1024**2
+
+
+def container_memory(memory: Quantity, overhead: Quantity | None = None) -> str:
+    """A JVM's memory plus its overhead (Spark's default when unset), in whole mebibytes."""
+    extra = (
+        int(overhead)
+        if overhead is not None
+        else max(MEMORY_OVERHEAD_MIN, int(memory * MEMORY_OVERHEAD_FACTOR))
+    )
+    mebibytes = -(-(int(memory) + extra) // 1024**2)
+    return f"{mebibytes}Mi"
+
+
+def pod_settings(settings: PodSettings, image_pull_secrets: list[str]) -> dict[str, Any]:
+    """The scheduling and security fields of a pod spec, from the user's settings."""
+    fields: dict[str, Any] = {
+        "securityContext": dict(settings.security_context or {"fsGroup": IMAGE_GID}),
+    }
+    if settings.node_selector:
+        fields["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        fields["tolerations"] = [dict(toleration) for toleration in settings.tolerations]
+    if settings.affinity:
+        fields["affinity"] = dict(settings.affinity)
+    if settings.priority_class_name:
+        fields["priorityClassName"] = settings.priority_class_name
+    if image_pull_secrets:
+        fields["imagePullSecrets"] = [{"name": name} for name in image_pull_secrets]
+    return fields
+
+
+def pod_metadata(
+    settings: PodSettings, own_labels: dict[str, str], **extra: Any
+) -> dict[str, Any]:
+    """Labels (the operator's win over the user's) and annotations of a pod."""
+    meta: dict[str, Any] = {**extra, "labels": {**settings.labels, **own_labels}}
+    if settings.annotations:
+        meta["annotations"] = dict(settings.annotations)
+    return meta
+
+
+def executor_pod_template(spec: FinishableSparkJobSpec) -> dict[str, Any]:
+    """The pod template Spark builds every executor pod from
+    (``spark.kubernetes.executor.podTemplateFile``): the user's pod settings for executors.
+    Executors never call the API, so unless the spec names an account they mount no token."""
+    executor = spec.executor
+    pod_spec: dict[str, Any] = {
+        **pod_settings(executor, spec.image_pull_secrets),
+        "containers": [{"name": EXECUTOR_CONTAINER}],
+    }
+    if executor.service_account_name is None:
+        pod_spec["automountServiceAccountToken"] = False
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": pod_metadata(executor, {}),
+        "spec": pod_spec,
+    }

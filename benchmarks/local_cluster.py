@@ -1,7 +1,9 @@
 """What the operator path costs: the batch example through the operator on the local cluster
 (``kubectl apply`` → driver pod → shuffle StatefulSet → Finished) against ``finishable run`` of
 the same job on the same machine in the same run, and a driver SIGKILLed half way under the
-operator against its own uninterrupted run.
+operator against its own uninterrupted run; both with Spark's executors as pods (the operator's
+default ``k8s://`` master: two executor pods per attempt, created by Spark through the API) and
+with ``local[2]`` inside the driver pod.
 
 Both generate their input (``--files``, ``--rows``) in the driver, so that time is in both.
 Prints one JSON line.
@@ -65,39 +67,57 @@ def through_the_operator(
     return figures
 
 
+MODES = {"executors": None, "local2": "local[2]"}
+"""Spark masters measured: the operator's default (executor pods), and Spark inside the driver."""
+
+
+def through_a_cluster(
+    work: Path, mode: str, master: str | None, *, files: int, rows: int, run_s: float
+) -> dict[str, float]:
+    """The example, uninterrupted and crashed half way, on a fresh local cluster."""
+    with LocalCluster(
+        work / f"cluster-{mode}", namespaces=(NAMESPACE,), spark_master=master
+    ) as local:
+        data = work / f"data-{mode}"
+        data.mkdir()
+        cluster = LocalE2ECluster(
+            local.api("bench", NAMESPACE),
+            NAMESPACE,
+            data,
+            local.directory / "pods",
+            local.operator_log,
+        )
+        plain = through_the_operator(cluster, "plain", files, rows, crash=False)
+        crashed = through_the_operator(cluster, "crashed", files, rows, crash=True)
+    return {
+        f"{mode}_apply_to_running_s": round(plain["running"], 2),
+        f"{mode}_apply_to_finished_s": round(plain["finished"], 2),
+        f"{mode}_over_finishable_run": round(plain["finished"] / run_s, 2),
+        f"{mode}_crash_at_half_s": round(crashed["finished"], 2),
+        f"{mode}_crash_ratio": round(crashed["finished"] / plain["finished"], 2),
+        f"{mode}_crash_tasks_skipped": int(crashed["tasks_skipped"]),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--files", type=int, default=40)
     parser.add_argument("--rows", type=int, default=5000)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    with tempfile.TemporaryDirectory(prefix="bench-local-cluster-") as temp:
-        work = Path(temp)
-        run_s, _ = run_job(work, "plain", work / "plain-input", args.files, args.rows, crash=False)
-        with LocalCluster(work / "cluster", namespaces=(NAMESPACE,)) as local:
-            data = work / "data"
-            data.mkdir()
-            cluster = LocalE2ECluster(
-                local.api("bench", NAMESPACE),
-                NAMESPACE,
-                data,
-                local.directory / "pods",
-                local.operator_log,
-            )
-            plain = through_the_operator(cluster, "plain", args.files, args.rows, crash=False)
-            crashed = through_the_operator(cluster, "crashed", args.files, args.rows, crash=True)
     result: dict[str, Any] = {
         "benchmark": "local_cluster",
         "files": args.files,
         "rows": args.rows,
-        "finishable_run_s": round(run_s, 2),
-        "operator_apply_to_running_s": round(plain["running"], 2),
-        "operator_apply_to_finished_s": round(plain["finished"], 2),
-        "operator_over_finishable_run": round(plain["finished"] / run_s, 2),
-        "operator_crash_at_half_s": round(crashed["finished"], 2),
-        "operator_crash_ratio": round(crashed["finished"] / plain["finished"], 2),
-        "operator_crash_tasks_skipped": int(crashed["tasks_skipped"]),
     }
+    with tempfile.TemporaryDirectory(prefix="bench-local-cluster-") as temp:
+        work = Path(temp)
+        run_s, _ = run_job(work, "plain", work / "plain-input", args.files, args.rows, crash=False)
+        result["finishable_run_s"] = round(run_s, 2)
+        for mode, master in MODES.items():
+            result |= through_a_cluster(
+                work, mode, master, files=args.files, rows=args.rows, run_s=run_s
+            )
     print(json.dumps(result))
 
 

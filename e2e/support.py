@@ -153,6 +153,13 @@ class E2ECluster(abc.ABC):
         response = self.api.request("GET", self.api.path("pods", name))
         return response.body if response.status == 200 else None
 
+    def executor_pods(self, job: str, attempt: int | None = None) -> list[dict[str, Any]]:
+        """The executor pods Spark's Kubernetes backend created for the job (and attempt)."""
+        selector = f"spark-role=executor,finishable.dev/job={job}"
+        if attempt is not None:
+            selector += f",finishable.dev/attempt={attempt}"
+        return self.objects("pods", selector)
+
     def events(self, name: str) -> list[dict[str, Any]]:
         items = self.api.request("GET", self.api.path("events")).body.get("items") or []
         return [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
@@ -162,6 +169,14 @@ class E2ECluster(abc.ABC):
     @abc.abstractmethod
     def kill_driver(self, pod: str) -> None:
         """SIGKILL the driver's main process (its program): a crash, not a deletion."""
+
+    @abc.abstractmethod
+    def kill_executor(self, pod: str) -> None:
+        """SIGKILL an executor pod's JVM: a crash, not a deletion."""
+
+    @abc.abstractmethod
+    def pod_log(self, pod: str) -> str:
+        """The whole log of a pod's container, also after the pod is deleted where kept."""
 
     @abc.abstractmethod
     def logs(self, job: str) -> str:
@@ -190,6 +205,14 @@ class LocalE2ECluster(E2ECluster):
         pid = self.driver_pid(pod)
         assert pid is not None, f"{pod} has no running process"
         os.kill(pid, signal.SIGKILL)
+
+    def kill_executor(self, pod: str) -> None:
+        self.kill_driver(pod)  # the container's main process is the executor's JVM
+
+    def pod_log(self, pod: str) -> str:
+        """The kubelet keeps a deleted pod's directory: its log outlives the pod."""
+        logs = sorted((self.pods_dir / self.namespace).glob(f"{pod}-*/*.log"))
+        return "".join(log.read_text() for log in logs if log.parent.name[: -9] == pod)
 
     def logs(self, job: str) -> str:
         parts = []
@@ -220,6 +243,13 @@ class KubeconfigE2ECluster(E2ECluster):
         # The program is the container's main process under tini: kill it, tini exits with it.
         script = "kill -KILL $(pgrep -o -f 'python.*\\.py')"
         self._kubectl("exec", pod, "-c", "driver", "--", "sh", "-c", script)
+
+    def kill_executor(self, pod: str) -> None:
+        script = "kill -KILL $(pgrep -o java)"
+        self._kubectl("exec", pod, "-c", "executor", "--", "sh", "-c", script)
+
+    def pod_log(self, pod: str) -> str:
+        return self._kubectl("logs", pod)
 
     def logs(self, job: str) -> str:
         return self._kubectl("logs", "-l", f"finishable.dev/job={job}", "--tail", "40")[-6000:]

@@ -1,5 +1,7 @@
 """Batch on a cluster: a driver SIGKILLed half way recovers without re-running finished tasks,
-and shuffle pods nobody reconnects to are deleted at the retain deadline."""
+and shuffle pods nobody reconnects to are deleted at the retain deadline. The stages run on two
+executor pods per attempt, which Spark's Kubernetes backend creates; a lost driver's executors
+are gone before the next attempt's start."""
 
 from __future__ import annotations
 
@@ -57,6 +59,8 @@ def test_a_driver_killed_half_way_recovers_without_re_running_finished_tasks(
     assert response.status == 201, response.body
     cluster.wait_phase(name, "Running", START)
     assert len(shuffle_pods(cluster, name)) == 2
+    first = [pod["metadata"]["name"] for pod in cluster.executor_pods(name, 1)]
+    assert len(first) == 2, first
     wait_for(
         lambda: cluster.status(name).get("coordinator", {}).get("splitsFinished", 0) >= FILES // 2,
         "half the input read",
@@ -67,8 +71,18 @@ def test_a_driver_killed_half_way_recovers_without_re_running_finished_tasks(
     cluster.kill_driver(f"{name}-driver-1")
 
     cluster.wait_phase(name, "Recovering", 60)
+    wait_for(
+        lambda: cluster.executor_pods(name, 1) == [],
+        "the lost driver's executor pods to go",
+        60,
+        on_fail=lambda: cluster.logs(name),
+    )
     cluster.wait_phase(name, "Running", START)
+    second = [pod["metadata"]["name"] for pod in cluster.executor_pods(name, 2)]
+    assert len(second) == 2, second
     status = cluster.wait_phase(name, "Finished", RUN)
+    for pod in [*first, *second]:
+        assert "Running task" in cluster.pod_log(pod), f"{pod} ran no task"
 
     assert published(cluster, f"{name}/totals") == ground_truth(FILES, ROWS)
     assert status["restarts"] == 1 and status["attempt"] == 2

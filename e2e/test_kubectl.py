@@ -1,7 +1,7 @@
 """The README's kubectl commands, run as written with a real kubectl (v1.33, pinned by
 ``e2e/tools/install-kubectl.sh``) against the local cluster: submit, suspend, resume, drain and
-delete a job, ``kubectl get fsj`` printing the CRD's columns, and the API server refusing a
-misspelt field under kubectl's default ``--validate=strict``.
+delete a job, ``kubectl get fsj`` printing the CRD's columns, the executor pods Spark created,
+and the API server refusing a misspelt field under kubectl's default ``--validate=strict``.
 
 The commands are read from the README's "Run on a cluster" section, so that the test runs exactly
 what a user types; they run from the repository's root (their paths are relative to it), in a
@@ -143,6 +143,9 @@ def test_the_readme_commands_run_a_job_through_its_phases(kubectl: Kubectl) -> N
             assert header.split() == ["NAME", "PHASE", "STATE", "CHECKPOINT", "ATTEMPT", "AGE"]
             row = next(r.split() for r in rows if r.startswith("clickstream "))
             assert row[1:3] == ["Running", "Running"], done.stdout
+        if command[1:3] == ["get", "pods"]:
+            pods = sorted(row.split()[0] for row in done.stdout.splitlines()[1:])
+            assert pods == ["clickstream-1-exec-1", "clickstream-1-exec-2"], done.stdout
         if command[1] == "wait":
             assert "condition met" in done.stdout, done.stdout
         if "jsonpath={.status.savepoint.location}" in command:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from e2e.support import E2ECluster, batch_example, wait_for
+from e2e.support import E2ECluster, batch_example, example, wait_for
 from tests.support.processes import alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -73,6 +73,27 @@ def test_the_operator_fails_what_only_it_can_judge_naming_the_field(
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and field in ready["message"]
     assert cluster.children(name).get("pods") is None
+    cluster.delete(name)
+    wait_for(lambda: cluster.job(name) is None, f"{name} is deleted", 60)
+
+
+def test_a_stateful_query_on_executor_pods_without_a_work_volume_is_refused(
+    cluster: E2ECluster,
+) -> None:
+    """The windowed counts' state would be written by the executors where no checkpoint can
+    reach it: the driver refuses the query before its first batch, naming the field, and the
+    job fails at once instead of being retried."""
+    name = "no-work-volume"
+    job = example("examples/streaming/cluster.yaml", cluster.data_dir, cluster.image)
+    job["metadata"]["name"] = name
+    del job["spec"]["workVolume"]
+    job["spec"]["application"]["args"] = [f"--input=/data/{name}/in", f"--output=/data/{name}/out"]
+    assert cluster.apply(job).status == 201
+    status = cluster.wait_phase(name, "Failed", START)
+    assert "spec.workVolume is required" in status["message"], status["message"]
+    assert "Aggregate" in status["message"], status["message"]
+    assert status["restarts"] == 0, "a spec that can never work is not retried"
+    wait_for(lambda: cluster.executor_pods(name) == [], "its executor pods are gone", 60)
     cluster.delete(name)
     wait_for(lambda: cluster.job(name) is None, f"{name} is deleted", 60)
 

@@ -1,5 +1,6 @@
-"""The chart's RBAC against every API call made during the e2e run (local cluster only: the
-API emulator records each call as RBAC would authorize it)."""
+"""The chart's RBAC and the drivers' Role against every API call made during the e2e run, and
+the API server's answers to Spark's own client (local cluster only: the API emulator records
+each call as RBAC would authorize it, and every request a real server would refuse)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,18 @@ import pytest
 
 from e2e.localcluster.cluster import LocalCluster
 from tests.charts.test_rbac import MODES, OPERATOR_CLIENTS, denied, driver_role_grants, grants_of
-from tests.support.k8s_emulator import CALLS_PATH
+from tests.support.k8s_emulator import CALLS_PATH, REFUSALS_PATH
 
 pytestmark = [pytest.mark.e2e, pytest.mark.after_all]
 
-DRIVER_CLIENTS = {"finishable-state"}  # the runtime's client in driver pods
+SPARK_CLIENT = "fabric8-kubernetes-client"  # Spark's Kubernetes backend in the driver pods
+DRIVER_CLIENTS = {"finishable-state", SPARK_CLIENT}  # the runtime's client, and Spark's
 
 
-def recorded(cluster: LocalCluster | None) -> list[dict[str, Any]]:
+def recorded(cluster: LocalCluster | None, path: str = CALLS_PATH) -> list[dict[str, Any]]:
     if cluster is None:
         pytest.skip("only the local cluster records API calls")
-    with urllib.request.urlopen(cluster.url + CALLS_PATH, timeout=10) as response:
+    with urllib.request.urlopen(cluster.url + path, timeout=10) as response:
         return list(json.loads(response.read()))
 
 
@@ -44,3 +46,17 @@ def test_the_driver_role_grants_every_call_the_drivers_made(
     assert all(c["namespaced"] for c in calls if c["resource"]), "a driver called cluster-wide"
     refused = denied(calls, driver_role_grants(), set())
     assert not refused, f"the driver's Role would deny {refused}"
+
+
+def test_the_api_server_refused_none_of_the_drivers_calls(
+    local_cluster: LocalCluster | None,
+) -> None:
+    """Spark's fabric8 client in each driver created, watched (over WebSockets) and deleted its
+    executor pods through the API: the emulator answered each call as a real server would, or
+    this lists what it refused or failed to answer."""
+    calls = [c for c in recorded(local_cluster) if c["client"] == SPARK_CLIENT]
+    if not any(c["resource"] == "pods" and c["verb"] == "create" for c in calls):
+        pytest.skip("Spark created no executor pod in this session: run the whole e2e suite")
+    assert any(c["resource"] == "pods" and c["verb"] == "watch" for c in calls)
+    refused = [r for r in recorded(local_cluster, REFUSALS_PATH) if r["client"] in DRIVER_CLIENTS]
+    assert not refused, f"the API server refused or failed these driver calls: {refused}"

@@ -1,5 +1,10 @@
 """Streaming on a cluster: Running → Suspended (savepoint) → Running (resumed) → Finished
-(drained), all by editing ``spec.state``, and the output equals the ground truth."""
+(drained), all by editing ``spec.state``, and the output equals the ground truth.
+
+The job runs as users run it: Spark's Kubernetes backend in the driver creates two executor pods
+through the API, the windowed counts' state is written by those executors onto the job's work
+volume, and checkpoints and savepoints carry it (a resume that missed it would count windows
+again from zero, and the output would not be the ground truth)."""
 
 from __future__ import annotations
 
@@ -37,11 +42,41 @@ def checkpoint_id(cluster: E2ECluster) -> int:
     return int((cluster.status(NAME).get("lastCheckpoint") or {}).get("id", -1))
 
 
+def running_executors(cluster: E2ECluster, attempt: int) -> list[str]:
+    """The attempt's executor pods: two, created by Spark, owned by their driver pod."""
+    driver = cluster.pod(f"{NAME}-driver-{attempt}")
+    assert driver is not None
+    pods = cluster.executor_pods(NAME, attempt)
+    assert len(pods) == 2, [pod["metadata"]["name"] for pod in pods]
+    for pod in pods:
+        owners = pod["metadata"].get("ownerReferences") or []
+        assert [(o["kind"], o["uid"]) for o in owners] == [("Pod", driver["metadata"]["uid"])]
+        assert pod["metadata"]["labels"]["finishable.dev/component"] == "executor"
+    return [pod["metadata"]["name"] for pod in pods]
+
+
+def ran_tasks(cluster: E2ECluster, pods: list[str]) -> None:
+    """Each executor pod ran tasks of the query: the work was not done in the driver."""
+    for pod in pods:
+        log = cluster.pod_log(pod)
+        assert "Running task" in log and "KubernetesExecutorBackend" in log, f"{pod}: {log[-2000:]}"
+
+
+def no_executors_left(cluster: E2ECluster, what: str) -> None:
+    wait_for(
+        lambda: cluster.executor_pods(NAME) == [],
+        f"no executor pod left {what}",
+        30,
+        on_fail=lambda: str([p["metadata"]["name"] for p in cluster.executor_pods(NAME)]),
+    )
+
+
 def test_suspend_resume_and_drain_by_editing_the_state(cluster: E2ECluster) -> None:
     manifest = example("examples/streaming/cluster.yaml", cluster.data_dir, cluster.image)
     response = cluster.apply(manifest)
     assert response.status == 201, response.body
     cluster.wait_phase(NAME, "Running", START)
+    first = running_executors(cluster, 1)
     wait_for(
         lambda: checkpoint_id(cluster) >= 1,
         "a checkpoint",
@@ -55,10 +90,13 @@ def test_suspend_resume_and_drain_by_editing_the_state(cluster: E2ECluster) -> N
     savepoint = suspended["savepoint"]
     assert savepoint["location"] and not savepoint.get("drained"), savepoint
     wait_for(lambda: cluster.pod(f"{NAME}-driver-1") is None, "the suspended driver is removed", 60)
+    no_executors_left(cluster, "by the suspended job")
+    ran_tasks(cluster, first)
 
     cluster.set_state(NAME, "Running")
     resumed = cluster.wait_phase(NAME, "Running", START)
     assert resumed["attempt"] == 2 and resumed["restoreFrom"] == savepoint["location"]
+    second = running_executors(cluster, 2)
     before = checkpoint_id(cluster)
     wait_for(lambda: checkpoint_id(cluster) > before, "a checkpoint after the resume", START)
 
@@ -66,6 +104,8 @@ def test_suspend_resume_and_drain_by_editing_the_state(cluster: E2ECluster) -> N
     cluster.set_state(NAME, "Finished")
     finished = cluster.wait_phase(NAME, "Finished", STOP)
     assert finished["savepoint"]["drained"] is True
+    no_executors_left(cluster, "by the finished job")
+    ran_tasks(cluster, second)
 
     # Files are read in name order and a drain stops the sources where they are (files that
     # arrive later stay unread), then fires every window. So the published counts must be those

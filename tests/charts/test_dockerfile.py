@@ -113,3 +113,25 @@ def test_the_entrypoint_builds_the_executor_command(tmp_path: Path) -> None:
     assert pairs["--executor-id"] == "3" and pairs["--podName"] == "job-exec-3"
     assert pairs["--driver-url"].endswith("job-driver.ns.svc:7078")
     assert "-Xmx2g" in args
+
+
+def test_the_local_clusters_stand_in_is_this_image() -> None:
+    """The process kubelet of the local cluster runs pods from ``local_image()``: the same
+    entrypoint (tini aside), CMD, working directory, files and variables as this Dockerfile,
+    with this machine's interpreter, pyspark and Java in place of the image's."""
+    import json
+
+    from e2e.localcluster.cluster import local_image
+
+    image = local_image()
+    (entrypoint,) = instructions("ENTRYPOINT")
+    assert json.loads(entrypoint) == ["/usr/bin/tini", "--", *image.entrypoint]
+    (cmd,) = instructions("CMD")
+    assert json.loads(cmd) == list(image.cmd)
+    assert instructions("WORKDIR")[-1] == image.working_dir
+    copied = {copy.split()[-1] for copy in instructions("COPY")}
+    assert set(image.files) <= copied
+    for path, source in image.files.items():
+        assert f"{source.relative_to(ROOT)} {path}" in instructions("COPY")
+    declared = set(re.findall(r"(\w+)=", " ".join(instructions("ENV"))))
+    assert declared <= set(image.env), declared - set(image.env)

@@ -698,16 +698,17 @@ def _stop(job: Job, state: str, driver_state: DriverState) -> Decision:
 
 
 def test_an_ended_driver_leaves_no_executor_pods() -> None:
-    """Suspended, Finished and Failed each delete the job's executor pods once: Spark deletes
-    them on a clean stop, not when its driver is killed."""
-    suspended, finished, failed = Job(), Job(), Job(recovery={"enabled": False})
-    for job in (suspended, finished, failed):
+    """Suspended, Finished, Failed and a lost driver each delete the job's executor pods once:
+    Spark deletes them on a clean stop, not when its driver is killed."""
+    suspended, finished, failed, lost = Job(), Job(), Job(recovery={"enabled": False}), Job()
+    for job in (suspended, finished, failed, lost):
         job.run()
         assert ActionKind.DELETE_EXECUTORS not in kinds(job.decisions[-1])
     endings = {
         Phase.SUSPENDED: (suspended, _stop(suspended, "Suspended", DriverState.SUSPENDED)),
         Phase.FINISHED: (finished, _stop(finished, "Finished", DriverState.FINISHED)),
         Phase.FAILED: (failed, failed.step(PodPhase.FAILED)),
+        Phase.RECOVERING: (lost, lost.step(PodPhase.FAILED)),
     }
     for phase, (job, ended) in endings.items():
         assert job.phase is phase, (phase, job.status.message)

@@ -49,9 +49,10 @@ What kmock 0.8 lacks, and this adds (generic for every resource, not ConfigMap-o
 * request counts per User-Agent at ``GET /_emulator/stats``, for benchmarks, and the API calls
   each client made as RBAC sees them (verb, API group, resource[/subresource], namespaced or
   cluster-wide) at ``GET /_emulator/calls``, for checking RBAC rules against what a client does;
-* the requests answered 400, 403 or 422 (client, method, path with query, status, message; the
-  newest ``KEEP_REFUSALS``) at ``GET /_emulator/refusals`` (``REFUSALS_PATH``), so that a test
-  can prove a real client made no request a real server would refuse;
+* the requests answered 400, 403, 405 or 422, or with a server error (client, method, path with
+  query, status, message; the newest ``KEEP_REFUSALS``) at ``GET /_emulator/refusals``
+  (``REFUSALS_PATH``), so that a test can prove a real client made no request a real server
+  would refuse, and that the emulator answered every request it was sent;
 * bounded memory for long runs: hard deletes, and only the newest requests are kept.
 
 Run standalone (for benchmarks): ``python tests/support/k8s_emulator.py`` prints the port, then
@@ -95,7 +96,7 @@ STATS_PATH = "/_emulator/stats"
 CALLS_PATH = "/_emulator/calls"
 REFUSALS_PATH = "/_emulator/refusals"
 KEEP_REFUSALS = 1000
-REFUSED_STATUSES = frozenset({400, 403, 422})
+REFUSED_STATUSES = frozenset({400, 403, 405, 422})
 _NAMESPACES_PATH = re.compile(r"/api/v1/namespaces(?:/(?P<name>[^/]+))?/?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
@@ -319,7 +320,8 @@ class StateEmulator(KubernetesEmulator):
     # The RBAC objects in store, read once per change of one of them (k8s_rbac.policy_of).
     rbac_policy: k8s_rbac.Policy | None = attrs.field(default=None, init=False)
     api_calls: collections.Counter[ApiCall] = attrs.field(factory=collections.Counter, init=False)
-    # The requests answered 400, 403 or 422: what a real server would refuse (see _record).
+    # The requests answered 400, 403, 405, 422 or 5xx: what a real server would refuse or never
+    # answer so (see _record_refusal).
     refusals: collections.deque[dict[str, Any]] = attrs.field(
         factory=lambda: collections.deque(maxlen=KEEP_REFUSALS), init=False
     )
@@ -342,7 +344,7 @@ class StateEmulator(KubernetesEmulator):
         if not response.prepared:  # a started stream (a watch) has sent its headers already
             for warning in k8s_params.warning_headers():
                 response.headers.add("Warning", warning)
-        if response.status in REFUSED_STATUSES:
+        if response.status in REFUSED_STATUSES or response.status >= 500:
             self._record_refusal(raw_request, response)
         return response
 

@@ -244,3 +244,44 @@ async def test_watch_resumes_from_a_version_filters_labels_and_times_out(
     assert resumed == [("ADDED", "w3")], "only what came after the version, and only w=yes"
     everything = await _watch(k8s_server.url + path, query)
     assert sorted(everything) == [("ADDED", "w1"), ("ADDED", "w3")]
+
+
+async def test_a_watch_over_a_websocket_streams_the_same_events(
+    k8s_server: EmulatorServer,
+) -> None:
+    """fabric8 (Spark's Kubernetes client) asks for the WebSocket upgrade on every watch: one
+    JSON text frame per event, live events after the initial ones, and an end on timeout."""
+    import asyncio
+
+    import aiohttp
+
+    api = KubeApi.for_url(k8s_server.url, token=TOKEN, namespace="emulator-websocket")
+    path = api.path("pods")
+    pod = {"metadata": {"name": "exec-1", "labels": {"spark-role": "executor"}}}
+    pod["spec"] = {"containers": [{"name": "executor", "image": "i"}]}
+    assert api.request("POST", path, body=pod).status == 201
+    query = {"watch": "true", "labelSelector": "spark-role=executor", "timeoutSeconds": "2"}
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(k8s_server.url + path, params=query, headers=headers) as socket,
+    ):
+        first = await asyncio.wait_for(socket.receive(), 10)
+        assert first.type is aiohttp.WSMsgType.TEXT
+        assert (
+            json.loads(first.data)["type"],
+            json.loads(first.data)["object"]["metadata"]["name"],
+        ) == (
+            "ADDED",
+            "exec-1",
+        )
+        deleted = await asyncio.to_thread(api.request, "DELETE", api.path("pods", "exec-1"))
+        assert deleted.status == 200
+        event = json.loads((await asyncio.wait_for(socket.receive(), 10)).data)
+        assert event["type"] in ("MODIFIED", "DELETED")
+        types = [event["type"]]
+        async for message in socket:  # the server closes the socket when the watch times out
+            types.append(json.loads(message.data)["type"])
+        assert types[-1] == "DELETED"
+    assert socket.closed
+    api.close()

@@ -174,9 +174,10 @@ def _release_shuffle_on_end(step: _Step, spec: FinishableSparkJobSpec) -> None:
 
 
 def _release_executors_on_end(step: _Step) -> None:
-    """A job whose driver ended (suspended, finished, failed) keeps no executor pods: Spark
-    deletes them on a clean stop, but a crashed driver's exited executors would stay."""
-    ended = step.status.phase in (*TERMINAL_PHASES, P.SUSPENDED)
+    """A job whose driver ended (suspended, finished, failed, or lost: recovering) keeps no
+    executor pods: Spark deletes them on a clean stop, but a crashed driver's executors exit
+    and their pods would stay until its pod is deleted, which a crashed one is not (its log)."""
+    ended = step.status.phase in (*TERMINAL_PHASES, P.SUSPENDED, P.RECOVERING)
     if ended and step.before.phase is not step.status.phase:
         step.act(Action(ActionKind.DELETE_EXECUTORS))
 

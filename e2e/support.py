@@ -42,7 +42,9 @@ def example(path: str, data_dir: Path, image: str, **spec: Any) -> dict[str, Any
     """An example manifest as the suite applies it: its /data volume a hostPath of ``data_dir``.
 
     The example's own ``/data`` volume (a claim) is replaced, for the driver and the executors
-    alike; ``spec`` overrides top-level spec fields.
+    alike; its work volume is the claim ``$E2E_WORK_CLAIM`` where that is set (a cluster whose
+    storage offers no ReadWriteMany class, such as kind: ``e2e/kind/run.sh`` makes one);
+    ``spec`` overrides top-level spec fields.
     """
     manifest: dict[str, Any] = yaml.safe_load((ROOT / path).read_text())
     manifest["spec"]["image"] = image
@@ -53,6 +55,9 @@ def example(path: str, data_dir: Path, image: str, **spec: Any) -> dict[str, Any
             del conf[key]
         conf[f"{prefix}hostPath.data.mount.path"] = DATA_MOUNT
         conf[f"{prefix}hostPath.data.options.path"] = str(data_dir)
+    work_claim = os.environ.get("E2E_WORK_CLAIM")
+    if work_claim and "workVolume" in manifest["spec"]:
+        manifest["spec"]["workVolume"] = {"claimName": work_claim}
     manifest["spec"].update(spec)
     return manifest
 

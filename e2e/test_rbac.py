@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 from e2e.localcluster.cluster import LocalCluster
-from tests.charts.test_rbac import MODES, OPERATOR_CLIENTS, denied, driver_role_grants, grants_of
+from tests.charts.test_rbac import (
+    MODES,
+    OPERATOR_CLIENTS,
+    Grant,
+    denied,
+    driver_role_grants,
+    grants_of,
+    used,
+)
 from tests.support.k8s_emulator import CALLS_PATH, REFUSALS_PATH
 
 pytestmark = [pytest.mark.e2e, pytest.mark.after_all]
@@ -60,3 +68,20 @@ def test_the_api_server_refused_none_of_the_drivers_calls(
     assert any(c["resource"] == "pods" and c["verb"] == "watch" for c in calls)
     refused = [r for r in recorded(local_cluster, REFUSALS_PATH) if r["client"] in DRIVER_CLIENTS]
     assert not refused, f"the API server refused or failed these driver calls: {refused}"
+
+
+ON_DEMAND: set[Grant] = set()
+"""Rights of the drivers' Role that only some jobs use, so a run of the suite need not show them
+(each says which job)."""
+
+
+def test_the_driver_role_grants_nothing_the_drivers_did_not_use(
+    local_cluster: LocalCluster | None,
+) -> None:
+    """Least privilege, shown by a real run: every right of the drivers' Role was used by Spark
+    or by the runtime in the suite's jobs (with executor pods), or is listed in ON_DEMAND."""
+    calls = [c for c in recorded(local_cluster) if c["client"] in DRIVER_CLIENTS]
+    if not any(c["resource"] == "pods" and c["verb"] == "create" for c in calls):
+        pytest.skip("Spark created no executor pod in this session: run the whole e2e suite")
+    unused = driver_role_grants() - used(calls) - ON_DEMAND
+    assert not unused, f"granted but never used: {sorted(unused)}; used: {sorted(used(calls))}"

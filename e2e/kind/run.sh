@@ -8,7 +8,7 @@
 # It creates the kind cluster finishable-e2e from e2e/kind/cluster.yaml (both nodes mount the
 # data directory at the same path), builds finishable-spark-operator:0.1.0, loads it into the
 # nodes, runs `helm install fso charts/finishable-spark-operator` in the namespace finishable, runs
-#   E2E_KUBECONFIG=<the cluster's kubeconfig> E2E_DATA_DIR=<dir> \
+#   E2E_KUBECONFIG=<the cluster's kubeconfig> E2E_DATA_DIR=<dir> E2E_WORK_CLAIM=finishable-work \
 #   E2E_IMAGE=finishable-spark-operator:0.1.0 .venv/bin/pytest e2e -v
 # and deletes the cluster when it exits, whatever happened.
 #
@@ -33,6 +33,7 @@ set -Eeuo pipefail
 
 readonly SKIPPED_NO_DOCKER=3 MISSING_TOOL=4
 readonly IMAGE=finishable-spark-operator:0.1.0 RELEASE=fso OPERATOR_NAMESPACE=finishable
+readonly WORK_CLAIM=finishable-work
 
 log() {
   printf 'e2e/kind/run.sh: %s\n' "$*" >&2
@@ -187,9 +188,37 @@ if [[ -n ${SPARK_MASTER:-} ]]; then
 fi
 "${install[@]}"
 
+# A stateful streaming job's work volume must be ReadWriteMany, which kind's local-path storage
+# cannot give: a hostPath PersistentVolume on the directory every node mounts stands in for it,
+# bound to the claim the suite names in its jobs' spec.workVolume (E2E_WORK_CLAIM).
+namespace=${E2E_NAMESPACE:-finishable-e2e}
+begin "creating the ReadWriteMany work claim $WORK_CLAIM in $namespace"
+mkdir -p "$data_dir/work" && chmod a+rwx "$data_dir/work"
+kubectl --kubeconfig "$kubeconfig" create namespace "$namespace"
+kubectl --kubeconfig "$kubeconfig" apply -f - <<YAML
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: finishable-e2e-work}
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteMany]
+  storageClassName: ""
+  hostPath: {path: "$data_dir/work", type: Directory}
+  claimRef: {namespace: $namespace, name: $WORK_CLAIM}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: $WORK_CLAIM, namespace: $namespace}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: ""
+  volumeName: finishable-e2e-work
+  resources: {requests: {storage: 10Gi}}
+YAML
+
 begin "running the e2e suite against $cluster"
 status=0
-E2E_KUBECONFIG=$kubeconfig E2E_DATA_DIR=$data_dir E2E_IMAGE=$IMAGE \
+E2E_KUBECONFIG=$kubeconfig E2E_DATA_DIR=$data_dir E2E_IMAGE=$IMAGE E2E_WORK_CLAIM=$WORK_CLAIM \
   "$pytest" e2e -v "$@" || status=$?
 if ((status != 0)); then
   diagnose

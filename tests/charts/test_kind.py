@@ -129,7 +129,14 @@ case "$1 $2" in
     done ;;
 esac""",
         )
-        stub(self.tools, "kubectl", "exit 0")
+        stub(
+            self.tools,
+            "kubectl",
+            f"""
+case " $* " in
+  *" apply -f - "*) cat > "{self.seen}/work-claim.yaml" ;;
+esac""",
+        )
         stub(self.tools, "helm", f"exit {helm_status}")
         stub(
             self.tools,
@@ -159,7 +166,7 @@ def test_it_builds_installs_runs_the_suite_and_deletes_the_cluster(tmp_path: Pat
     result = stubs()
     assert result.returncode == 0, result.stderr
     calls = stubs.lines()
-    commands = [" ".join(call.split()[:3]) for call in calls]
+    commands = [" ".join(call.split()[: 2 if call.startswith("kubectl") else 3]) for call in calls]
     assert commands == [
         "docker info",
         "kind get clusters",
@@ -167,6 +174,8 @@ def test_it_builds_installs_runs_the_suite_and_deletes_the_cluster(tmp_path: Pat
         "kind create cluster",
         "kind load docker-image",
         "helm install fso",
+        "kubectl --kubeconfig",
+        "kubectl --kubeconfig",
         "pytest e2e -v",
         "kind delete cluster",
     ]
@@ -179,7 +188,9 @@ def test_it_builds_installs_runs_the_suite_and_deletes_the_cluster(tmp_path: Pat
         assert option in calls[5]
     assert "--wait" in helm and "--kubeconfig" in helm
     assert "sparkMaster" not in calls[5]
-    assert "--name finishable-e2e" in calls[7]
+    assert calls[6].endswith("create namespace finishable-e2e")
+    assert calls[7].endswith("apply -f -")
+    assert "--name finishable-e2e" in calls[9]
 
     data = stubs.data.resolve()
     config = yaml.safe_load((stubs.seen / "cluster.yaml").read_text())
@@ -187,6 +198,13 @@ def test_it_builds_installs_runs_the_suite_and_deletes_the_cluster(tmp_path: Pat
         assert node["extraMounts"] == [{"hostPath": str(data), "containerPath": str(data)}]
     env = dict(line.split("=", 1) for line in (stubs.seen / "env").read_text().splitlines())
     assert env["E2E_DATA_DIR"] == str(data) and env["E2E_IMAGE"] == IMAGE
+    # kind's storage has no ReadWriteMany class: a hostPath volume on the shared directory is one.
+    assert env["E2E_WORK_CLAIM"] == "finishable-work"
+    volume, claim = yaml.safe_load_all((stubs.seen / "work-claim.yaml").read_text())
+    assert volume["spec"]["hostPath"]["path"] == str(data / "work")
+    assert volume["spec"]["accessModes"] == claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert claim["metadata"] == {"name": "finishable-work", "namespace": "finishable-e2e"}
+    assert (data / "work").is_dir()
     assert (stubs.seen / "kubeconfig").read_text() == "apiVersion: v1\n", "kind's kubeconfig"
     assert (stubs.seen / "cwd").read_text().strip() == str(ROOT)
     assert not Path(env["E2E_KUBECONFIG"]).exists(), "its temporary directory is removed"

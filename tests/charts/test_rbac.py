@@ -96,6 +96,7 @@ BATCH = {
     "mode": "Batch",
     "application": {"file": "local:///app/batch.py"},
     "shuffle": {"replicas": 1},
+    "workVolume": {"size": "1Gi"},  # the operator creates the claim
 }
 
 

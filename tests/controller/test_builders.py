@@ -179,18 +179,14 @@ def test_driver_service_and_rbac_golden() -> None:
     assert rules == [
         {
             "apiGroups": [""],
-            "resources": ["pods", "configmaps", "services", "persistentvolumeclaims"],
-            "verbs": [
-                "get",
-                "list",
-                "watch",
-                "create",
-                "update",
-                "patch",
-                "delete",
-                "deletecollection",
-            ],
-        }
+            "resources": ["pods"],
+            "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "verbs": ["get", "list", "create", "update", "delete"],
+        },
     ], "the driver gets its namespace's executor pods and ConfigMaps, nothing cluster-wide"
 
 

@@ -50,6 +50,13 @@ def test_executor_defaults_are_sized_from_the_executors_the_spec_asks_for() -> N
     assert (settings["spark.ui.enabled"], settings["spark.ui.port"]) == ("true", "4040")
     # The executors' Python workers import the program's own modules, as the driver does.
     assert settings["spark.executorEnv.PYTHONPATH"] == "/opt/app"
+    # Nothing Spark would do beyond what the driver's Role grants (pods and ConfigMaps).
+    assert settings["spark.kubernetes.executor.disableConfigMap"] == "true"
+    assert settings["spark.kubernetes.driver.service.deleteOnTermination"] == "false"
+    assert settings["spark.kubernetes.driver.ownPersistentVolumeClaim"] == "false"
+    assert settings["spark.kubernetes.driver.reusePersistentVolumeClaim"] == "false"
+    granted = {r for rule in builders.role(JOB)["rules"] for r in rule["resources"]}
+    assert granted == {"pods", "configmaps"}
 
 
 def test_the_user_overrides_defaults_but_not_what_the_resource_says() -> None:

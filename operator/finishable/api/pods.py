@@ -16,7 +16,7 @@ from typing import Annotated, Any, Self
 from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from finishable.api.models import ApiModel
-from finishable.api.units import Duration, Quantity
+from finishable.api.units import Duration, Quantity, positive
 
 KubeObject = Annotated[
     dict[str, Any],
@@ -96,37 +96,22 @@ def cpu_quantity(value: str | None) -> str | None:
     return value
 
 
-def _account(value: str | None) -> str | None:
-    if value is not None and (len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value)):
-        raise ValueError(f"{value!r} is not a ServiceAccount name (a lowercase DNS subdomain)")
-    return value
+class SparkPodSpec(PodSettings):
+    """What the driver and executor pods share beyond pod settings: a CPU limit, the memory
+    beyond the JVM heap, and the ServiceAccount they run as."""
 
-
-class DriverSpec(PodSettings):
-    """The Spark driver pod, which also hosts the split coordinators."""
-
-    cores: int = Field(default=1, ge=1, le=64, description="CPU cores for the driver.")
     core_limit: str | None = Field(
-        default=None,
-        description="CPU limit of the driver pod (1, 1.5 or 1500m); no limit when unset.",
-    )
-    memory: Quantity = Field(
-        default=Quantity(1024**3),
-        description="Driver memory (spark.driver.memory), for example 1g or 1536Mi.",
+        default=None, description="CPU limit of the pod (1, 1.5 or 1500m); no limit when unset."
     )
     memory_overhead: Quantity | None = Field(
         default=None,
         description=(
-            "Memory of the driver pod beyond the JVM heap (Python, off-heap): 10 % of memory, "
+            "Memory of the pod beyond the JVM heap (Python workers, off-heap): 10 % of memory, "
             "at least 384Mi, when unset."
         ),
     )
     service_account_name: str | None = Field(
-        default=None,
-        description=(
-            "Run the driver as this ServiceAccount instead of the one the operator creates "
-            "(<job>-driver); it needs the rights of that account's Role (docs/operator.md)."
-        ),
+        default=None, description="The ServiceAccount the pod runs as."
     )
 
     @field_validator("core_limit")
@@ -137,10 +122,29 @@ class DriverSpec(PodSettings):
     @field_validator("service_account_name")
     @classmethod
     def _account_name(cls, value: str | None) -> str | None:
-        return _account(value)
+        if value is not None and (len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value)):
+            raise ValueError(f"{value!r} is not a ServiceAccount name (a lowercase DNS subdomain)")
+        return value
 
 
-class ExecutorSpec(PodSettings):
+class DriverSpec(SparkPodSpec):
+    """The Spark driver pod, which also hosts the split coordinators."""
+
+    cores: int = Field(default=1, ge=1, le=64, description="CPU cores for the driver.")
+    memory: Quantity = Field(
+        default=Quantity(1024**3),
+        description="Driver memory (spark.driver.memory), for example 1g or 1536Mi.",
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        description=(
+            "Run the driver as this ServiceAccount instead of the one the operator creates "
+            "(<job>-driver); it needs the rights of that account's Role (docs/operator.md)."
+        ),
+    )
+
+
+class ExecutorSpec(SparkPodSpec):
     """The Spark executors: pods that Spark's Kubernetes backend creates from the driver."""
 
     instances: int = Field(default=2, ge=1, le=1000, description="Number of executor pods.")
@@ -152,20 +156,9 @@ class ExecutorSpec(PodSettings):
             "example 500m); cores when unset."
         ),
     )
-    core_limit: str | None = Field(
-        default=None,
-        description="CPU limit of an executor pod (spark.kubernetes.executor.limit.cores).",
-    )
     memory: Quantity = Field(
         default=Quantity(2 * 1024**3),
         description="Memory per executor (spark.executor.memory), for example 2g or 4Gi.",
-    )
-    memory_overhead: Quantity | None = Field(
-        default=None,
-        description=(
-            "Memory of an executor pod beyond the JVM heap (spark.executor.memoryOverhead): "
-            "10 % of memory, at least 384Mi, when unset."
-        ),
     )
     service_account_name: str | None = Field(
         default=None,
@@ -183,22 +176,15 @@ class ExecutorSpec(PodSettings):
         ),
     )
 
-    @field_validator("core_request", "core_limit")
+    @field_validator("core_request")
     @classmethod
-    def _cores(cls, value: str | None) -> str | None:
+    def _core_request(cls, value: str | None) -> str | None:
         return cpu_quantity(value)
-
-    @field_validator("service_account_name")
-    @classmethod
-    def _account_name(cls, value: str | None) -> str | None:
-        return _account(value)
 
     @field_validator("registration_timeout")
     @classmethod
     def _positive_timeout(cls, value: Duration) -> Duration:
-        if value.total_seconds() <= 0:
-            raise ValueError(f"must be longer than zero, got {str(value)!r}")
-        return value
+        return positive(value)
 
 
 class WorkVolumeSpec(ApiModel):

@@ -24,7 +24,7 @@ from finishable.api.models import (
     StorageType,
 )
 from finishable.api.pods import DriverSpec, ExecutorSpec, PodSettings, WorkVolumeSpec, cpu_quantity
-from finishable.api.units import Duration, Quantity
+from finishable.api.units import Duration, Quantity, positive
 from finishable.api.volumes import driver_volumes
 
 APPLICATION_SCHEMES = ("local", "file", "s3", "s3a", "gs", "hdfs", "http", "https")
@@ -208,9 +208,7 @@ class CheckpointingSpec(ApiModel):
     @field_validator("interval")
     @classmethod
     def _positive_interval(cls, value: Duration) -> Duration:
-        if value.total_seconds() <= 0:
-            raise ValueError(f"must be longer than zero, got {str(value)!r}")
-        return value
+        return positive(value)
 
 
 class EventStoreSpec(ApiModel):
@@ -316,9 +314,7 @@ class ShuffleSpec(PodSettings):
     @field_validator("retain_timeout")
     @classmethod
     def _positive_timeout(cls, value: Duration) -> Duration:
-        if value.total_seconds() <= 0:
-            raise ValueError(f"must be longer than zero, got {str(value)!r}")
-        return value
+        return positive(value)
 
 
 class FinishableSparkJobSpec(ApiModel):

@@ -125,6 +125,13 @@ class Duration(timedelta):
         return dict(cls.json_schema_extra)
 
 
+def positive(value: Duration) -> Duration:
+    """A duration that must be longer than zero (an interval, a timeout), or a clear error."""
+    if value.total_seconds() <= 0:
+        raise ValueError(f"must be longer than zero, got {str(value)!r}")
+    return value
+
+
 class Quantity(int):
     """A byte count parsed from text such as ``"2g"`` or ``"512Mi"``; an ``int`` of bytes."""
 

@@ -115,6 +115,14 @@ def spark_conf(
         "spark.scheduler.maxRegisteredResourcesWaitingTime": (
             f"{int(spec.executor.registration_timeout.total_seconds())}s"
         ),
+        # What the driver's Role need not grant (builders.role): Spark's executor ConfigMap
+        # carries only the driver's conf directory, which executors do not need; in client mode
+        # Spark creates no driver Service to delete; and it owns no claims unless a volume says
+        # claimName: OnDemand (then run the driver with an account that may create them).
+        "spark.kubernetes.executor.disableConfigMap": "true",
+        "spark.kubernetes.driver.service.deleteOnTermination": "false",
+        "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
+        "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
     }
     directory = program_dir(spec)
     if directory:

@@ -30,7 +30,8 @@ What kmock 0.8 lacks, and this adds (generic for every resource, not ConfigMap-o
   ``validate_schemas`` says (``k8s_schema``): unknown fields pruned, ``default``s applied, and
   unknown fields answered by ``fieldValidation``: a ``Warning: 299 - "unknown field
   \\"spec.foo\\""`` header each (Warn, the default), 400/422 (Strict), nothing (Ignore);
-* finalizers (delete marks ``deletionTimestamp``; removing the last finalizer deletes) and the
+* finalizers (delete marks ``deletionTimestamp``; removing the last finalizer deletes),
+  ``deletecollection`` (a DELETE of a collection, by label and field selectors), and the
   garbage collector: deleting an object deletes its dependents (``ownerReferences``), unless
   ``propagationPolicy: Orphan``;
 * discovery of the built-in resources, and of custom resources once their
@@ -49,10 +50,11 @@ What kmock 0.8 lacks, and this adds (generic for every resource, not ConfigMap-o
 * request counts per User-Agent at ``GET /_emulator/stats``, for benchmarks, and the API calls
   each client made as RBAC sees them (verb, API group, resource[/subresource], namespaced or
   cluster-wide) at ``GET /_emulator/calls``, for checking RBAC rules against what a client does;
-* the requests answered 400, 403, 405 or 422, or with a server error (client, method, path with
-  query, status, message; the newest ``KEEP_REFUSALS``) at ``GET /_emulator/refusals``
-  (``REFUSALS_PATH``), so that a test can prove a real client made no request a real server
-  would refuse, and that the emulator answered every request it was sent;
+* the requests answered 400, 403, 405 or 422, with a server error, or left unanswered (kmock's
+  404 "Endpoint Not Found": a request the emulator does not serve, which a real server would):
+  client, method, path with query, status and message of the newest ``KEEP_REFUSALS`` at
+  ``GET /_emulator/refusals`` (``REFUSALS_PATH``), so that a test can prove a real client made
+  no request a real server would refuse, and that the emulator answered every request it got;
 * bounded memory for long runs: hard deletes, and only the newest requests are kept.
 
 Run standalone (for benchmarks): ``python tests/support/k8s_emulator.py`` prints the port, then
@@ -97,6 +99,7 @@ CALLS_PATH = "/_emulator/calls"
 REFUSALS_PATH = "/_emulator/refusals"
 KEEP_REFUSALS = 1000
 REFUSED_STATUSES = frozenset({400, 403, 405, 422})
+UNANSWERED_REASON = "Endpoint Not Found"  # kmock's 404 for a request it has no reaction to
 _NAMESPACES_PATH = re.compile(r"/api/v1/namespaces(?:/(?P<name>[^/]+))?/?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
@@ -144,6 +147,18 @@ def api_call(client: str, request: kmock.Request) -> ApiCall:
         resource = f"{resource}/{request.subresource}"
     group = request.resource.group or ""
     return ApiCall(client, verb, group, resource, bool(request.namespace), "")
+
+
+def _answer(response: aiohttp.web.StreamResponse) -> tuple[str, str]:
+    """The reason and message of an answered error (empty for a stream or a non-JSON body)."""
+    body = getattr(response, "body", None)
+    if not isinstance(body, bytes):
+        return "", ""
+    try:
+        status = json.loads(body)
+        return str(status.get("reason", "")), str(status.get("message", ""))
+    except (ValueError, AttributeError):
+        return "", body.decode(errors="replace")[:500]
 
 
 def _now() -> str:
@@ -346,18 +361,14 @@ class StateEmulator(KubernetesEmulator):
                 response.headers.add("Warning", warning)
         if response.status in REFUSED_STATUSES or response.status >= 500:
             self._record_refusal(raw_request, response)
+        elif response.status == 404 and _answer(response)[0] == UNANSWERED_REASON:
+            self._record_refusal(raw_request, response)  # kmock has no reaction: not a server's 404
         return response
 
     def _record_refusal(
         self, raw_request: aiohttp.web.BaseRequest, response: aiohttp.web.StreamResponse
     ) -> None:
-        message = ""
-        body = getattr(response, "body", None)
-        if isinstance(body, bytes):
-            try:
-                message = str(json.loads(body).get("message", ""))
-            except (ValueError, AttributeError):
-                message = body.decode(errors="replace")[:500]
+        _, message = _answer(response)
         self.refusals.append(
             {
                 "client": raw_request.headers.get("User-Agent", "").split("/")[0],
@@ -449,6 +460,8 @@ class StateEmulator(KubernetesEmulator):
             return await self._create(request)
         if request.action == kmock.action.UPDATE:
             return await self._patch(request)
+        if request.method == kmock.method.DELETE and request.name is None:
+            return await self._delete_collection(request)  # kmock reads no action into it
         if request.action == kmock.action.DELETE and request.subresource is None:
             return await self._delete(request)
         if request.action == kmock.action.FETCH and request.subresource == "status":
@@ -738,6 +751,39 @@ class StateEmulator(KubernetesEmulator):
             },
         }
         return aiohttp.web.json_response(status, status=200)
+
+    async def _delete_collection(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        """``deletecollection``: every object the label and field selectors match, each deleted
+        as a single delete would be (finalizers, dependents), answered with the list of them."""
+        assert request.resource is not None
+        terms = parse_label_selector(request.params.get("labelSelector", ""))
+        options = k8s_params.current()
+        orphan = options.orphan_dependents or options.propagation_policy == "Orphan"
+        deleted: list[dict[str, Any]] = []
+        async with self._lock:
+            matching = [
+                (key, copy.deepcopy(obj.raw))
+                for key, obj in list(self._objects.items())
+                if key[0] == request.resource
+                and not obj.deleted
+                and self._matches(request, key[1], obj.raw, terms)
+            ]
+            for key, current in matching:
+                meta = current.get("metadata") or {}
+                if options.is_dry_run or meta.get("deletionTimestamp"):
+                    deleted.append(current)
+                elif meta.get("finalizers"):
+                    meta["deletionTimestamp"] = _now()
+                    meta["resourceVersion"] = self._next_version()
+                    self._objects[key] = current
+                    await self._emit(request.resource, "MODIFIED", current)
+                    deleted.append(current)
+                else:
+                    await self._remove(key, current, orphan=orphan)
+                    deleted.append(current)
+            version = self._next_version() if deleted and not options.is_dry_run else "0"
+        listed = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}}
+        return aiohttp.web.json_response({**listed, "items": deleted}, status=200)
 
     async def _remove(self, key: Key, obj: dict[str, Any], *, orphan: bool = False) -> None:
         """Delete an object for good (lock held), then its dependents, as the GC would."""

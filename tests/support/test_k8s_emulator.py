@@ -285,3 +285,31 @@ async def test_a_watch_over_a_websocket_streams_the_same_events(
         assert types[-1] == "DELETED"
     assert socket.closed
     api.close()
+
+
+def test_deletecollection_deletes_what_the_selectors_match(k8s_server: EmulatorServer) -> None:
+    """Spark deletes its executor pods by label when it stops: a DELETE of the collection."""
+    api = KubeApi.for_url(k8s_server.url, token=TOKEN, namespace="emulator-deletecollection")
+    path = api.path("pods")
+    for name, role in (("exec-1", "executor"), ("exec-2", "executor"), ("driver", "driver")):
+        body = {"metadata": {"name": name, "labels": {"spark-role": role}}}
+        body["spec"] = {"containers": [{"name": "c", "image": "i"}]}
+        assert api.request("POST", path, body=body).status == 201
+    deleted = api.request("DELETE", path, query={"labelSelector": "spark-role=executor"})
+    assert deleted.status == 200
+    assert sorted(item["metadata"]["name"] for item in deleted.body["items"]) == [
+        "exec-1",
+        "exec-2",
+    ]
+    left = [pod["metadata"]["name"] for pod in api.request("GET", path).body["items"]]
+    assert left == ["driver"]
+    # A request the emulator has no answer for (an eviction, here) is recorded, as a refusal.
+    eviction = api.path("pods", "driver", subresource="eviction")
+    assert api.request("POST", eviction, body={}).status == 404
+    assert server_refusals(k8s_server)[-1]["path"] == eviction
+    api.close()
+
+
+def server_refusals(server: EmulatorServer) -> list[dict[str, object]]:
+    assert server.emulator is not None
+    return list(server.emulator.refusals)

@@ -292,4 +292,5 @@ def local_image() -> Image:
             "/opt/finishable/entrypoint.sh": ROOT / "docker" / "entrypoint.sh",
         },
         dirs=("/home/finishable", "/tmp/finishable"),
+        host_paths=tuple(sorted({ROOT, Path(sys.prefix).resolve(), spark_home})),
     )

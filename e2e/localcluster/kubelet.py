@@ -233,6 +233,7 @@ class ProcessKubelet:
             sandbox.Bind(str(source), target, read_only=True, directory=source.is_dir())
             for target, source in image.files.items()
         ]
+        mounts += [sandbox.Bind(str(path), str(path), read_only=True) for path in image.host_paths]
         for mount in spec.get("volumeMounts") or []:
             volume = volumes.get(mount["name"])
             if volume is None:

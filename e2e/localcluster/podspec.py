@@ -29,6 +29,9 @@ class Image:
     working_dir: str = "/"
     files: Mapping[str, Path] = field(default_factory=dict)  # container path -> host path
     dirs: tuple[str, ...] = ()  # directories the image has, empty and writable
+    # Host directories the stand-in needs at their own paths, read-only: where this machine's
+    # interpreter, pyspark and project live (they may be under /tmp, which a pod has of its own).
+    host_paths: tuple[Path, ...] = ()
 
 
 def container_command(

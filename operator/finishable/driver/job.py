@@ -48,12 +48,7 @@ from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.batch.runtime import BatchRuntime
 from finishable.driver.failures import PermanentFailure, ProgramError, is_permanent
 from finishable.driver.outcome import JobFailed, JobSuperseded, Outcome
-from finishable.driver.placement import (
-    check_executors,
-    check_shared_state,
-    executor_pods_of,
-    runs_executor_pods,
-)
+from finishable.driver.placement import check_placement
 from finishable.driver.runner_watch import watch_runner
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.streaming.checkpoints import (
@@ -297,7 +292,7 @@ class FinishableJob:
 
     def _run_batch(self, runtime: BatchRuntime) -> Outcome:
         try:
-            self._check_executors()
+            check_placement(self._spark, self.config)
             outcome = runtime.run()
         except (JobFailed, ValueError, OSError) as error:
             message = str(error)
@@ -315,13 +310,7 @@ class FinishableJob:
         if not self._sources:
             raise ProgramError("the program called run() without read_stream(): nothing to read")
         dataframe, sink, output_mode = self._output
-        self._check_executors()
-        check_shared_state(
-            self._spark,
-            dataframe,
-            executor_pods=runs_executor_pods(self._spark),
-            work_volume=self.config.spec.work_volume is not None,
-        )
+        check_placement(self._spark, self.config, dataframe)
         fingerprints = Fingerprints(
             sources={c.name: c.source.fingerprint() for c in self._sources},
             sinks={sink.sink_name: json.dumps(sink.fingerprint(), sort_keys=True)},
@@ -378,18 +367,6 @@ class FinishableJob:
             control=self._control,
             stop_timeout=self.config.spec.stop_timeout.total_seconds(),
             fence=self._state.fence,
-        )
-
-    def _check_executors(self) -> None:
-        """On executor pods: fail the attempt when none registered (see ``placement``)."""
-        if not runs_executor_pods(self._spark):
-            return
-        executor = self.config.spec.executor
-        check_executors(
-            self._spark,
-            executor.instances,
-            str(executor.registration_timeout),
-            executor_pods_of(self.config.namespace),
         )
 
     def _clear_work_dir(self) -> None:

@@ -26,6 +26,8 @@ from finishable.driver.outcome import JobFailed
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from finishable.api.jobconfig import JobConfig
+
 log = logging.getLogger(__name__)
 
 SPARK_EXECUTOR_LABELS = "spark-role=executor"
@@ -167,4 +169,24 @@ def check_shared_state(
             "and every executor mount one volume. Set spec.workVolume.claimName to a "
             "ReadWriteMany claim, or spec.workVolume.size for the operator to create one (or run "
             "Spark inside the driver pod with the operator's --spark-master local[N])"
+        )
+
+
+def check_placement(
+    spark: SparkSession, config: JobConfig, dataframe: DataFrame | None = None
+) -> None:
+    """Both checks for a job about to run: executors registered (on executor pods), and a
+    streaming query's state where the driver can read it (``dataframe``: the query's output)."""
+    if not runs_executor_pods(spark):
+        return
+    executor = config.spec.executor
+    check_executors(
+        spark,
+        executor.instances,
+        str(executor.registration_timeout),
+        executor_pods_of(config.namespace),
+    )
+    if dataframe is not None:
+        check_shared_state(
+            spark, dataframe, executor_pods=True, work_volume=config.spec.work_volume is not None
         )

@@ -133,7 +133,7 @@ def test_late_and_duplicate_task_attempts_are_refused_and_the_output_is_exact(
     runtime = job._batch
     assert runtime is not None
     genuine = runtime._hook
-    answers: dict[str, list[dict[str, Any]]] = {"late": [], "duplicate": []}
+    answers: dict[str, list[dict[str, Any]]] = {"late": [], "duplicate": [], "again": []}
     forged = pa.table({"customer": ["zz"], "cents": pa.array([10**6], pa.int64())})
 
     def twin(body: dict[str, Any], attempt: int) -> dict[str, Any]:
@@ -154,6 +154,11 @@ def test_late_and_duplicate_task_attempts_are_refused_and_the_output_is_exact(
             answer = genuine(action, body)
             # a speculative copy reporting after the first one committed
             answers["duplicate"].append(genuine(action, twin(body, body["attempt"] + 2)))
+            if body["stage"] == "paid":
+                # Spark runs the committed task again (its executor went away before Spark had
+                # its result): the new attempt reads nothing and the task's splits stay finished.
+                again = {"stage": "paid", "task": 0, "attempt": body["attempt"] + 3}
+                answers["again"].append(genuine("task-start", again))
             return answer
         return genuine(action, body)
 
@@ -164,6 +169,7 @@ def test_late_and_duplicate_task_attempts_are_refused_and_the_output_is_exact(
     assert "no longer live" in answers["late"][0]["refused"]
     assert [a["ok"] for a in answers["duplicate"]] == [False, False]
     assert all("is a duplicate" in a["refused"] for a in answers["duplicate"])
+    assert answers["again"] == [{"ok": True, "committed": True}]
     assert published(sink) == paid_cents_per_customer(orders)
 
 

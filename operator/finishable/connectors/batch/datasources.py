@@ -174,7 +174,11 @@ class BatchSourceReader(DataSourceReader):
         if subtask is None:
             return
         attempt = coordinator_attempt(plan.attempt, plan.round, context.attemptNumber())
-        self.runtime.call("task-start", {"stage": plan.stage, "task": subtask, "attempt": attempt})
+        started = self.runtime.call(
+            "task-start", {"stage": plan.stage, "task": subtask, "attempt": attempt}
+        )
+        if started.get("committed"):
+            return  # Spark re-ran a task whose output the driver already committed
         client = self.settings.client(self.token)
         target = arrow_schema_of(self.settings.schema)
         audit = os.environ.get(AUDIT_ENV)

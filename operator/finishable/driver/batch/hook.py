@@ -1,7 +1,8 @@
 """The calls a Batch job's tasks make to the driver: ``/v1/runtime/{action}`` on the endpoint.
 
 A reader task announces its start (its subtask's earlier attempts are failed and the subtask is
-reset, so it reads from scratch); every task reports its finish (its splits are finished in the
+reset, so it reads from scratch; a task already committed reads nothing, its splits staying
+finished); every task reports its finish (its splits are finished in the
 enumerator, its partitions and staged file logged as ``TaskFinished``); a stage task asks where
 a partition of its input lives.
 
@@ -50,6 +51,17 @@ class TaskHookMixin(RuntimeCore):
         subtask, attempt = int(body["task"]), int(body["attempt"])
         host = stage.read.coordinator.host
         with self._lock:
+            if subtask in stage.finished:
+                # Spark runs a committed task again when its executor went away before the
+                # task's result reached Spark: its splits stay finished (their rows are in the
+                # committed partition) and this attempt reads nothing.
+                log.info(
+                    "stage %s: task %d is committed; attempt %d reads nothing",
+                    stage.name,
+                    subtask,
+                    attempt,
+                )
+                return {"ok": True, "committed": True}
             live = host.live_attempts().result(30).get(subtask, [])
             for old in live:
                 host.execution_attempt_failed(subtask, old, None).result(30)

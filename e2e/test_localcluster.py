@@ -299,3 +299,42 @@ def test_a_pod_whose_image_cannot_be_had_waits_in_image_pull_back_off(
     state = wait(waiting, "the pod to wait")
     assert state["reason"] == "ImagePullBackOff" and '"x:1"' in state["message"]
     assert pod_status(api, "nope")["phase"] == "Pending"
+
+
+def test_a_deleted_pod_stays_terminating_until_its_process_has_stopped(
+    kubelet_api: tuple[KubeApi, ProcessKubelet, EmulatorServer],
+) -> None:
+    """The kubelet binds the pod to its node, so the API server deletes it gracefully: the pod
+    is still there, marked, while its process handles SIGTERM (as a driver's shutdown still
+    calls the API), and goes once the process has ended."""
+    api, kubelet, _ = kubelet_api
+    script = "trap 'sleep 1; echo stopped > /scratch/out; exit 0' TERM; while :; do sleep 0.1; done"
+    body = {
+        "metadata": {"name": "slow-stop"},
+        "spec": {
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "sh",
+                    "args": [script],
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                }
+            ],
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+        },
+    }
+    assert api.request("POST", api.path("pods"), body=body).status == 201
+    kubelet.start()
+    wait(lambda: pod_status(api, "slow-stop").get("phase") == "Running", "the pod to run")
+    pid = kubelet.containers[next(iter(kubelet.containers))].process.pid  # type: ignore[union-attr]
+    marked = api.request("DELETE", api.path("pods", "slow-stop")).body
+    assert marked["spec"]["nodeName"] == "local"
+    assert marked["metadata"]["deletionGracePeriodSeconds"] == 5
+    # The process runs its handler (a second, at least) while the pod is still there.
+    [directory] = (kubelet.root / "pods" / "ns1").glob("slow-stop-*")
+    out = directory / "volumes" / "scratch" / "out"
+    wait(lambda: api.request("GET", api.path("pods", "slow-stop")).status == 404, "the pod to go")
+    assert out.read_text() == "stopped\n", "the pod went only after its process had stopped"
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -27,7 +27,10 @@ It follows the pods through the API (every ``SYNC_SECONDS``), and for each one:
   container ends with its main process;
 * restarts containers of ``restartPolicy: Always/OnFailure`` pods with a back-off, each start
   in a fresh root (the volumes persist, the container's own files do not);
-* kills the process group (SIGTERM, then SIGKILL after the grace period) when the pod is deleted.
+* binds each pod it runs to its node (``spec.nodeName``, as the scheduler would), so that the
+  API server deletes the pod gracefully: when it is marked for deletion, kills the process group
+  (SIGTERM, then SIGKILL after the grace period), then deletes it for good (grace period 0,
+  precondition on its uid), as a kubelet does; until then the pod is still there, terminating.
 
 One container per pod (the first); init containers, liveness probes, resource limits,
 ``runAsUser`` (every process runs as the kubelet's user), Service ports that differ from their
@@ -74,6 +77,7 @@ SANDBOX = Path(sandbox.__file__).resolve()
 MERGE = "application/merge-patch+json"
 RESTART_BACKOFF_MAX = 10.0
 GRACE_SECONDS_MAX = 10.0
+NODE_NAME = "local"  # the one node: pods are bound to it (spec.nodeName) before they start
 POD_NET_DIR = "/etc/podnet"  # where a pod sees the kubelet's files for it (hosts, hostname)
 # Host variables a container may see: its locale and time zone, nothing more.
 HOST_ENV = ("LANG", "LC_ALL", "TZ")
@@ -122,6 +126,7 @@ class ProcessKubelet:
         self.containers: dict[str, Container] = {}  # by pod uid
         self._waiting: dict[str, str] = {}  # pod uid -> why it is still Pending (as reported)
         self._ips: dict[str, str] = {}  # pod uid -> IP
+        self._stopping: set[str] = set()  # uids of deleted pods whose processes are stopping
         self._subnet = random.randint(16, 250)  # 127.<subnet>.0.0/16
         self._next_ip = 2
         self._stop = threading.Event()
@@ -161,23 +166,51 @@ class ProcessKubelet:
         for uid, container in list(self.containers.items()):
             pod = live.get(uid)
             if pod is None or pod["metadata"].get("deletionTimestamp"):
-                self._remove(container)
+                self._remove(container, pod)
         names = self._cluster_names(pods, services)
         if names != self._names:
             self._names = names
             for container in self.containers.values():
                 self._write_hosts(container)
         for uid, pod in live.items():
+            if pod["spec"].get("nodeName") not in (None, NODE_NAME):
+                continue  # another node's
             if pod["metadata"].get("deletionTimestamp"):
+                if uid not in self._stopping and pod["spec"].get("nodeName"):
+                    self._release(pod)  # nothing of it runs here: the grace period is over
                 continue
             current = self.containers.get(uid)
             if current is None:
-                if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+                if (pod.get("status") or {}).get("phase", "Pending") == "Pending" and self._bind(
+                    pod
+                ):
                     self._start_pod(pod)
             else:
                 current.pod = pod
                 self._tend(current)
         self._collect_claims()
+
+    def _bind(self, pod: dict[str, Any]) -> bool:
+        """Take the pod for this node, as the scheduler binds it (its deletion is graceful from
+        then on: it stays until this kubelet has stopped it); False if another took it."""
+        if pod["spec"].get("nodeName"):
+            return True
+        meta = pod["metadata"]
+        path = self.api.path(
+            "pods", meta["name"], namespace=meta["namespace"], subresource="binding"
+        )
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": meta["name"], "uid": meta["uid"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": NODE_NAME},
+        }
+        response = self.api.request("POST", path, body=binding)
+        if response.status != 201:
+            log.info("binding %s: %s %s", meta["name"], response.status, response.message)
+            return False
+        pod["spec"]["nodeName"] = NODE_NAME
+        return True
 
     def _list(self, path: str) -> list[dict[str, Any]]:
         response = self.api.request("GET", path)
@@ -246,9 +279,7 @@ class ProcessKubelet:
             read_only = bool(mount.get("readOnly")) or any(
                 kind in volume for kind in ("configMap", "secret", "projected")
             )
-            mounts.append(
-                sandbox.Bind(str(source), mount["mountPath"], read_only, source.is_dir())
-            )
+            mounts.append(sandbox.Bind(str(source), mount["mountPath"], read_only, source.is_dir()))
         net = container.directory / "net"
         net.mkdir(parents=True, exist_ok=True)
         mounts.append(sandbox.Bind(str(net), POD_NET_DIR, read_only=True))
@@ -487,16 +518,44 @@ class ProcessKubelet:
 
     # -- stopping ---------------------------------------------------------------------------
 
-    def _remove(self, container: Container) -> None:
-        """The pod was deleted: stop its processes in the background, forget it."""
+    def _remove(self, container: Container, pod: dict[str, Any] | None) -> None:
+        """The pod is being deleted (or is gone): stop its processes in the background within
+        its grace period, then let the API server delete it; forget it."""
         del self.containers[container.uid]
-        grace = float(container.pod["spec"].get("terminationGracePeriodSeconds", 30))
+        spec, meta = container.pod["spec"], (pod or {}).get("metadata") or {}
+        grace = float(
+            meta.get("deletionGracePeriodSeconds", spec.get("terminationGracePeriodSeconds", 30))
+        )
+        self._stopping.add(container.uid)
         threading.Thread(
-            target=self._kill,
-            args=(container, min(grace, GRACE_SECONDS_MAX)),
+            target=self._stop_pod,
+            args=(container, min(grace, GRACE_SECONDS_MAX), pod),
             name=f"stop-{container.name}",
             daemon=True,
         ).start()
+
+    def _stop_pod(self, container: Container, grace: float, pod: dict[str, Any] | None) -> None:
+        try:
+            self._kill(container, grace)
+            if pod is not None:
+                self._release(pod)
+        finally:
+            self._stopping.discard(container.uid)
+
+    def _release(self, pod: dict[str, Any]) -> None:
+        """The pod's processes are gone: delete it with no grace left (this pod, by its uid, not
+        one created since under the same name), as a kubelet ends a graceful deletion."""
+        meta = pod["metadata"]
+        options = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": meta["uid"]},
+        }
+        path = self.api.path("pods", meta["name"], namespace=meta["namespace"])
+        response = self.api.request("DELETE", path, body=options)
+        if response.status not in (200, 404, 409):
+            log.warning("deleting %s: %s %s", meta["name"], response.status, response.message)
 
     def _kill(self, container: Container, grace: float) -> None:
         process = container.process

@@ -214,7 +214,7 @@ def field_value(pod: PodRef, path: str) -> str:
         "metadata.name": meta["name"],
         "metadata.namespace": meta["namespace"],
         "metadata.uid": meta["uid"],
-        "spec.nodeName": "local",
+        "spec.nodeName": pod.pod["spec"].get("nodeName", ""),
         "spec.serviceAccountName": pod.pod["spec"].get("serviceAccountName", "default"),
         "status.podIP": pod.ip,
         "status.podIPs": pod.ip,

@@ -30,10 +30,13 @@ What kmock 0.8 lacks, and this adds (generic for every resource, not ConfigMap-o
   ``validate_schemas`` says (``k8s_schema``): unknown fields pruned, ``default``s applied, and
   unknown fields answered by ``fieldValidation``: a ``Warning: 299 - "unknown field
   \\"spec.foo\\""`` header each (Warn, the default), 400/422 (Strict), nothing (Ignore);
-* finalizers (delete marks ``deletionTimestamp``; removing the last finalizer deletes),
-  ``deletecollection`` (a DELETE of a collection, by label and field selectors), and the
-  garbage collector: deleting an object deletes its dependents (``ownerReferences``), unless
-  ``propagationPolicy: Orphan``;
+* finalizers (delete marks ``deletionTimestamp``; removing the last finalizer deletes);
+  graceful deletion of a pod bound to a node (``POST pods/NAME/binding``, as a scheduler
+  binds): it stays, marked with its grace period, until its kubelet, having stopped it, deletes
+  it with ``gracePeriodSeconds: 0`` (an unbound or ended pod goes at once); ``DeleteOptions``
+  preconditions (uid, resourceVersion: 409); ``deletecollection`` (a DELETE of a collection,
+  by label and field selectors), and the garbage collector: deleting an object deletes its
+  dependents (``ownerReferences``), unless ``propagationPolicy: Orphan``;
 * discovery of the built-in resources, and of custom resources once their
   CustomResourceDefinition is created (as ``kubectl apply -f crds/`` would do);
 * validation the real server does and our code must respect: object names (DNS subdomains),
@@ -108,6 +111,8 @@ _SELECTOR_TERM = re.compile(
     r"\s*(?P<neg>!)?\s*(?P<key>[A-Za-z0-9./_-]+)\s*"
     r"(?:(?P<op>==|=|!=)\s*(?P<value>[A-Za-z0-9._-]*)|\s+(?P<setop>in|notin)\s*\((?P<set>[^)]*)\))?\s*"
 )
+PODS = kmock.resource("", "v1", "pods")
+_SERVER_OWNED = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds")
 _STANDARD_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 
 Key = tuple[Any, str | None, str]
@@ -161,8 +166,57 @@ def _answer(response: aiohttp.web.StreamResponse) -> tuple[str, str]:
         return "", body.decode(errors="replace")[:500]
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat()
+def _now(later: int = 0) -> str:
+    moment = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=later)
+    return moment.isoformat()
+
+
+def _grace_seconds(key: Key, obj: Mapping[str, Any], requested: int | None) -> int:
+    """The grace period of a deletion (``CheckGracefulDelete`` of the pod registry): a pod that
+    runs on a node has the one asked for, else its ``terminationGracePeriodSeconds`` (30 by
+    default), so that its kubelet can stop it; a pod no node took, or one that ended, goes at
+    once; every other kind of object has none."""
+    if key[0] != PODS:
+        return 0
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+        return 0
+    if requested is None:
+        requested = int(spec.get("terminationGracePeriodSeconds", 30))
+    return 1 if requested < 0 else requested
+
+
+def _deletable(meta: Mapping[str, Any]) -> bool:
+    """Marked for deletion, and neither a finalizer nor a grace period left to wait for."""
+    return (
+        meta.get("deletionTimestamp") is not None
+        and not meta.get("finalizers")
+        and not meta.get("deletionGracePeriodSeconds")
+    )
+
+
+def _check_preconditions(
+    options: k8s_params.Options, current: Mapping[str, Any], request: kmock.Request
+) -> None:
+    """DeleteOptions.preconditions: 409 when the object is not the one the caller meant (a
+    kubelet deleting the pod it stopped, not a new one of the same name)."""
+    meta = current.get("metadata") or {}
+    for field, key, wanted in (
+        ("UID", "uid", options.precondition_uid),
+        ("ResourceVersion", "resourceVersion", options.precondition_resource_version),
+    ):
+        actual = meta.get(key)
+        if wanted is not None and wanted != actual:
+            assert request.resource is not None
+            raise KubernetesError(
+                status=409,
+                reason="Conflict",
+                message=(
+                    f'Operation cannot be fulfilled on {request.resource.plural} "{request.name}":'
+                    f" Precondition failed: {field} in precondition: {wanted}, {field} in object"
+                    f" meta: {actual}"
+                ),
+            )
 
 
 def _invalid(kind: str, name: str, detail: str) -> KubernetesError:
@@ -452,6 +506,8 @@ class StateEmulator(KubernetesEmulator):
         admitted = await k8s_admission.admit(self, request)  # ServiceAccounts, TokenRequest
         if admitted is not None:
             return admitted
+        if request.resource == PODS and request.subresource == "binding":
+            return await self._bind(request)
         if request.resource is None or request.subresource not in (None, "status"):
             return await super()._handle(request)
         if request.method == kmock.method.PUT and request.name is not None:
@@ -619,7 +675,7 @@ class StateEmulator(KubernetesEmulator):
                     reason="AlreadyExists",
                     message=f'{request.resource.plural} "{meta["name"]}" already exists',
                 )
-            for field in ("resourceVersion", "deletionTimestamp"):
+            for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
                 meta.pop(field, None)
             meta.update(
                 namespace=namespace,
@@ -654,7 +710,7 @@ class StateEmulator(KubernetesEmulator):
                     new["status"] = current["status"]
         meta = new.setdefault("metadata", {})
         current_meta = current.get("metadata") or {}
-        for field in ("uid", "creationTimestamp", "namespace", "deletionTimestamp"):
+        for field in (*_SERVER_OWNED, "namespace"):
             if field in current_meta:
                 meta[field] = current_meta[field]
             else:
@@ -674,7 +730,7 @@ class StateEmulator(KubernetesEmulator):
         if k8s_params.current().is_dry_run:  # dryRun=All: validated and answered, not stored
             return new
         meta = new.get("metadata") or {}
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if _deletable(meta):
             await self._remove(key, new)
             return new
         self._objects[key] = new
@@ -719,26 +775,47 @@ class StateEmulator(KubernetesEmulator):
             new = await self._write(request, self._store(request, current, patched), key)
         return aiohttp.web.json_response(new, status=200)
 
+    async def _bind(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        """``POST pods/NAME/binding``: a scheduler assigns the pod to a node (``spec.nodeName``,
+        otherwise immutable), once; the node's kubelet then runs it, and deleting it is graceful."""
+        if request.method != kmock.method.POST or request.name is None:
+            raise KubernetesError(status=405, reason="MethodNotAllowed", message="create only")
+        body = request.data if isinstance(request.data, dict) else {}
+        node = (body.get("target") or {}).get("name")
+        if not node or (body.get("target") or {}).get("kind", "Node") != "Node":
+            raise _invalid("Binding", request.name, "target.name: Required value")
+        key = self._key(request, request.name)
+        async with self._lock:
+            pod = self._current(key, request)
+            bound = pod["spec"].get("nodeName")
+            if bound or pod["metadata"].get("deletionTimestamp"):
+                reason = f"is already assigned to node {bound!r}" if bound else "is being deleted"
+                raise KubernetesError(
+                    status=409,
+                    reason="Conflict",
+                    message=f'Operation cannot be fulfilled on pods/binding "{request.name}": '
+                    f"pod {request.name} {reason}",
+                )
+            pod["spec"]["nodeName"] = node
+            pod["metadata"]["resourceVersion"] = self._next_version()
+            self._objects[key] = pod
+            await self._emit(PODS, "MODIFIED", pod)
+        status = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Success"}
+        return aiohttp.web.json_response(status, status=201)
+
     async def _delete(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         assert request.resource is not None and request.name is not None
         key = self._key(request, request.name)
         options = k8s_params.current()  # DeleteOptions: from the body, else from the query
-        policy = "Orphan" if options.orphan_dependents else options.propagation_policy
         async with self._lock:
             current = self._current(key, request)
             meta = current.get("metadata") or {}
+            _check_preconditions(options, current, request)
             if options.is_dry_run:  # dryRun=All: validated and answered, nothing deleted
                 return aiohttp.web.json_response(current, status=200)
-            if meta.get("finalizers"):
-                if meta.get("deletionTimestamp"):
-                    return aiohttp.web.json_response(current, status=200)
-                obj = copy.deepcopy(current)
-                obj["metadata"]["deletionTimestamp"] = _now()
-                obj["metadata"]["resourceVersion"] = self._next_version()
-                self._objects[key] = obj
-                await self._emit(request.resource, "MODIFIED", obj)
-                return aiohttp.web.json_response(obj, status=200)
-            await self._remove(key, current, orphan=policy == "Orphan")
+            held = await self._delete_object(key, current, options)
+        if held is not None:  # a finalizer or a pod's grace period holds it: the object
+            return aiohttp.web.json_response(held, status=200)
         status = {
             "apiVersion": "v1",
             "kind": "Status",
@@ -754,11 +831,11 @@ class StateEmulator(KubernetesEmulator):
 
     async def _delete_collection(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         """``deletecollection``: every object the label and field selectors match, each deleted
-        as a single delete would be (finalizers, dependents), answered with the list of them."""
+        as a single delete would be (finalizers, grace periods, dependents), answered with the
+        list of them."""
         assert request.resource is not None
         terms = parse_label_selector(request.params.get("labelSelector", ""))
         options = k8s_params.current()
-        orphan = options.orphan_dependents or options.propagation_policy == "Orphan"
         deleted: list[dict[str, Any]] = []
         async with self._lock:
             matching = [
@@ -769,21 +846,36 @@ class StateEmulator(KubernetesEmulator):
                 and self._matches(request, key[1], obj.raw, terms)
             ]
             for key, current in matching:
-                meta = current.get("metadata") or {}
-                if options.is_dry_run or meta.get("deletionTimestamp"):
+                if options.is_dry_run:
                     deleted.append(current)
-                elif meta.get("finalizers"):
-                    meta["deletionTimestamp"] = _now()
-                    meta["resourceVersion"] = self._next_version()
-                    self._objects[key] = current
-                    await self._emit(request.resource, "MODIFIED", current)
-                    deleted.append(current)
-                else:
-                    await self._remove(key, current, orphan=orphan)
-                    deleted.append(current)
+                elif key in self._objects:  # not gone with an owner deleted before it
+                    deleted.append(await self._delete_object(key, current, options) or current)
             version = self._next_version() if deleted and not options.is_dry_run else "0"
         listed = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}}
         return aiohttp.web.json_response({**listed, "items": deleted}, status=200)
+
+    async def _delete_object(
+        self, key: Key, current: dict[str, Any], options: k8s_params.Options
+    ) -> dict[str, Any] | None:
+        """Delete one object as the registry does (lock held): a finalizer or a pod's grace
+        period marks it (``deletionTimestamp``, ``deletionGracePeriodSeconds``) and returns it;
+        a shorter grace period shortens a mark (a kubelet's final delete with 0 ends a pod);
+        otherwise it is removed, with its dependents, and None is returned."""
+        meta = current.setdefault("metadata", {})
+        grace = _grace_seconds(key, current, options.grace_period_seconds)
+        terminating = meta.get("deletionTimestamp") is not None
+        if terminating and grace >= int(meta.get("deletionGracePeriodSeconds") or 0):
+            return current  # marked already, by a grace period no longer than this one
+        if not meta.get("finalizers") and grace == 0:
+            orphan = options.orphan_dependents or options.propagation_policy == "Orphan"
+            await self._remove(key, current, orphan=orphan)
+            return None
+        meta["deletionTimestamp"] = _now(grace)
+        meta["deletionGracePeriodSeconds"] = grace
+        meta["resourceVersion"] = self._next_version()
+        self._objects[key] = current
+        await self._emit(key[0], "MODIFIED", current)
+        return current
 
     async def _remove(self, key: Key, obj: dict[str, Any], *, orphan: bool = False) -> None:
         """Delete an object for good (lock held), then its dependents, as the GC would."""
@@ -804,18 +896,8 @@ class StateEmulator(KubernetesEmulator):
             )
         ]
         for dep_key, dependent in dependents:
-            if dep_key not in self._objects:
-                continue
-            dep_meta = dependent.get("metadata") or {}
-            if dep_meta.get("finalizers"):
-                if not dep_meta.get("deletionTimestamp"):
-                    marked = copy.deepcopy(dependent)
-                    marked["metadata"]["deletionTimestamp"] = _now()
-                    marked["metadata"]["resourceVersion"] = self._next_version()
-                    self._objects[dep_key] = marked
-                    await self._emit(dep_key[0], "MODIFIED", marked)
-                continue
-            await self._remove(dep_key, dependent)
+            if dep_key in self._objects:  # the collector deletes with the default options
+                await self._delete_object(dep_key, copy.deepcopy(dependent), k8s_params.Options())
 
     def _current(self, key: Key, request: kmock.Request) -> dict[str, Any]:
         if key not in self._objects or self._objects[key].deleted:

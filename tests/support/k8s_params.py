@@ -61,6 +61,8 @@ class Options:
     resource_version_match: str = ""
     continue_token: str = ""
     grace_period_seconds: int | None = None
+    precondition_uid: str | None = None  # DeleteOptions.preconditions (a body only)
+    precondition_resource_version: str | None = None
     orphan_dependents: bool | None = None
     propagation_policy: str | None = None
     dry_run: tuple[str, ...] = ()
@@ -274,8 +276,11 @@ def _delete_options(query: Query, body: Any) -> dict[str, Any]:
     server), else from the query; then ``ValidateDeleteOptions``."""
     if isinstance(body, Mapping):
         grace = body.get("gracePeriodSeconds")
+        preconditions = body.get("preconditions") or {}
         options: dict[str, Any] = {
             "grace_period_seconds": grace if isinstance(grace, int) else None,
+            "precondition_uid": preconditions.get("uid"),
+            "precondition_resource_version": preconditions.get("resourceVersion"),
             "orphan_dependents": body.get("orphanDependents"),
             "propagation_policy": body.get("propagationPolicy"),
             "dry_run": tuple(body.get("dryRun") or ()),

@@ -310,6 +310,60 @@ def test_deletecollection_deletes_what_the_selectors_match(k8s_server: EmulatorS
     api.close()
 
 
+def test_a_pod_on_a_node_is_deleted_gracefully(k8s_server: EmulatorServer) -> None:
+    """A bound pod stays, marked, until its kubelet deletes it with no grace left (a Role deleted
+    as soon as its pod is asked to go would fail the pod's last calls); an unbound one goes at
+    once; the owner's deletion and deletecollection mark a bound pod the same way."""
+    api = KubeApi.for_url(k8s_server.url, token=TOKEN, namespace="emulator-graceful")
+    owner = api.request("POST", api.path("configmaps"), body={"metadata": {"name": "o"}}).body
+    reference = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "o",
+        "uid": owner["metadata"]["uid"],
+    }
+    for name in ("bound", "unbound", "owned", "listed"):
+        body = {
+            "metadata": {"name": name, "labels": {"set": name}},
+            "spec": {
+                "containers": [{"name": "c", "image": "i"}],
+                "terminationGracePeriodSeconds": 7,
+            },
+        }
+        if name == "owned":
+            body["metadata"]["ownerReferences"] = [reference]
+        assert api.request("POST", api.path("pods"), body=body).status == 201
+        if name != "unbound":
+            binding = {"target": {"kind": "Node", "name": "node-a"}, "metadata": {"name": name}}
+            bind = api.path("pods", name, subresource="binding")
+            assert api.request("POST", bind, body=binding).status == 201
+            assert api.request("POST", bind, body=binding).status == 409, "bound once"
+    assert api.request("DELETE", api.path("pods", "unbound")).status == 200
+    assert api.request("GET", api.path("pods", "unbound")).status == 404
+    marked = api.request("DELETE", api.path("pods", "bound")).body
+    assert marked["spec"]["nodeName"] == "node-a"
+    assert marked["metadata"]["deletionGracePeriodSeconds"] == 7
+    status = {"status": {"phase": "Running"}, "metadata": {"uid": marked["metadata"]["uid"]}}
+    patched = api.request(
+        "PATCH",
+        api.path("pods", "bound", subresource="status"),
+        body=status,
+        content_type="application/merge-patch+json",
+    )
+    assert patched.status == 200, "the kubelet reports while it stops the pod"
+    assert api.request("DELETE", api.path("configmaps", "o")).status == 200
+    listed = api.request("DELETE", api.path("pods"), query={"labelSelector": "set=listed"})
+    assert [i["metadata"]["deletionGracePeriodSeconds"] for i in listed.body["items"]] == [7]
+    for name in ("bound", "owned", "listed"):
+        assert api.request("GET", api.path("pods", name)).body["metadata"]["deletionTimestamp"]
+    other = {"preconditions": {"uid": "not-its-uid"}, "gracePeriodSeconds": 0}
+    assert api.request("DELETE", api.path("pods", "bound"), body=other).status == 409
+    final = {"preconditions": {"uid": marked["metadata"]["uid"]}, "gracePeriodSeconds": 0}
+    assert api.request("DELETE", api.path("pods", "bound"), body=final).status == 200
+    assert api.request("GET", api.path("pods", "bound")).status == 404
+    api.close()
+
+
 def server_refusals(server: EmulatorServer) -> list[dict[str, object]]:
     assert server.emulator is not None
     return list(server.emulator.refusals)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from finishable.api.models import RetainOnDelete
@@ -22,6 +23,8 @@ from finishable.state.configmap import COMPONENT as STATE_COMPONENT
 from finishable.state.snapshots import is_savepoint_object
 
 log = logging.getLogger(__name__)
+
+STOP_MARGIN = timedelta(seconds=30)  # past a terminating pod's grace period
 
 _CHILDREN: tuple[tuple[str, str, Callable[[str], str]], ...] = (
     ("apps/v1", "statefulsets", naming.shuffle_name),
@@ -69,20 +72,57 @@ def retain_on_delete(spec: Mapping[str, Any]) -> RetainOnDelete:
         return RetainOnDelete.SAVEPOINTS
 
 
-async def remove_children(kube: Kube, job: JobRef, *, retain: RetainOnDelete) -> int:
-    """Stop the driver, delete every child, and dispose of the state by ``retain``.
+class PodsStopping(Exception):
+    """The job's pods were asked to stop and are still terminating."""
 
-    The garbage collector would remove the owned children too, but only after the job is gone
-    and in no particular order; deleting them here stops the driver and its executors first.
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(f"waiting for {', '.join(names)} to stop")
+        self.names = names
+
+
+def still_stopping(pods: Iterable[Mapping[str, Any]], now: datetime) -> list[str]:
+    """The pods to wait for: those marked for deletion whose grace period (ending at their
+    ``deletionTimestamp``) is not ``STOP_MARGIN`` past. One stuck past that (its node is lost)
+    is waited for no longer, or the job could never be deleted."""
+    waiting = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        marked = meta.get("deletionTimestamp")
+        if marked is None or now < datetime.fromisoformat(str(marked)) + STOP_MARGIN:
+            waiting.append(str(meta.get("name")))
+    return waiting
+
+
+async def stop_pods(kube: Kube, job: JobRef) -> int:
+    """Delete the driver and executor pods; :class:`PodsStopping` while any is terminating.
+
+    A terminating driver still calls the API (Spark deletes its executors, the runtime may write
+    its state): its Role, token and ConfigMaps must outlive it, so nothing else is deleted
+    before it is gone.
     """
     deleted = 0
     job_label = f"{LABEL_JOB}={job_label_value(job.name)}"
-    for component in (naming.DRIVER, naming.EXECUTOR):
-        pods = await kube.list(
-            "pods", namespace=job.namespace, selector=f"{job_label},{LABEL_COMPONENT}={component}"
-        )
-        for pod in pods:
+    selector = f"{job_label},{LABEL_COMPONENT} in ({naming.DRIVER},{naming.EXECUTOR})"
+    for pod in await kube.list("pods", namespace=job.namespace, selector=selector):
+        if not pod["metadata"].get("deletionTimestamp"):
             deleted += await kube.delete("pods", pod["metadata"]["name"], namespace=job.namespace)
+    left = await kube.list("pods", namespace=job.namespace, selector=selector)
+    waiting = still_stopping(left, datetime.now(UTC))
+    if waiting:
+        raise PodsStopping(waiting)
+    return deleted
+
+
+async def remove_children(kube: Kube, job: JobRef, *, retain: RetainOnDelete) -> int:
+    """Stop the driver and its executors, then delete every other child, and dispose of the
+    state by ``retain``.
+
+    The garbage collector would remove the owned children too, but only after the job is gone
+    and in no particular order; deleting them here stops the driver and its executors first,
+    while the Role they call the API with still exists (:func:`stop_pods`).
+    """
+    deleted = await stop_pods(kube, job)
+    job_label = f"{LABEL_JOB}={job_label_value(job.name)}"
     for api_version, plural, name_of in _CHILDREN:
         deleted += await kube.delete(
             plural, name_of(job.name), namespace=job.namespace, api_version=api_version

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -18,7 +19,7 @@ import kopf
 
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL
 from finishable.controller import naming
-from finishable.controller.deletion import remove_children, retain_on_delete
+from finishable.controller.deletion import PodsStopping, remove_children, retain_on_delete
 from finishable.controller.metrics import JobKey
 from finishable.controller.reconcile import (
     Controller,
@@ -46,6 +47,8 @@ CONTROL_MAPS: dict[str, Any] = {
     LABEL_JOB: kopf.PRESENT,
 }
 RETRY_SECONDS = 10.0
+STOPPING_SECONDS = 1.0  # a deleted job waits for its driver pod to stop: polled so often
+STOPPING_WAIT_SECONDS = 60.0  # in one handler call; then retried as a temporary error
 PEERING_GROUP = "kopf.dev/v1"
 
 
@@ -210,9 +213,19 @@ async def delete(*, body: kopf.Body, namespace: str | None, name: str, memo: Any
     controller = _controller(memo)
     job = JobRef(name=name, namespace=namespace or "", uid=str(body["metadata"]["uid"]))
     retain = retain_on_delete(body.get("spec") or {})
-    try:
-        deleted = await remove_children(controller.kube, job, retain=retain)
-    except BackendError as error:
-        raise kopf.TemporaryError(f"{error}; retrying", delay=RETRY_SECONDS) from None
+    waited = 0.0
+    while True:
+        try:
+            deleted = await remove_children(controller.kube, job, retain=retain)
+            break
+        except PodsStopping as stopping:  # a stop in progress, not a failure: wait here quietly
+            if waited >= STOPPING_WAIT_SECONDS:
+                raise kopf.TemporaryError(str(stopping), delay=STOPPING_SECONDS) from None
+            if not waited:
+                log.info("%s/%s: %s", namespace, name, stopping)
+        except BackendError as error:
+            raise kopf.TemporaryError(f"{error}; retrying", delay=RETRY_SECONDS) from None
+        await asyncio.sleep(STOPPING_SECONDS)
+        waited += STOPPING_SECONDS
     controller.metrics.forget(_key(namespace, name))
     log.info("%s/%s deleted: %d objects removed", namespace, name, deleted)

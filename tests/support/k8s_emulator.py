@@ -845,11 +845,12 @@ class StateEmulator(KubernetesEmulator):
                 and not obj.deleted
                 and self._matches(request, key[1], obj.raw, terms)
             ]
-            for key, current in matching:
+            for key, found in matching:
                 if options.is_dry_run:
-                    deleted.append(current)
+                    deleted.append(found)
                 elif key in self._objects:  # not gone with an owner deleted before it
-                    deleted.append(await self._delete_object(key, current, options) or current)
+                    now = copy.deepcopy(dict(self._objects[key].raw))  # maybe marked since
+                    deleted.append(await self._delete_object(key, now, options) or now)
             version = self._next_version() if deleted and not options.is_dry_run else "0"
         listed = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}}
         return aiohttp.web.json_response({**listed, "items": deleted}, status=200)

@@ -178,14 +178,14 @@ def test_json_patch_with_test_and_finalizers(api: KubeApi) -> None:
     )
 
 
+def owner_configmap(api: KubeApi, name: str) -> dict[str, str]:
+    """Create a ConfigMap to own other objects; the owner reference to it."""
+    owner = api.request("POST", api.path("configmaps"), body={"metadata": {"name": name}}).body
+    return {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": owner["metadata"]["uid"]}
+
+
 def test_deleting_an_owner_deletes_its_dependents(api: KubeApi) -> None:
-    owner = api.request("POST", api.path("configmaps"), body={"metadata": {"name": "owner"}}).body
-    reference = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "name": "owner",
-        "uid": owner["metadata"]["uid"],
-    }
+    reference = owner_configmap(api, "owner")
     for name in ("child-a", "child-b"):
         child = {"metadata": {"name": name, "ownerReferences": [reference]}}
         assert api.request("POST", api.path("configmaps"), body=child).status == 201
@@ -315,13 +315,7 @@ def test_a_pod_on_a_node_is_deleted_gracefully(k8s_server: EmulatorServer) -> No
     as soon as its pod is asked to go would fail the pod's last calls); an unbound one goes at
     once; the owner's deletion and deletecollection mark a bound pod the same way."""
     api = KubeApi.for_url(k8s_server.url, token=TOKEN, namespace="emulator-graceful")
-    owner = api.request("POST", api.path("configmaps"), body={"metadata": {"name": "o"}}).body
-    reference = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "name": "o",
-        "uid": owner["metadata"]["uid"],
-    }
+    reference = owner_configmap(api, "o")
     for name in ("bound", "unbound", "owned", "listed"):
         body = {
             "metadata": {"name": name, "labels": {"set": name}},

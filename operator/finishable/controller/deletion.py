@@ -103,11 +103,13 @@ async def stop_pods(kube: Kube, job: JobRef) -> int:
     deleted = 0
     job_label = f"{LABEL_JOB}={job_label_value(job.name)}"
     selector = f"{job_label},{LABEL_COMPONENT} in ({naming.DRIVER},{naming.EXECUTOR})"
-    for pod in await kube.list("pods", namespace=job.namespace, selector=selector):
-        if not pod["metadata"].get("deletionTimestamp"):
-            deleted += await kube.delete("pods", pod["metadata"]["name"], namespace=job.namespace)
-    left = await kube.list("pods", namespace=job.namespace, selector=selector)
-    waiting = still_stopping(left, datetime.now(UTC))
+    pods = await kube.list("pods", namespace=job.namespace, selector=selector)
+    running = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+    for pod in running:
+        deleted += await kube.delete("pods", pod["metadata"]["name"], namespace=job.namespace)
+    if running:  # a pod no node runs is gone at once; one that runs is now terminating
+        pods = await kube.list("pods", namespace=job.namespace, selector=selector)
+    waiting = still_stopping(pods, datetime.now(UTC))
     if waiting:
         raise PodsStopping(waiting)
     return deleted

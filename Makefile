@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck unit crd clean kubectl
+.PHONY: demo test lint typecheck unit crd clean tools
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,14 +25,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) $(BIN)/kubectl
+unit: $(STAMP) tools
 	$(BIN)/pytest
 
-# The pinned kubectl (v1.33.9, checksums checked) that e2e/test_kubectl.py drives.
-kubectl: $(BIN)/kubectl
+# What the tests run for real besides Python: the pinned kubectl and helm (checksums checked) in
+# .venv/bin, and Debian's prometheus, promtool and shellcheck (installed when missing).
+tools: $(BIN)/kubectl $(BIN)/helm
+	sh e2e/tools/install-system-tools.sh
 
-$(BIN)/kubectl: e2e/tools/install-kubectl.sh | $(STAMP)
-	sh e2e/tools/install-kubectl.sh $@
+$(BIN)/kubectl $(BIN)/helm: e2e/tools/install-cluster-tool.sh | $(STAMP)
+	sh e2e/tools/install-cluster-tool.sh $(notdir $@) $@
 
 crd: $(STAMP)
 	$(BIN)/finishable crd > crds/finishablesparkjobs.finishable.dev.yaml

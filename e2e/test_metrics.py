@@ -36,7 +36,7 @@ def test_the_metrics_agree_with_every_jobs_status(
         assert scraped[("finishable_jobs", frozenset({("phase", phase)}))] == count, phase
 
     def per_job(name: str, job: str) -> float:
-        key = frozenset({("namespace", cluster.namespace), ("job", job)})
+        key = frozenset({("namespace", cluster.namespace), ("job_name", job)})
         return scraped.get((name, key), 0.0)
 
     for job in jobs:

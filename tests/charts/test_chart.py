@@ -1,7 +1,7 @@
 """The helm chart's static parts: its CRDs, its values and their schema, and what the Deployment
-template must carry. Rendering is not needed for these (and helm is not installed here; where it
-is, the rendered Deployment is checked too); the dashboard is checked in test_dashboard.py, the
-RBAC rules against the real operator in test_rbac.py."""
+template must carry, read from the chart's files; the rendered Deployment is checked too (helm's
+own checks are in test_helm.py); the dashboard is checked in test_dashboard.py, the RBAC rules
+against the real operator in test_rbac.py."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import argparse
 import copy
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
+
+from tests.charts.helm import only, template
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "finishable-spark-operator"
@@ -159,25 +159,14 @@ def test_spark_master_is_passed_only_when_set() -> None:
     assert parsed.spark_master == "local[2]"
 
 
-def helm_deployment(*values: str) -> dict[str, Any]:
-    command = ["helm", "template", "fso", str(CHART), "--namespace", "ops"]
-    for value in values:
-        command += ["--set", value]
-    rendered = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    (deployment,) = [
-        doc for doc in yaml.safe_load_all(rendered) if doc and doc["kind"] == "Deployment"
-    ]
-    return deployment
-
-
-@pytest.mark.skipif(shutil.which("helm") is None, reason="helm is not installed")
 def test_helm_renders_the_deployment() -> None:
-    (container,) = helm_deployment()["spec"]["template"]["spec"]["containers"]
+    (container,) = only(template(), "Deployment")["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "finishable-spark-operator:0.1.0"
     assert not any(arg.startswith("--spark-master") for arg in container["args"])
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
-    deployment = helm_deployment("operator.sparkMaster=local[2]", "watchNamespaces={a,b}")
+    namespaced = template("operator.sparkMaster=local[2]", "watchNamespaces={a,b}")
+    deployment = only(namespaced, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert "--spark-master=local[2]" in container["args"]
     assert {"--namespace=a", "--namespace=b"} <= set(container["args"])
@@ -188,7 +177,7 @@ def test_the_metrics_service_and_service_monitor_select_the_operator() -> None:
     monitor = (CHART / "templates" / "servicemonitor.yaml").read_text()
     assert "targetPort: metrics" in service
     assert monitor.startswith("{{- if .Values.metrics.serviceMonitor.enabled }}")
-    assert "honorLabels: true" in monitor, "per-job series carry their own job/namespace labels"
+    assert "honorLabels: true" in monitor, "per-job series carry their own namespace label"
     assert "app.kubernetes.io/component: metrics" in service
     assert "app.kubernetes.io/component: metrics" in monitor
 

@@ -1,11 +1,11 @@
 """e2e/kind/run.sh without kind: there is no Docker engine here.
 
-What can be checked here is checked: the script's syntax (and shellcheck's verdict where it is
-installed); that without Docker it stops with exit status 3 ("skipped", never taken for a pass)
-and says where the same suite runs instead; and, with stand-ins for docker, kind, kubectl, helm and
-pytest that record their calls, that it builds, loads and installs what the e2e suite expects,
-hands the suite the kind cluster's kubeconfig and the shared data directory, and deletes the
-cluster afterwards whatever happened.
+What can be checked here is checked: the script's syntax (and shellcheck's verdict, on it and
+the project's other shell scripts); that without Docker it stops with exit status 3 ("skipped",
+never taken for a pass) and says where the same suite runs instead; and, with stand-ins for
+docker, kind, kubectl, helm and pytest that record their calls, that it builds, loads and
+installs what the e2e suite expects, hands the suite the kind cluster's kubeconfig and the shared
+data directory, and deletes the cluster afterwards whatever happened.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
+
+from tests.support.tools import installed
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "e2e" / "kind" / "run.sh"
@@ -52,9 +53,12 @@ def test_the_script_is_valid_bash() -> None:
     assert "set -Eeuo pipefail" in RUN.read_text()
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
 def test_shellcheck_finds_nothing() -> None:
-    result = subprocess.run(["shellcheck", str(RUN)], capture_output=True, text=True, check=False)
+    tools = sorted((ROOT / "e2e" / "tools").glob("*.sh"))
+    scripts = [RUN, *tools, ROOT / "docker" / "entrypoint.sh"]
+    result = subprocess.run(
+        [installed("shellcheck"), *map(str, scripts)], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout
 
 

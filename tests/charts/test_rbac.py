@@ -12,16 +12,14 @@ How the chart's rules are read without helm: templates/rbac.yaml includes the ru
 files/rbac/ verbatim (``.Files.Get``, no templating inside them), so this test reads those files
 and knows from ``MODES`` which of them the template binds where. That mapping is the one piece
 that is not read from the chart: a test checks that the template includes exactly these files,
-and where helm is installed another renders the chart and compares the rendered roles and
-bindings with ``MODES``.
+and another renders the chart with helm and compares the rendered roles and bindings with
+``MODES``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +33,7 @@ from finishable.api.models import API_GROUP, API_VERSION, PLURAL
 from finishable.api.status import SavepointStatus
 from finishable.controller import builders
 from finishable.kube.objects import JobRef, owner_reference
+from tests.charts.helm import template
 from tests.controller.cluster import Cluster, OperatorProcess, install, wait_for
 from tests.support.k8s_emulator import CALLS_PATH, EmulatorServer
 
@@ -228,18 +227,9 @@ def test_the_template_includes_exactly_the_rule_files() -> None:
         assert "{{" not in path.read_text(), f"{path.name} must need no templating"
 
 
-def helm_template(*values: str) -> list[dict[str, Any]]:
-    command = ["helm", "template", "fso", str(CHART), "--namespace", "ops"]
-    for value in values:
-        command += ["--set", value]
-    rendered = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    return [doc for doc in yaml.safe_load_all(rendered) if doc]
-
-
-@pytest.mark.skipif(shutil.which("helm") is None, reason="helm is not installed")
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_helm_renders_the_roles_and_bindings_of_each_mode(mode: str) -> None:
-    docs = helm_template(*([f"watchNamespaces={{{NAMESPACE}}}"] if mode == "namespaced" else []))
+    docs = template(*([f"watchNamespaces={{{NAMESPACE}}}"] if mode == "namespaced" else []))
     roles = {
         doc["metadata"]["name"]: {g for rule in doc["rules"] for g in rule_grants(rule)}
         for doc in docs

@@ -402,7 +402,8 @@ def test_metrics_and_liveness(k8s: Cluster, operator: OperatorProcess) -> None:
     k8s.report("measured", 1, DriverState.RUNNING, last_checkpoint=CheckpointStatus(id=3))
     name = "finishable_checkpoints_completed_total"
     wait_for(
-        lambda: (sample(operator.metrics(), name, job="measured") or 0) >= 2, "checkpoints counted"
+        lambda: (sample(operator.metrics(), name, job_name="measured") or 0) >= 2,
+        "checkpoints counted",
     )
     text = operator.metrics()
     assert (sample(text, "finishable_jobs", phase="Running") or 0) >= 1

@@ -27,7 +27,7 @@ from finishable.controller.reconcile import (
 )
 from finishable.controller.status import merge_patch
 from finishable.lifecycle.decisions import Observation, PodPhase
-from finishable.lifecycle.phases import next_status
+from finishable.lifecycle.phases import next_status, request_deadline
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KEY = ("ns", "job")
@@ -66,7 +66,15 @@ class Job:
         self.now += timedelta(seconds=after)
         observation = Observation(self.now, self.generation, pod, "", report)
         decision = next_status(self.status, self.spec, observation)
-        self.metrics.record(KEY, self.status, decision.status, self.now, shuffle_replicas=2)
+        deadline = request_deadline(decision.status, self.spec)
+        self.metrics.record(
+            KEY,
+            self.status,
+            decision.status,
+            self.now,
+            shuffle_replicas=2,
+            request_deadline=deadline,
+        )
         self.status = decision.status
 
     def report(self, state: DriverState, **fields: Any) -> DriverReport:
@@ -87,13 +95,19 @@ def test_metrics_follow_the_phases() -> None:
     for checkpoint in (3, 7):
         report = job.report(DriverState.RUNNING, last_checkpoint=CheckpointStatus(id=checkpoint))
         job.step(PodPhase.RUNNING, report)
-    assert value(registry, "finishable_checkpoints_completed_total", namespace="ns", job="job") == 5
+    labels = {"namespace": "ns", "job_name": "job"}
+    assert value(registry, "finishable_checkpoints_completed_total", **labels) == 5
     # stop with a savepoint: its latency runs from the request to Suspended
     job.spec = job.spec.model_copy(update={"state": DesiredState.SUSPENDED})
     job.generation += 1
     job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
     request = job.status.pending_request
-    assert request is not None
+    assert request is not None and request.requested_at is not None
+    deadline = request.requested_at + job.spec.stop_timeout
+    assert value(registry, "finishable_job_request_deadline_timestamp_seconds", **labels) == (
+        deadline.timestamp()
+    )
+    assert value(registry, "finishable_job_phase", **labels, phase="Savepointing") == 1
     done = job.report(
         DriverState.SUSPENDED,
         savepoint=SavepointStatus(location="sp-1"),
@@ -102,8 +116,21 @@ def test_metrics_follow_the_phases() -> None:
     job.step(PodPhase.SUCCEEDED, done, after=9)
     assert job.status.phase is Phase.SUSPENDED
     assert value(registry, "finishable_stop_duration_seconds_sum", drain="false") == 9
-    assert value(registry, "finishable_savepoints_completed_total", namespace="ns", job="job") == 1
+    assert value(registry, "finishable_savepoints_completed_total", **labels) == 1
+    phases = {
+        sample.labels["phase"]
+        for family in registry.collect()
+        for sample in family.samples
+        if sample.name == "finishable_job_phase"
+    }
+    assert phases == {"Suspended"}, "one series per job: the phase it is in"
+    deadline_left = registry.get_sample_value(
+        "finishable_job_request_deadline_timestamp_seconds", labels
+    )
+    assert deadline_left is None, "nothing pending, no deadline"
     job.metrics.forget(KEY)
+    suspended = {**labels, "phase": "Suspended"}
+    assert registry.get_sample_value("finishable_job_phase", suspended) is None
     assert value(registry, "finishable_jobs", phase="Suspended") == 0
 
 
@@ -114,7 +141,7 @@ def test_metrics_of_a_batch_recovery() -> None:
     job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
     job.step(PodPhase.FAILED)
     assert job.status.phase is Phase.RECOVERING
-    labels = {"namespace": "ns", "job": "job"}
+    labels = {"namespace": "ns", "job_name": "job"}
     assert value(registry, "finishable_driver_restarts_total", **labels) == 1
     assert value(registry, "finishable_driver_restarts_left", **labels) == 2
     assert value(registry, "finishable_shuffle_pods_retained", **labels) == 2
@@ -169,7 +196,7 @@ def test_readers_name_the_field() -> None:
 def test_metrics_of_stalled_checkpoints() -> None:
     registry = CollectorRegistry()
     job = Job(registry, checkpointing={"interval": "10s", "health": {"maxMissedIntervals": 2}})
-    labels = {"namespace": "ns", "job": "job"}
+    labels = {"namespace": "ns", "job_name": "job"}
     job.step(PodPhase.ABSENT)
     done = CheckpointStatus(id=3, location="cp/3", time=job.now)
     unread = CoordinatorStatus(splits_total=5, splits_finished=1)
@@ -184,3 +211,15 @@ def test_metrics_of_stalled_checkpoints() -> None:
     newer = CheckpointStatus(id=4, location="cp/4", time=job.now)
     job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING, last_checkpoint=newer))
     assert value(registry, "finishable_checkpoints_stalled", **labels) == 0
+
+
+def test_no_metric_label_collides_with_the_labels_prometheus_sets_on_scrape() -> None:
+    """A metric label ``job`` or ``instance`` would be renamed ``exported_job`` on scrape, or
+    (with honorLabels) replace the scrape job, which breaks ``up{job=...}`` and alerts on it."""
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    before, after = FinishableSparkJobStatus(), FinishableSparkJobStatus(restarts=1)
+    metrics.record(KEY, before, after, T0, shuffle_replicas=1)
+    labels = {name for family in registry.collect() for s in family.samples for name in s.labels}
+    assert "job_name" in labels and "namespace" in labels
+    assert not labels & {"job", "instance"}

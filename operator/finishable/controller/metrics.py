@@ -20,6 +20,10 @@ from finishable.lifecycle.health import STALLED_REASON
 JobKey = tuple[str, str]
 """(namespace, name) of a job."""
 
+JOB_LABEL = "job_name"
+"""The label naming a FinishableSparkJob (as kube-state-metrics names a Kubernetes Job): not
+``job``, which Prometheus sets on every series to the scrape job's name."""
+
 _DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
 
 
@@ -28,7 +32,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        per_job = ["namespace", "job"]
+        per_job = ["namespace", JOB_LABEL]
         self.jobs = Gauge("finishable_jobs", "Jobs per phase.", ["phase"], registry=registry)
         self.transitions = Counter(
             "finishable_phase_transitions",
@@ -107,6 +111,25 @@ class Metrics:
             per_job,
             registry=registry,
         )
+        self.job_phase = Gauge(
+            "finishable_job_phase",
+            "1 for the phase each job is in (one series per job): alert on a Failed job.",
+            [*per_job, "phase"],
+            registry=registry,
+        )
+        self.phase_since = Gauge(
+            "finishable_job_phase_since_timestamp_seconds",
+            "When each job entered its current phase (Unix time).",
+            per_job,
+            registry=registry,
+        )
+        self.request_deadline = Gauge(
+            "finishable_job_request_deadline_timestamp_seconds",
+            "When the pending stop, drain or savepoint must have ended (its request plus "
+            "spec.stopTimeout; Unix time); no series while nothing is pending.",
+            per_job,
+            registry=registry,
+        )
         self._phases: dict[JobKey, Phase] = {}
         self._jobs_per_phase: dict[Phase, int] = dict.fromkeys(Phase, 0)
         for phase in Phase:
@@ -114,7 +137,7 @@ class Metrics:
 
     def track(self, key: JobKey, status: FinishableSparkJobStatus) -> None:
         """Count a job in its current phase (a job seen for the first time by this process)."""
-        self._set_phase(key, status.phase)
+        self._set_phase(key, status)
 
     def forget(self, key: JobKey) -> None:
         """The job is gone: drop it from the per-phase count and its per-job series."""
@@ -131,9 +154,14 @@ class Metrics:
             self.restarts_left,
             self.last_checkpoint,
             self.checkpoints_stalled,
+            self.phase_since,
+            self.request_deadline,
         ):
             with contextlib.suppress(KeyError):
                 metric.remove(*key)
+        if phase is not None:
+            with contextlib.suppress(KeyError):
+                self.job_phase.remove(*key, phase.value)
 
     def record(
         self,
@@ -141,10 +169,17 @@ class Metrics:
         before: FinishableSparkJobStatus,
         after: FinishableSparkJobStatus,
         now: datetime,
+        *,
         shuffle_replicas: int,
+        request_deadline: datetime | None = None,
     ) -> None:
         """Everything one reconcile changed."""
-        self._set_phase(key, after.phase)
+        self._set_phase(key, after)
+        if request_deadline is None:
+            with contextlib.suppress(KeyError):
+                self.request_deadline.remove(*key)
+        else:
+            self.request_deadline.labels(*key).set(request_deadline.timestamp())
         if after.phase is not before.phase:
             self._record_transition(before, after, now)
         self._record_progress(key, before, after)
@@ -204,14 +239,20 @@ class Metrics:
             if new > old:
                 counter.labels(*key).inc(new - old)
 
-    def _set_phase(self, key: JobKey, phase: Phase) -> None:
+    def _set_phase(self, key: JobKey, status: FinishableSparkJobStatus) -> None:
+        phase = status.phase
+        if status.phase_since is not None:
+            self.phase_since.labels(*key).set(status.phase_since.timestamp())
         previous = self._phases.get(key)
         if previous is phase:
             return
         if previous is not None:
             self._count(previous, -1)
+            with contextlib.suppress(KeyError):
+                self.job_phase.remove(*key, previous.value)
         self._phases[key] = phase
         self._count(phase, +1)
+        self.job_phase.labels(*key, phase.value).set(1)
 
     def _count(self, phase: Phase, change: int) -> None:
         self._jobs_per_phase[phase] += change

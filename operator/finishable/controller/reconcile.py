@@ -62,7 +62,7 @@ from finishable.lifecycle.decisions import (
     Observation,
     PodPhase,
 )
-from finishable.lifecycle.phases import next_status
+from finishable.lifecycle.phases import next_status, request_deadline
 from finishable.state.control import ConfigMapControlChannel
 
 log = logging.getLogger(__name__)
@@ -278,6 +278,7 @@ class JobLoop:
                 shuffle_replicas=replicas,
                 post=self.post,
                 resource_version=self.resource_version,
+                request_deadline=request_deadline(decision.status, spec),
             )
         except Conflict:
             log.info("%s: the job changed since it was read; deciding again", self.key)

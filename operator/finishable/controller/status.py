@@ -65,6 +65,7 @@ class StatusWriter:
         shuffle_replicas: int,
         post: EventPoster,
         resource_version: str | None = None,
+        request_deadline: datetime | None = None,
     ) -> tuple[dict[str, Any], str | None] | None:
         """Store the decided status if the job is still at ``resource_version``; return it as
         stored with the job's new resourceVersion, or None when the job is gone."""
@@ -84,7 +85,12 @@ class StatusWriter:
                 return None
             resource_version = (written.get("metadata") or {}).get("resourceVersion")
         self.metrics.record(
-            (job.namespace, job.name), before, decision.status, now, shuffle_replicas
+            (job.namespace, job.name),
+            before,
+            decision.status,
+            now,
+            shuffle_replicas=shuffle_replicas,
+            request_deadline=request_deadline,
         )
         for event in decision.events:
             post(event)

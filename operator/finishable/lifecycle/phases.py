@@ -15,7 +15,7 @@ module reads as the machine's diagram does.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
 from finishable.api.models import (
@@ -500,7 +500,7 @@ def _await_savepoint(step: _Step, spec: FinishableSparkJobSpec, pending: Control
     """A savepoint without stopping: record it when the driver answers."""
     answer = _answer(step, pending)
     if answer is None:
-        if _timed_out(step, spec, pending):
+        if _timed_out(step, spec):
             step.act(Action(ActionKind.CANCEL_REQUEST, request=pending))
             step.status.pending_request = None
             step.degraded = ("SavepointFailed", f"savepoint {pending.id} timed out")
@@ -522,9 +522,22 @@ def _answer(step: _Step, pending: ControlRequest) -> RequestReport | None:
     return report.request
 
 
-def _timed_out(step: _Step, spec: FinishableSparkJobSpec, pending: ControlRequest) -> bool:
-    started = pending.requested_at or step.status.phase_since
-    return started is not None and step.obs.now - started > spec.stop_timeout
+def request_deadline(
+    status: FinishableSparkJobStatus, spec: FinishableSparkJobSpec | None
+) -> datetime | None:
+    """When the pending stop, drain or savepoint must have ended (its request time plus
+    spec.stopTimeout), or None with nothing pending: the operator cancels the request then, and an
+    alert on this deadline tells that it did not."""
+    pending = status.pending_request
+    if pending is None or spec is None:
+        return None
+    started = pending.requested_at or status.phase_since
+    return None if started is None else started + spec.stop_timeout
+
+
+def _timed_out(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+    deadline = request_deadline(step.status, spec)
+    return deadline is not None and step.obs.now > deadline
 
 
 def _on_stopping(step: _Step, spec: FinishableSparkJobSpec) -> None:
@@ -556,7 +569,7 @@ def _on_stopping(step: _Step, spec: FinishableSparkJobSpec) -> None:
         step.degraded = ("StopFailed", f"{what} failed: {answer.message}; the job keeps running")
         step.move(P.RUNNING, f"{what} failed")
         return
-    if pending is not None and _timed_out(step, spec, pending):
+    if pending is not None and _timed_out(step, spec):
         step.act(Action(ActionKind.CANCEL_REQUEST, request=pending))
         step.status.pending_request = None
         step.degraded = (
@@ -566,8 +579,8 @@ def _on_stopping(step: _Step, spec: FinishableSparkJobSpec) -> None:
         )
         step.move(P.RUNNING, f"{what} timed out")
         return
-    if pending is not None and pending.requested_at is not None:
-        deadline = pending.requested_at + spec.stop_timeout
+    deadline = request_deadline(step.status, spec)
+    if pending is not None and pending.requested_at is not None and deadline is not None:
         step.act(Action(ActionKind.REQUEUE, after=max(deadline - step.obs.now, timedelta(0))))
 
 

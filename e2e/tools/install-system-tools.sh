@@ -1,0 +1,35 @@
+#!/bin/sh
+# Install the Debian packages the tests run for real when they are missing: prometheus (the server
+# the e2e suite scrapes the operator with, and promtool, which checks and unit-tests the chart's
+# alerting rules) and shellcheck (the kind script's lint). Nothing happens when all are present.
+#
+# usage: e2e/tools/install-system-tools.sh
+set -eu
+
+missing=""
+for pair in prometheus:prometheus promtool:prometheus shellcheck:shellcheck; do
+    command="${pair%%:*}" package="${pair#*:}"
+    if ! command -v "$command" >/dev/null 2>&1; then
+        case " $missing " in *" $package "*) ;; *) missing="$missing $package" ;; esac
+    fi
+done
+[ -z "$missing" ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-system-tools: missing$missing and no apt-get here: install them with your" >&2
+    echo "  package manager (prometheus 2.x with promtool, shellcheck)" >&2
+    exit 1
+fi
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then SUDO="sudo -n"
+    else
+        echo "install-system-tools: missing$missing; run as root: apt-get install$missing" >&2
+        exit 1
+    fi
+fi
+echo "install-system-tools: installing$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+# shellcheck disable=SC2086  # $missing is a list of package names
+$SUDO apt-get install -y --no-install-recommends $missing >/dev/null \
+    || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y --no-install-recommends $missing >/dev/null; }

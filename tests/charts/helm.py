@@ -1,0 +1,62 @@
+"""The chart as the real helm renders and lints it (the pinned helm in .venv/bin, ``make tools``),
+at the lowest Kubernetes version the chart claims (Chart.yaml's kubeVersion)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.tools import installed
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "finishable-spark-operator"
+RELEASE = "fso"
+NAMESPACE = "ops"
+
+# Every combination of values the docs describe, as --set arguments.
+COMBINATIONS: dict[str, tuple[str, ...]] = {
+    "defaults (cluster-wide)": (),
+    "namespaced": ("watchNamespaces={analytics,etl}",),
+    "service monitor and alerts": (
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.prometheusRule.enabled=true",
+    ),
+    "no dashboard, no peering": ("grafana.dashboard.enabled=false", "peering.enabled=false"),
+    "local spark master, two replicas": ("operator.sparkMaster=local[2]", "replicaCount=2"),
+}
+
+
+def lowest_kube_version() -> str:
+    """``>=1.25.0-0`` in Chart.yaml gives ``1.25.0``."""
+    claimed = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+    found = re.fullmatch(r">=\s*(\d+\.\d+\.\d+)(-0)?", claimed)
+    assert found, f"Chart.yaml kubeVersion {claimed!r} is not a lower bound"
+    return found.group(1)
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([installed("helm"), *args], capture_output=True, text=True, check=check)
+
+
+def set_args(values: tuple[str, ...]) -> list[str]:
+    return [arg for value in values for arg in ("--set", value)]
+
+
+def template(
+    *values: str, kube_version: str | None = None, include_crds: bool = False
+) -> list[dict[str, Any]]:
+    """``helm template`` of the chart with ``--set`` values: the rendered objects."""
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, *set_args(values)]
+    args += ["--kube-version", kube_version or lowest_kube_version()]
+    if include_crds:
+        args.append("--include-crds")
+    return [doc for doc in yaml.safe_load_all(helm(*args).stdout) if doc]
+
+
+def only(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = [doc for doc in docs if doc["kind"] == kind]
+    return found

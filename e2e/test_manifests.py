@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from e2e.localcluster.cluster import LocalCluster
 from e2e.support import E2ECluster, batch_example, example, wait_for
 from tests.support.processes import alive
 
@@ -78,11 +79,11 @@ def test_the_operator_fails_what_only_it_can_judge_naming_the_field(
 
 
 def test_a_stateful_query_on_executor_pods_without_a_work_volume_is_refused(
-    cluster: E2ECluster,
+    cluster: E2ECluster, local_cluster: LocalCluster | None
 ) -> None:
     """The windowed counts' state would be written by the executors where no checkpoint can
     reach it: the driver refuses the query before its first batch, naming the field, and the
-    job fails at once instead of being retried."""
+    job fails at once instead of being retried; Prometheus fires the chart's alert on it."""
     name = "no-work-volume"
     job = example("examples/streaming/cluster.yaml", cluster.data_dir, cluster.image)
     job["metadata"]["name"] = name
@@ -93,6 +94,11 @@ def test_a_stateful_query_on_executor_pods_without_a_work_volume_is_refused(
     assert "spec.workVolume is required" in status["message"], status["message"]
     assert "Aggregate" in status["message"], status["message"]
     assert status["restarts"] == 0, "a spec that can never work is not retried"
+    if local_cluster is not None and local_cluster.prometheus is not None:
+        alert = 'alertname="FinishableSparkJobFailed",alertstate="firing"'
+        firing = f'ALERTS{{{alert},job_name="{name}"}}'
+        prometheus = local_cluster.prometheus
+        wait_for(lambda: prometheus.query(firing), "the chart's alert on a Failed job fires", 60)
     wait_for(lambda: cluster.executor_pods(name) == [], "its executor pods are gone", 60)
     cluster.delete(name)
     wait_for(lambda: cluster.job(name) is None, f"{name} is deleted", 60)

@@ -3,16 +3,17 @@ operator, on one machine without containers (the e2e tier that needs no containe
 
 ``LocalCluster(directory).start()`` serves the Kubernetes API on a loopback port (the extended
 kmock emulator of ``tests/support``, checking custom resources against their CRD schema),
-applies ``crds/``, creates the namespaces, starts the controllers a cluster needs for our
-children (StatefulSets; the garbage collector is the emulator's) and the kubelet, and runs
-``finishable operator`` as the chart's Deployment would run it: under RBAC, with the
-OwnerReferencesPermissionEnforcement admission plugin on (as in OpenShift), as the chart's
-ServiceAccount bound to the chart's rules (``chart_rbac``: the namespaced mode, peering on),
-with its default Spark master: the API server's ``k8s://`` URL, so Spark's Kubernetes backend in
-each driver creates its executor pods through the API and the kubelet runs them
-(``spark_master="local[2]"`` runs Spark inside the driver pod instead). The kubelet and the
-StatefulSet controller keep the admin's token. The admin kubeconfig is
-``<directory>/kubeconfig``; logs are ``<directory>/operator/operator.log`` and
+creates the namespaces, installs the chart as helm renders it (``chart.py``: CRDs, service
+account, RBAC, Services, dashboard; the namespaced mode, peering on), starts the controllers a
+cluster needs for our children (StatefulSets; the garbage collector is the emulator's) and the
+kubelet, runs ``finishable operator`` as the chart's Deployment would run it: under RBAC, with
+the OwnerReferencesPermissionEnforcement admission plugin on (as in OpenShift), as the chart's
+ServiceAccount, with its default Spark master: the API server's ``k8s://`` URL, so Spark's
+Kubernetes backend in each driver creates its executor pods through the API and the kubelet runs
+them (``spark_master="local[2]"`` runs Spark inside the driver pod instead). The kubelet and the
+StatefulSet controller keep the admin's token. Prometheus (``prometheus.py``) scrapes the
+operator as the chart's ServiceMonitor says and evaluates its alerting rules. The admin
+kubeconfig is ``<directory>/kubeconfig``; logs are ``<directory>/operator/operator.log`` and
 ``<directory>/pods/<namespace>/<pod>-<uid>/<container>.log``.
 """
 
@@ -29,10 +30,12 @@ from types import TracebackType
 from typing import Any, Self
 
 import pyspark
-import yaml
 
+from e2e.localcluster import chart
+from e2e.localcluster.chart import OPERATOR_NAMESPACE, RELEASE
 from e2e.localcluster.kubelet import ProcessKubelet, kubeconfig
 from e2e.localcluster.podspec import Image, service_environment
+from e2e.localcluster.prometheus import Prometheus, scrape_config
 from e2e.localcluster.statefulsets import StatefulSetController
 from finishable.kube.api import KubeApi
 from tests.controller.cluster import OperatorProcess
@@ -42,12 +45,6 @@ log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "finishable-spark-operator:0.1.0"  # the image the examples and the e2e suite name
-# The chart, installed as release RELEASE in OPERATOR_NAMESPACE with watchNamespaces set (the
-# namespaced mode) and peering on: the operator runs as its ServiceAccount under the chart's RBAC.
-CHART = ROOT / "charts" / "finishable-spark-operator"
-RELEASE = "finishable-spark-operator"  # the chart's fullname and ServiceAccount for this release
-OPERATOR_NAMESPACE = "finishable-system"
-RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 
 
 class LocalCluster:
@@ -79,6 +76,8 @@ class LocalCluster:
         self.operator: OperatorProcess | None = None
         self.kubelet: ProcessKubelet | None = None
         self.stateful_sets: StatefulSetController | None = None
+        self.prometheus: Prometheus | None = None
+        self.chart: list[dict[str, Any]] = []
 
     @property
     def url(self) -> str:
@@ -122,9 +121,12 @@ class LocalCluster:
             api_address=self.api_address,
         ).start()
         self._start_operator()
+        self._start_prometheus()
         return self
 
     def stop(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
         if self.operator is not None:
             self.operator.stop()
         if self.kubelet is not None:
@@ -151,24 +153,15 @@ class LocalCluster:
     # -- parts ------------------------------------------------------------------------------
 
     def _install(self, api: KubeApi) -> None:
-        """``kubectl apply -f crds/`` and ``kubectl create namespace``."""
-        for path in sorted((ROOT / "crds").glob("*.yaml")):
-            for crd in filter(None, yaml.safe_load_all(path.read_text())):
-                response = api.request(
-                    "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd
-                )
-                if response.status not in (201, 409):
-                    raise RuntimeError(f"cannot install {path.name}: {response.message}")
+        """``kubectl create namespace`` and ``helm install`` of the chart (its Deployment aside:
+        the operator runs as a process, with the Deployment's service account)."""
         for namespace in dict.fromkeys((*self.namespaces, OPERATOR_NAMESPACE)):
             body = {"metadata": {"name": namespace}}
             response = api.request("POST", "/api/v1/namespaces", body=body)
             if response.status not in (201, 409):
                 raise RuntimeError(f"cannot create namespace {namespace}: {response.message}")
-        for collection, obj in chart_rbac(self.namespaces):
-            response = api.request("POST", collection, body=obj)
-            if response.status not in (201, 409):
-                name = f"{obj['kind']} {obj['metadata']['name']}"
-                raise RuntimeError(f"cannot create {name}: {response.message}")
+        self.chart = chart.render(self.namespaces, self.spark_master)
+        chart.install(api, self.chart, skip=frozenset({"Deployment"}))
 
     def operator_token(self) -> str:
         """A token of the operator's ServiceAccount, from the TokenRequest API."""
@@ -195,69 +188,22 @@ class LocalCluster:
             env=service_environment(*self.api_address),
         ).start()
 
+    def _start_prometheus(self) -> None:
+        """Prometheus scraping the operator as the chart's ServiceMonitor asks, with its rules."""
+        assert self.operator is not None
+        scrape = scrape_config(
+            chart.only(self.chart, "ServiceMonitor"),
+            chart.only(self.chart, "Service"),
+            f"127.0.0.1:{self.operator.metrics_port}",
+            pod=self.operator.identity,
+        )
+        rules = chart.only(self.chart, "PrometheusRule")["spec"]
+        self.prometheus = Prometheus(self.directory / "prometheus", scrape, rules).start()
+
     def metrics(self) -> str:
         """The operator's Prometheus metrics, as scraped."""
         assert self.operator is not None
         return str(self.operator.metrics())
-
-
-def chart_rbac(namespaces: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
-    """What templates/serviceaccount.yaml and templates/rbac.yaml create in the namespaced mode
-    with peering on, as (collection path, object): the ServiceAccount; a ClusterRole with the rules
-    of files/rbac/jobs.yaml and peering.yaml, bound by a RoleBinding in each watched namespace;
-    and a ClusterRole "-scanning" with crds.yaml and namespaces.yaml, bound cluster-wide."""
-
-    def rules(*names: str) -> list[Any]:
-        return [
-            rule
-            for name in names
-            for rule in yaml.safe_load((CHART / "files" / "rbac" / f"{name}.yaml").read_text())
-        ]
-
-    def binding(kind: str, name: str, role: str, namespace: str | None) -> dict[str, Any]:
-        meta: dict[str, Any] = {"name": name}
-        if namespace:
-            meta["namespace"] = namespace
-        return {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": kind,
-            "metadata": meta,
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": role,
-            },
-            "subjects": [
-                {"kind": "ServiceAccount", "name": RELEASE, "namespace": OPERATOR_NAMESPACE}
-            ],
-        }
-
-    def cluster_role(name: str, rule_files: tuple[str, ...]) -> dict[str, Any]:
-        return {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": rules(*rule_files),
-        }
-
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": RELEASE}}
-    scanning = f"{RELEASE}-scanning"
-    return [
-        (f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts", account),
-        (f"{RBAC_API}/clusterroles", cluster_role(RELEASE, ("jobs", "peering"))),
-        *(
-            (
-                f"{RBAC_API}/namespaces/{namespace}/rolebindings",
-                binding("RoleBinding", RELEASE, RELEASE, namespace),
-            )
-            for namespace in namespaces
-        ),
-        (f"{RBAC_API}/clusterroles", cluster_role(scanning, ("crds", "namespaces"))),
-        (
-            f"{RBAC_API}/clusterrolebindings",
-            binding("ClusterRoleBinding", scanning, scanning, None),
-        ),
-    ]
 
 
 def local_image() -> Image:

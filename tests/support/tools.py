@@ -21,12 +21,21 @@ INSTALL = {
 }
 
 
-def installed(name: str) -> str:
+def find(name: str) -> str | None:
     """The path of ``name``: .venv/bin first (the pinned builds), then $NAME, then $PATH."""
     for candidate in (ROOT / ".venv" / "bin" / name, os.environ.get(name.upper())):
         if candidate and Path(candidate).is_file():
             return str(candidate)
-    found = shutil.which(name)
+    return shutil.which(name)
+
+
+def missing(name: str) -> str:
+    return f"{name} is missing: {INSTALL.get(name, f'install {name}')}"
+
+
+def installed(name: str) -> str:
+    """:func:`find`, failing the test when ``name`` is not there."""
+    found = find(name)
     if found is None:
-        pytest.fail(f"{name} is missing: {INSTALL.get(name, f'install {name}')}")
+        pytest.fail(missing(name))
     return found

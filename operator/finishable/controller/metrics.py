@@ -132,12 +132,27 @@ class Metrics:
         )
         self._phases: dict[JobKey, Phase] = {}
         self._jobs_per_phase: dict[Phase, int] = dict.fromkeys(Phase, 0)
+        # Series that exist from the start at 0: Prometheus' rate() and increase() see the first
+        # observation only as a change from an earlier sample.
         for phase in Phase:
             self.jobs.labels(phase.value).set(0)
+            self.time_in_phase.labels(phase.value)
+        for drain in ("true", "false"):
+            self.stop_latency.labels(drain)
+        self._per_job_counters = (
+            self.checkpoints,
+            self.savepoints,
+            self.driver_restarts,
+            self.tasks_skipped,
+            self.tasks_rerun,
+        )
 
     def track(self, key: JobKey, status: FinishableSparkJobStatus) -> None:
-        """Count a job in its current phase (a job seen for the first time by this process)."""
+        """Count a job in its current phase (a job seen for the first time by this process), and
+        start its counters at 0."""
         self._set_phase(key, status)
+        for counter in self._per_job_counters:
+            counter.labels(*key)
 
     def forget(self, key: JobKey) -> None:
         """The job is gone: drop it from the per-phase count and its per-job series."""
@@ -145,11 +160,7 @@ class Metrics:
         if phase is not None:
             self._count(phase, -1)
         for metric in (
-            self.checkpoints,
-            self.savepoints,
-            self.driver_restarts,
-            self.tasks_skipped,
-            self.tasks_rerun,
+            *self._per_job_counters,
             self.shuffle_retained,
             self.restarts_left,
             self.last_checkpoint,

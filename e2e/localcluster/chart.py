@@ -1,0 +1,101 @@
+"""The chart as the local cluster installs it: rendered by the real helm (``helm template``, the
+pinned helm of ``make tools``) and applied object by object, CRDs first, as ``helm install``
+does. The Prometheus operator's kinds (ServiceMonitor, PrometheusRule) are not stored: the local
+Prometheus (``prometheus.py``) reads them, as the Prometheus operator would.
+
+The release: RELEASE in OPERATOR_NAMESPACE, namespaced mode (``watchNamespaces``), peering on,
+the ServiceMonitor and the alerting rules on, scraped every SCRAPE_INTERVAL.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from finishable.kube.api import KubeApi
+from tests.support.tools import find, missing
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "finishable-spark-operator"
+RELEASE = "finishable-spark-operator"  # the chart's fullname and ServiceAccount for this release
+OPERATOR_NAMESPACE = "finishable-system"
+SCRAPE_INTERVAL = "2s"
+PROMETHEUS_KINDS = frozenset({"ServiceMonitor", "PrometheusRule"})
+
+# Where each kind the chart renders is created: (API prefix, plural, namespaced).
+COLLECTIONS: dict[str, tuple[str, str, bool]] = {
+    "CustomResourceDefinition": (
+        "/apis/apiextensions.k8s.io/v1",
+        "customresourcedefinitions",
+        False,
+    ),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "ConfigMap": ("/api/v1", "configmaps", True),
+    "Service": ("/api/v1", "services", True),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "Deployment": ("/apis/apps/v1", "deployments", True),
+}
+
+
+def values(namespaces: Sequence[str], spark_master: str | None) -> list[str]:
+    """The release's ``--set`` values."""
+    chosen = [
+        f"watchNamespaces={{{','.join(namespaces)}}}",
+        "metrics.serviceMonitor.enabled=true",
+        f"metrics.serviceMonitor.interval={SCRAPE_INTERVAL}",
+        f"metrics.serviceMonitor.scrapeTimeout={SCRAPE_INTERVAL}",
+        "metrics.prometheusRule.enabled=true",
+    ]
+    if spark_master:
+        chosen.append(f"operator.sparkMaster={spark_master}")
+    return chosen
+
+
+def render(namespaces: Sequence[str], spark_master: str | None = None) -> list[dict[str, Any]]:
+    """``helm template RELEASE CHART --include-crds`` with the release's values."""
+    helm = find("helm")
+    if helm is None:
+        raise RuntimeError(missing("helm"))
+    command = [helm, "template", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE]
+    command.append("--include-crds")
+    for value in values(namespaces, spark_master):
+        command += ["--set", value]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"helm template failed: {result.stderr.strip()}")
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def collection(doc: dict[str, Any]) -> str:
+    """The path a rendered object is POSTed to."""
+    kind = doc["kind"]
+    if kind not in COLLECTIONS:
+        raise ValueError(f"the local cluster cannot store a {kind} ({doc['metadata']['name']})")
+    prefix, plural, namespaced = COLLECTIONS[kind]
+    if namespaced:
+        namespace = doc["metadata"].get("namespace") or OPERATOR_NAMESPACE
+        return f"{prefix}/namespaces/{namespace}/{plural}"
+    return f"{prefix}/{plural}"
+
+
+def install(api: KubeApi, docs: Sequence[dict[str, Any]], *, skip: frozenset[str]) -> None:
+    """Create every object but the ``skip`` kinds (and the Prometheus operator's): CRDs first."""
+    ordered = sorted(docs, key=lambda doc: doc["kind"] != "CustomResourceDefinition")
+    for doc in ordered:
+        if doc["kind"] in skip | PROMETHEUS_KINDS:
+            continue
+        response = api.request("POST", collection(doc), body=doc)
+        if response.status not in (201, 409):
+            name = f"{doc['kind']} {doc['metadata']['name']}"
+            raise RuntimeError(f"cannot create {name}: {response.message}")
+
+
+def only(docs: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = [doc for doc in docs if doc["kind"] == kind]
+    return found

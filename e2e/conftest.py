@@ -40,7 +40,7 @@ def cluster(
         api = local_cluster.api("e2e", NAMESPACE)
         data = tmp_path_factory.mktemp("data")
         pods = local_cluster.directory / "pods"
-        return LocalE2ECluster(api, NAMESPACE, data, pods, local_cluster.operator_log)
+        return LocalE2ECluster(api, NAMESPACE, data, pods, local_cluster.operator_logs)
     kubeconfig = os.environ["E2E_KUBECONFIG"]
     data_dir = os.environ.get("E2E_DATA_DIR")
     if not data_dir:

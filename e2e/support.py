@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -192,11 +193,16 @@ class LocalE2ECluster(E2ECluster):
     """The local cluster: pods are processes of this machine."""
 
     def __init__(
-        self, api: KubeApi, namespace: str, data_dir: Path, pods_dir: Path, operator_log: Path
+        self,
+        api: KubeApi,
+        namespace: str,
+        data_dir: Path,
+        pods_dir: Path,
+        operator_logs: Callable[[], str],
     ) -> None:
         super().__init__(api, namespace, data_dir, "finishable-spark-operator:0.1.0")
         self.pods_dir = pods_dir
-        self.operator_log = operator_log
+        self.operator_logs = operator_logs
 
     def driver_pid(self, pod: str) -> int | None:
         body = self.pod(pod) or {}
@@ -223,8 +229,7 @@ class LocalE2ECluster(E2ECluster):
         parts = []
         for log in sorted((self.pods_dir / self.namespace).glob(f"{job}-*/*.log")):
             parts.append(f"\n--- {log.parent.name}/{log.name} ---\n{log.read_text()[-4000:]}")
-        if self.operator_log.exists():
-            parts.append(f"\n--- operator.log ---\n{self.operator_log.read_text()[-3000:]}")
+        parts.append(f"\n--- the operator's log ---\n{self.operator_logs()[-3000:]}")
         return "".join(parts)
 
 

@@ -92,8 +92,7 @@ class Kubectl:
         pods = self.cluster.directory / "pods" / KUBECTL_NAMESPACE
         for log in sorted(pods.glob("*/*.log")):
             parts.append(f"\n--- {log.parent.name}/{log.name} ---\n{log.read_text()[-3000:]}")
-        if self.cluster.operator_log.exists():
-            parts.append(f"\n--- operator.log ---\n{self.cluster.operator_log.read_text()[-3000:]}")
+        parts.append(f"\n--- the operator's log ---\n{self.cluster.operator_logs()[-3000:]}")
         return "".join(parts)
 
 

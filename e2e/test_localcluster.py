@@ -11,8 +11,16 @@ from typing import Any
 
 import pytest
 
+from e2e.localcluster.chart import OPERATOR_NAMESPACE, collection
+from e2e.localcluster.deployments import (
+    HASH_LABEL,
+    DeploymentController,
+    replica_pod,
+    replica_set_for,
+)
 from e2e.localcluster.kubelet import Container, ProcessKubelet
 from e2e.localcluster.podspec import Image, container_command, expand, hosts_file
+from e2e.localcluster.prometheus import scrape_config
 from e2e.localcluster.sandbox import Bind, plan_layout
 from e2e.localcluster.statefulsets import orphaned, stateful_claim, stateful_pod
 from finishable.kube.api import KubeApi
@@ -173,6 +181,129 @@ def test_only_dependents_of_deleted_stateful_sets_are_orphans() -> None:
     assert orphaned(pod, set())
     assert not orphaned(pod, {"sts-1"})
     assert not orphaned({"metadata": {"name": "bare"}}, set())
+
+
+def deployment(**template_spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "op", "namespace": "ns1", "uid": "deploy-1"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "op"}},
+            "template": {
+                "metadata": {"labels": {"app": "op"}},
+                "spec": {"containers": [{"name": "c", "image": "sh"}], **template_spec},
+            },
+        },
+    }
+
+
+def test_a_deployments_replica_set_is_named_and_labelled_by_its_templates_hash() -> None:
+    first = replica_set_for(deployment())
+    pod_hash = first["metadata"]["labels"][HASH_LABEL]
+    assert first["metadata"]["name"] == f"op-{pod_hash}"
+    assert first == replica_set_for(deployment()), "the same template, the same ReplicaSet"
+    assert (
+        replica_set_for(deployment(hostname="x"))["metadata"]["name"] != first["metadata"]["name"]
+    )
+    assert first["spec"]["selector"]["matchLabels"] == {"app": "op", HASH_LABEL: pod_hash}
+    assert first["spec"]["replicas"] == 2
+    assert first["metadata"]["ownerReferences"][0]["uid"] == "deploy-1"
+    assert HASH_LABEL not in deployment()["spec"]["template"]["metadata"]["labels"], "not changed"
+    first["metadata"]["uid"] = "rs-1"
+    pod = replica_pod(first, "b2x4z")
+    assert pod["metadata"]["name"] == f"op-{pod_hash}-b2x4z"
+    assert pod["metadata"]["labels"] == {"app": "op", HASH_LABEL: pod_hash}
+    assert pod["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"op-{pod_hash}", "uid": "rs-1",
+        "controller": True, "blockOwnerDeletion": True,
+    }  # fmt: skip
+
+
+def test_the_deployment_controller_keeps_pods_and_rolls_a_new_template_out() -> None:
+    with EmulatorServer(required_token="admin-token") as server:
+        api = KubeApi.for_url(server.url, token="admin-token", namespace="ns1")
+        api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "ns1"}})
+        body = deployment()
+        del body["metadata"]["uid"]
+        path = api.path("deployments", namespace="ns1", api_version="apps/v1")
+        assert api.request("POST", path, body=body).status == 201
+        controller = DeploymentController(api)
+
+        def pods() -> list[dict[str, Any]]:
+            return list(api.request("GET", api.path("pods")).body.get("items") or [])
+
+        controller.sync()
+        controller.sync()
+        first = pods()
+        assert len(first) == 2
+        (owner,) = {p["metadata"]["ownerReferences"][0]["name"] for p in first}
+        api.request("DELETE", api.path("pods", first[0]["metadata"]["name"]))
+        controller.sync()
+        again = pods()
+        assert len(again) == 2 and first[0]["metadata"]["name"] not in names(again), "replaced"
+        patch = {"spec": {"template": {"spec": {"hostname": "new"}}}}
+        api.request("PATCH", f"{path}/op", body=patch, content_type="application/merge-patch+json")
+        controller.sync()
+        controller.sync()
+        sets = api.request("GET", api.path("replicasets", api_version="apps/v1")).body["items"]
+        replicas = {rs["metadata"]["name"]: rs["spec"]["replicas"] for rs in sets}
+        assert replicas[owner] == 0 and sorted(replicas.values()) == [0, 2]
+        controller.sync()
+        live = [p for p in pods() if p["metadata"]["ownerReferences"][0]["name"] != owner]
+        assert len(live) == 2 and all(p["spec"]["hostname"] == "new" for p in live)
+        api.close()
+
+
+def names(objects: list[dict[str, Any]]) -> set[str]:
+    return {obj["metadata"]["name"] for obj in objects}
+
+
+def test_the_chart_objects_go_where_helm_install_would_create_them() -> None:
+    role = {"kind": "RoleBinding", "metadata": {"name": "r", "namespace": "jobs"}}
+    assert collection(role) == "/apis/rbac.authorization.k8s.io/v1/namespaces/jobs/rolebindings"
+    account = {"kind": "ServiceAccount", "metadata": {"name": "a"}}
+    assert collection(account) == f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts"
+    crd = {"kind": "CustomResourceDefinition", "metadata": {"name": "x"}}
+    assert collection(crd) == "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    with pytest.raises(ValueError, match="cannot store a Secret"):
+        collection({"kind": "Secret", "metadata": {"name": "s"}})
+
+
+def test_the_scrape_job_is_what_the_prometheus_operator_makes_of_a_service_monitor() -> None:
+    service = {
+        "metadata": {"name": "op-metrics", "namespace": "ops", "labels": {"app": "op", "c": "m"}},
+        "spec": {"ports": [{"name": "metrics", "port": 9090}]},
+    }
+    monitor = {
+        "metadata": {"name": "op", "namespace": "ops"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "op", "c": "m"}},
+            "endpoints": [
+                {"port": "metrics", "path": "/metrics", "honorLabels": True, "interval": "2s"}
+            ],
+        },
+    }
+    job = scrape_config(monitor, service, "127.9.0.3:9090", pod="op-abc")
+    assert job["job_name"] == "serviceMonitor/ops/op/0"
+    assert job["honor_labels"] is True and job["scrape_interval"] == "2s"
+    assert job["static_configs"] == [
+        {
+            "targets": ["127.9.0.3:9090"],
+            "labels": {
+                "job": "op-metrics", "namespace": "ops", "service": "op-metrics",
+                "pod": "op-abc", "endpoint": "metrics",
+            },
+        }
+    ]  # fmt: skip
+    monitor["spec"]["endpoints"][0]["port"] = "http"
+    with pytest.raises(ValueError, match="not a port of the Service"):
+        scrape_config(monitor, service, "127.9.0.3:9090", pod="op-abc")
+    monitor["spec"]["endpoints"][0]["port"] = "metrics"
+    monitor["spec"]["selector"]["matchLabels"]["c"] = "other"
+    with pytest.raises(ValueError, match="does not select"):
+        scrape_config(monitor, service, "127.9.0.3:9090", pod="op-abc")
 
 
 # -- the process kubelet, running pods -----------------------------------------------------------

@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+from e2e.localcluster.chart import OPERATOR_NAMESPACE
 from e2e.localcluster.cluster import LocalCluster
 
 
@@ -42,7 +43,10 @@ def main() -> int:
     with cluster:
         print(f"API server  {cluster.url}")
         print(f"kubeconfig  {cluster.kubeconfig}")
-        print(f"operator    log {cluster.operator_log}")
+        operator = (cluster.operator_pod or {}).get("metadata", {}).get("name")
+        print(
+            f"operator    pod {OPERATOR_NAMESPACE}/{operator}, logs under pods/{OPERATOR_NAMESPACE}"
+        )
         print(f"pods        logs under {cluster.directory / 'pods'}")
         print("Ctrl-C stops the cluster and every pod.", flush=True)
         with contextlib.suppress(KeyboardInterrupt):

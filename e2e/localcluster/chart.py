@@ -4,7 +4,8 @@ does. The Prometheus operator's kinds (ServiceMonitor, PrometheusRule) are not s
 Prometheus (``prometheus.py``) reads them, as the Prometheus operator would.
 
 The release: RELEASE in OPERATOR_NAMESPACE, namespaced mode (``watchNamespaces``), peering on,
-the ServiceMonitor and the alerting rules on, scraped every SCRAPE_INTERVAL.
+the ServiceMonitor and the alerting rules on, scraped every SCRAPE_INTERVAL, and a resync of 5 s
+(the tests' jobs are short).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def values(namespaces: Sequence[str], spark_master: str | None) -> list[str]:
         f"metrics.serviceMonitor.interval={SCRAPE_INTERVAL}",
         f"metrics.serviceMonitor.scrapeTimeout={SCRAPE_INTERVAL}",
         "metrics.prometheusRule.enabled=true",
+        "operator.resyncSeconds=5",
     ]
     if spark_master:
         chosen.append(f"operator.sparkMaster={spark_master}")
@@ -84,11 +86,11 @@ def collection(doc: dict[str, Any]) -> str:
     return f"{prefix}/{plural}"
 
 
-def install(api: KubeApi, docs: Sequence[dict[str, Any]], *, skip: frozenset[str]) -> None:
-    """Create every object but the ``skip`` kinds (and the Prometheus operator's): CRDs first."""
+def install(api: KubeApi, docs: Sequence[dict[str, Any]]) -> None:
+    """Create every object but the Prometheus operator's, CRDs first."""
     ordered = sorted(docs, key=lambda doc: doc["kind"] != "CustomResourceDefinition")
     for doc in ordered:
-        if doc["kind"] in skip | PROMETHEUS_KINDS:
+        if doc["kind"] in PROMETHEUS_KINDS:
             continue
         response = api.request("POST", collection(doc), body=doc)
         if response.status not in (201, 409):

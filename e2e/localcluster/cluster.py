@@ -1,20 +1,23 @@
-"""The local cluster: the API emulator, a process kubelet, a StatefulSet controller and the
-operator, on one machine without containers (the e2e tier that needs no container runtime).
+"""The local cluster: the API emulator, a process kubelet, the StatefulSet, Deployment and
+ReplicaSet controllers, the chart's operator and Prometheus, on one machine without containers
+(the e2e tier that needs no container runtime).
 
 ``LocalCluster(directory).start()`` serves the Kubernetes API on a loopback port (the extended
 kmock emulator of ``tests/support``, checking custom resources against their CRD schema),
-creates the namespaces, installs the chart as helm renders it (``chart.py``: CRDs, service
-account, RBAC, Services, dashboard; the namespaced mode, peering on), starts the controllers a
-cluster needs for our children (StatefulSets; the garbage collector is the emulator's) and the
-kubelet, runs ``finishable operator`` as the chart's Deployment would run it: under RBAC, with
-the OwnerReferencesPermissionEnforcement admission plugin on (as in OpenShift), as the chart's
-ServiceAccount, with its default Spark master: the API server's ``k8s://`` URL, so Spark's
+creates the namespaces, starts the controllers (StatefulSets, Deployments and ReplicaSets; the
+garbage collector is the emulator's) and the kubelet, and installs the chart as helm renders it
+(``chart.py``: CRDs, service account, RBAC, Services, dashboard and the Deployment; the
+namespaced mode, peering on). The operator is the chart's Deployment's pod, run by the kubelet
+with the chart's command, args, env, ports, probes and service account: under RBAC, with the
+OwnerReferencesPermissionEnforcement admission plugin on (as in OpenShift), with its default
+Spark master: the API server's ``k8s://`` URL, so Spark's
 Kubernetes backend in each driver creates its executor pods through the API and the kubelet runs
 them (``spark_master="local[2]"`` runs Spark inside the driver pod instead). The kubelet and the
 StatefulSet controller keep the admin's token. Prometheus (``prometheus.py``) scrapes the
 operator as the chart's ServiceMonitor says and evaluates its alerting rules. The admin
-kubeconfig is ``<directory>/kubeconfig``; logs are ``<directory>/operator/operator.log`` and
-``<directory>/pods/<namespace>/<pod>-<uid>/<container>.log``.
+kubeconfig is ``<directory>/kubeconfig``; logs are
+``<directory>/pods/<namespace>/<pod>-<uid>/<container>.log`` (the operator's in the namespace
+OPERATOR_NAMESPACE).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import os
 import secrets
 import shutil
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -33,18 +38,19 @@ import pyspark
 
 from e2e.localcluster import chart
 from e2e.localcluster.chart import OPERATOR_NAMESPACE, RELEASE
+from e2e.localcluster.deployments import DeploymentController, is_ready
 from e2e.localcluster.kubelet import ProcessKubelet, kubeconfig
-from e2e.localcluster.podspec import Image, service_environment
+from e2e.localcluster.podspec import Image
 from e2e.localcluster.prometheus import Prometheus, scrape_config
 from e2e.localcluster.statefulsets import StatefulSetController
 from finishable.kube.api import KubeApi
-from tests.controller.cluster import OperatorProcess
 from tests.support.k8s_emulator import EmulatorServer
 
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "finishable-spark-operator:0.1.0"  # the image the examples and the e2e suite name
+OPERATOR_START_TIMEOUT = 120.0
 
 
 class LocalCluster:
@@ -72,8 +78,8 @@ class LocalCluster:
             owner_reference_enforcement=True,
         )
         self.kubeconfig = self.directory / "kubeconfig"
-        self.operator_log = self.directory / "operator" / "operator.log"
-        self.operator: OperatorProcess | None = None
+        self.operator_pod: dict[str, Any] | None = None
+        self.deployments: DeploymentController | None = None
         self.kubelet: ProcessKubelet | None = None
         self.stateful_sets: StatefulSetController | None = None
         self.prometheus: Prometheus | None = None
@@ -112,23 +118,24 @@ class LocalCluster:
             )
         )
         admin = self.api("local-cluster")
-        self._install(admin)
         self.stateful_sets = StatefulSetController(self.api("statefulset-controller")).start()
+        self.deployments = DeploymentController(self.api("deployment-controller")).start()
         self.kubelet = ProcessKubelet(
             self.api("process-kubelet"),
             self.directory,
             images={IMAGE: local_image()},
             api_address=self.api_address,
         ).start()
-        self._start_operator()
+        self._install(admin)
+        self.operator_pod = self._await_operator(admin)
         self._start_prometheus()
         return self
 
     def stop(self) -> None:
         if self.prometheus is not None:
             self.prometheus.stop()
-        if self.operator is not None:
-            self.operator.stop()
+        if self.deployments is not None:
+            self.deployments.stop()
         if self.kubelet is not None:
             self.kubelet.stop()
         if self.stateful_sets is not None:
@@ -153,57 +160,71 @@ class LocalCluster:
     # -- parts ------------------------------------------------------------------------------
 
     def _install(self, api: KubeApi) -> None:
-        """``kubectl create namespace`` and ``helm install`` of the chart (its Deployment aside:
-        the operator runs as a process, with the Deployment's service account)."""
+        """``kubectl create namespace`` and ``helm install`` of the chart."""
         for namespace in dict.fromkeys((*self.namespaces, OPERATOR_NAMESPACE)):
             body = {"metadata": {"name": namespace}}
             response = api.request("POST", "/api/v1/namespaces", body=body)
             if response.status not in (201, 409):
                 raise RuntimeError(f"cannot create namespace {namespace}: {response.message}")
         self.chart = chart.render(self.namespaces, self.spark_master)
-        chart.install(api, self.chart, skip=frozenset({"Deployment"}))
+        chart.install(api, self.chart)
 
-    def operator_token(self) -> str:
-        """A token of the operator's ServiceAccount, from the TokenRequest API."""
-        api = self.api("local-cluster", OPERATOR_NAMESPACE)
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
-        path = api.path("serviceaccounts", RELEASE, subresource="token")
-        response = api.request("POST", path, body=body)
-        if response.status != 201:
-            raise RuntimeError(f"cannot get the operator's token: {response.message}")
-        return str(response.body["status"]["token"])
+    def _await_operator(self, api: KubeApi) -> dict[str, Any]:
+        """The Deployment's pod, once its readiness probe (kopf's /healthz) answers."""
+        deployment = chart.only(self.chart, "Deployment")
+        selector = ",".join(
+            f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items()
+        )
+        path = api.path("pods", namespace=OPERATOR_NAMESPACE)
+        deadline = time.monotonic() + OPERATOR_START_TIMEOUT
+        while time.monotonic() < deadline:
+            response = api.request("GET", path, query={"labelSelector": selector})
+            ready = [pod for pod in response.body.get("items") or [] if is_ready(pod)]
+            if ready:
+                pod: dict[str, Any] = ready[0]
+                return pod
+            time.sleep(0.5)
+        raise RuntimeError(
+            f"the operator's pod did not become ready: {self.operator_logs()[-3000:]}"
+        )
 
-    def _start_operator(self) -> None:
-        """As the chart runs it with ``watchNamespaces`` set: peering, one flag per namespace."""
-        self.operator_log.parent.mkdir(parents=True, exist_ok=True)
-        self.operator = OperatorProcess(
-            self.operator_log.parent,
-            self.url,
-            self.operator_token(),  # the chart's ServiceAccount, not the admin
-            list(self.namespaces),
-            identity="local-operator",
-            extra_args=["--spark-master", self.spark_master] if self.spark_master else [],
-            # What a kubelet gives every container: the operator derives Spark's default
-            # k8s:// master from it, as it would in its pod.
-            env=service_environment(*self.api_address),
-        ).start()
+    def _operator_port(self, name: str) -> int:
+        (container,) = chart.only(self.chart, "Deployment")["spec"]["template"]["spec"][
+            "containers"
+        ]
+        (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == name]
+        return int(port)
+
+    @property
+    def operator_address(self) -> str:
+        """host:port of the operator pod's metrics port."""
+        assert self.operator_pod is not None
+        return f"{self.operator_pod['status']['podIP']}:{self._operator_port('metrics')}"
 
     def _start_prometheus(self) -> None:
         """Prometheus scraping the operator as the chart's ServiceMonitor asks, with its rules."""
-        assert self.operator is not None
+        assert self.operator_pod is not None
         scrape = scrape_config(
             chart.only(self.chart, "ServiceMonitor"),
             chart.only(self.chart, "Service"),
-            f"127.0.0.1:{self.operator.metrics_port}",
-            pod=self.operator.identity,
+            self.operator_address,
+            pod=self.operator_pod["metadata"]["name"],
         )
         rules = chart.only(self.chart, "PrometheusRule")["spec"]
         self.prometheus = Prometheus(self.directory / "prometheus", scrape, rules).start()
 
     def metrics(self) -> str:
         """The operator's Prometheus metrics, as scraped."""
-        assert self.operator is not None
-        return str(self.operator.metrics())
+        url = f"http://{self.operator_address}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return str(response.read().decode())
+
+    def operator_logs(self) -> str:
+        """The logs of the operator's pods (one the Deployment replaced too), oldest first."""
+        logs = (self.directory / "pods" / OPERATOR_NAMESPACE).glob(f"{RELEASE}-*/operator.log")
+        return "".join(
+            log.read_text(errors="replace") for log in sorted(logs, key=os.path.getmtime)
+        )
 
 
 def local_image() -> Image:

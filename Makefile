@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck unit crd clean tools
+.PHONY: demo test lint typecheck unit crd clean tools image
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ tools: $(BIN)/kubectl $(BIN)/helm
 
 $(BIN)/kubectl $(BIN)/helm: e2e/tools/install-cluster-tool.sh | $(STAMP)
 	sh e2e/tools/install-cluster-tool.sh $(notdir $@) $@
+
+# The project's image, built and tried (docker, or ENGINE=podman; BASE=local builds its base here).
+image:
+	sh docker/build-image.sh
 
 crd: $(STAMP)
 	$(BIN)/finishable crd > crds/finishablesparkjobs.finishable.dev.yaml

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 from e2e.conftest import KUBECTL_NAMESPACE
 from e2e.localcluster.cluster import LocalCluster
 from e2e.support import ROOT
+from tests.support.tools import installed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -32,14 +32,8 @@ COMMAND_TIMEOUT = 420  # above the --timeout=5m of the README's waits
 
 
 def kubectl_binary() -> str:
-    """The pinned kubectl in .venv/bin (``make kubectl``), else $KUBECTL, else one on $PATH."""
-    for candidate in (ROOT / ".venv" / "bin" / "kubectl", os.environ.get("KUBECTL")):
-        if candidate and Path(candidate).is_file():
-            return str(candidate)
-    found = shutil.which("kubectl")
-    if found is None:
-        pytest.fail("kubectl is missing: `make kubectl` installs the pinned one in .venv/bin")
-    return found
+    """The pinned kubectl in .venv/bin (``make tools``), else $KUBECTL, else one on $PATH."""
+    return installed("kubectl")
 
 
 def readme_section() -> str:

@@ -24,21 +24,36 @@ def instructions(name: str) -> list[str]:
     return [m.group(1).strip() for m in re.finditer(rf"^{name}\s+(.+)$", joined, re.MULTILINE)]
 
 
-def test_python_311_with_java_17() -> None:
-    (base,) = instructions("FROM")
-    assert base.startswith("python:3.11")
+def test_python_311_with_java_17_on_a_base_chosen_at_build_time() -> None:
+    assert re.search(r"^ARG BASE=python:3\.11-slim-bookworm$", DOCKERFILE, re.MULTILINE)
+    assert instructions("FROM") == ["${BASE} AS build", "${BASE}"], "both stages on BASE"
     assert any("openjdk-17-jre-headless" in run for run in instructions("RUN"))
     env = " ".join(instructions("ENV"))
     assert "JAVA_HOME=/usr/lib/jvm/java-17-openjdk" in env
 
 
-def test_the_package_is_installed_and_spark_home_is_pip_pyspark() -> None:
-    assert any(re.search(r"pip install \.(\s|$)", run) for run in instructions("RUN"))
+def test_the_package_is_installed_in_a_venv_and_spark_home_is_its_pyspark() -> None:
+    assert any(re.search(r"pip install /src(\s|$)", run) for run in instructions("RUN"))
     env = " ".join(instructions("ENV"))
-    assert "SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark" in env
-    assert "PYSPARK_PYTHON=/usr/local/bin/python3" in env
+    assert "SPARK_HOME=/opt/finishable/venv/lib/python3.11/site-packages/pyspark" in env
+    assert "PYSPARK_PYTHON=/opt/finishable/venv/bin/python" in env
+    assert "PATH=/opt/finishable/venv/bin:" in env
+    assert "--from=build /opt/finishable/venv /opt/finishable/venv" in instructions("COPY")
     # the build fails if pip's pyspark ends up anywhere else
     assert any("os.environ['SPARK_HOME']" in run for run in instructions("RUN"))
+
+
+def test_what_the_build_machine_hands_the_build_is_never_committed() -> None:
+    """docker/build-image.sh copies its CA bundle and the tests' versions to docker/build-local/
+    for the build stage only: the directory ignores everything but its .gitignore."""
+    ignore = (ROOT / "docker" / "build-local" / ".gitignore").read_text().split()
+    assert "*" in ignore and "!.gitignore" in ignore
+    assert "docker/build-local/ /tmp/build-local/" in instructions("COPY")
+    build_stage = DOCKERFILE[: DOCKERFILE.index("FROM ${BASE}\n")]
+    assert (
+        "/tmp/build-local/" in build_stage
+        and "/tmp/build-local" not in DOCKERFILE[len(build_stage) :]
+    )
 
 
 def test_examples_are_where_the_manifests_say() -> None:
@@ -51,11 +66,13 @@ def test_examples_are_where_the_manifests_say() -> None:
         assert (ROOT / program.removeprefix("local:///opt/finishable/")).is_file(), program
 
 
-def test_runs_as_a_non_root_user() -> None:
-    users = instructions("USER")
-    assert users, "no USER: the image would run as root"
-    uid = users[-1].split(":")[0]
-    assert uid.isdigit() and int(uid) >= 1000, "a numeric uid lets runAsNonRoot verify it"
+def test_runs_as_the_non_root_user_it_creates() -> None:
+    """USER is the uid of ARG UID (numeric, so runAsNonRoot can verify it), the one useradd
+    creates: a build with another --build-arg UID stays consistent."""
+    assert instructions("USER") == ["${UID}:${UID}"], "no USER: the image would run as root"
+    (default,) = re.findall(r"^ARG UID=(\d+)$", DOCKERFILE, re.MULTILINE)
+    assert int(default) >= 1000
+    assert any('useradd --uid "$UID"' in run for run in instructions("RUN"))
 
 
 def test_the_entrypoint_runs_commands_and_spark_executors() -> None:

@@ -1,0 +1,103 @@
+#!/bin/sh
+# Build the project's image, try it, and print its name and size (`make image`).
+#
+#   docker/build-image.sh [IMAGE]        IMAGE defaults to finishable-spark-operator:0.1.0
+#
+# The engine is docker (its daemon is started when it is installed but not running, and docker.io
+# is installed through apt-get when it is missing and this runs as root), or podman with
+# ENGINE=podman. The base image is BASE (default python:3.11-slim-bookworm, the Dockerfile's):
+# when it cannot be pulled, a Debian bookworm minbase root file system with Python 3.11 is made
+# with mmdebstrap and imported as finishable-base:bookworm instead (BASE=local asks for that one
+# at once). The build machine's CA bundle (for networks that re-sign TLS) and the versions of
+# .venv (what the tests ran with) are handed to pip inside the build through docker/build-local/,
+# never committed. The classic builder builds (DOCKER_BUILDKIT=0).
+set -eu
+
+IMAGE="${1:-finishable-spark-operator:0.1.0}"
+BASE="${BASE:-python:3.11-slim-bookworm}"
+LOCAL_BASE="finishable-base:bookworm"
+ENGINE="${ENGINE:-docker}"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+LOG_DIR="${TMPDIR:-/tmp}"
+
+say() { echo "build-image: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"
+    elif command -v sudo >/dev/null 2>&1; then sudo -n "$@"
+    else return 1; fi
+}
+
+apt_install() {
+    command -v apt-get >/dev/null 2>&1 || return 1
+    say "installing $*"
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y --no-install-recommends "$@" >/dev/null \
+        || { as_root apt-get update -q >/dev/null \
+             && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y --no-install-recommends "$@" >/dev/null; }
+}
+
+engine_ready() {
+    case "$ENGINE" in
+        docker)
+            command -v docker >/dev/null 2>&1 || apt_install docker.io \
+                || die "docker is missing: install it (apt-get install docker.io) or set ENGINE=podman"
+            docker info >/dev/null 2>&1 && return 0
+            command -v dockerd >/dev/null 2>&1 \
+                || die "docker's daemon is not running and dockerd is not installed (apt-get install docker.io)"
+            say "starting dockerd (log: $LOG_DIR/finishable-dockerd.log)"
+            as_root sh -c "nohup dockerd --storage-driver=overlay2 >'$LOG_DIR/finishable-dockerd.log' 2>&1 &" \
+                || die "docker's daemon is not running and cannot be started here (not root)"
+            tries=0
+            until docker info >/dev/null 2>&1; do
+                tries=$((tries + 1))
+                [ "$tries" -lt 60 ] || die "dockerd did not start: $(tail -5 "$LOG_DIR/finishable-dockerd.log")"
+                sleep 1
+            done ;;
+        podman)
+            command -v podman >/dev/null 2>&1 || apt_install podman \
+                || die "podman is missing: install it (apt-get install podman)" ;;
+        *) die "ENGINE must be docker or podman, not '$ENGINE'" ;;
+    esac
+}
+
+local_base() {
+    if "$ENGINE" image inspect "$LOCAL_BASE" >/dev/null 2>&1; then return 0; fi
+    command -v mmdebstrap >/dev/null 2>&1 || apt_install mmdebstrap \
+        || die "mmdebstrap is needed to make a base image (apt-get install mmdebstrap), or set BASE"
+    say "making $LOCAL_BASE with mmdebstrap (Debian bookworm minbase, python3, python3-venv)"
+    tarball="$(mktemp "$LOG_DIR/finishable-base.XXXXXX.tar")"
+    as_root mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
+        bookworm "$tarball" \
+        || { rm -f "$tarball"; die "mmdebstrap failed"; }
+    "$ENGINE" import "$tarball" "$LOCAL_BASE" >/dev/null
+    rm -f "$tarball"
+}
+
+engine_ready
+if [ "$BASE" = local ]; then
+    local_base; BASE="$LOCAL_BASE"
+elif ! "$ENGINE" image inspect "$BASE" >/dev/null 2>&1 && ! "$ENGINE" pull -q "$BASE" >/dev/null 2>&1; then
+    say "cannot pull $BASE: building on a local base instead"
+    local_base; BASE="$LOCAL_BASE"
+fi
+
+HANDED="$ROOT/docker/build-local"
+trap 'rm -f "$HANDED/ca-certificates.crt" "$HANDED/constraints.txt"' EXIT
+for bundle in "${SSL_CERT_FILE:-}" /etc/ssl/certs/ca-certificates.crt; do
+    if [ -n "$bundle" ] && [ -s "$bundle" ]; then cp "$bundle" "$HANDED/ca-certificates.crt"; break; fi
+done
+if [ -x "$ROOT/.venv/bin/python" ]; then  # the versions the tests run with
+    "$ROOT/.venv/bin/python" -m pip freeze --exclude-editable --quiet >"$HANDED/constraints.txt" 2>/dev/null \
+        || rm -f "$HANDED/constraints.txt"
+fi
+
+say "building $IMAGE on $BASE with $ENGINE"
+DOCKER_BUILDKIT=0 "$ENGINE" build --build-arg "BASE=$BASE" -t "$IMAGE" "$ROOT" >"$LOG_DIR/finishable-image-build.log" 2>&1 \
+    || die "the build failed; its log: $(tail -20 "$LOG_DIR/finishable-image-build.log")"
+
+user="$("$ENGINE" run --rm --entrypoint id "$IMAGE" -u)"
+[ "$user" = 1000 ] || die "the image runs as uid $user, not 1000"
+"$ENGINE" run --rm "$IMAGE" finishable version >&2 || die "finishable version failed in $IMAGE"
+size="$("$ENGINE" image inspect -f '{{.Size}}' "$IMAGE")"
+echo "$IMAGE $((size / 1000000)) MB"

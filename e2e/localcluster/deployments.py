@@ -15,15 +15,13 @@ import hashlib
 import json
 import logging
 import secrets
-import threading
 from typing import Any
 
+from e2e.localcluster.controllers import PollingController
 from e2e.localcluster.statefulsets import owned_by
-from finishable.kube.api import KubeApi
 
 log = logging.getLogger(__name__)
 
-SYNC_SECONDS = 0.5
 HASH_LABEL = "pod-template-hash"
 # The alphabet of Kubernetes' rand.String and SafeEncodeString: no vowels, no look-alikes.
 SAFE = "bcdfghjklmnpqrstvwxz2456789"
@@ -101,35 +99,10 @@ def ended(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-class DeploymentController:
+class DeploymentController(PollingController):
     """Keeps every Deployment's ReplicaSet and every ReplicaSet's pods (module docstring)."""
 
-    def __init__(self, api: KubeApi) -> None:
-        self.api = api
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="deployments", daemon=True)
-
-    def start(self) -> DeploymentController:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sync()
-            except Exception:
-                log.exception("deployment sync failed; retrying")
-            self._stop.wait(SYNC_SECONDS)
-
-    def _list(self, path: str) -> list[dict[str, Any]]:
-        response = self.api.request("GET", path)
-        if response.status != 200:
-            raise RuntimeError(f"GET {path}: {response.status} {response.message}")
-        return list(response.body.get("items") or [])
+    name = "deployments"
 
     def sync(self) -> None:
         deployments = self._list("/apis/apps/v1/deployments")

@@ -20,6 +20,7 @@ from typing import Any, Self
 
 import yaml
 
+from tests.support.processes import terminate
 from tests.support.tools import find, missing
 
 READY_TIMEOUT = 60.0
@@ -137,10 +138,5 @@ class Prometheus:
         return result
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(30)
+        if self.process is not None:
+            terminate(self.process)

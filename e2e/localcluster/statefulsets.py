@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
 from typing import Any
 
-from finishable.kube.api import KubeApi
+from e2e.localcluster.controllers import PollingController
 
 log = logging.getLogger(__name__)
 
-SYNC_SECONDS = 0.5
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 
 
@@ -102,35 +100,10 @@ def orphaned(obj: dict[str, Any], stateful_sets: set[str]) -> bool:
     )
 
 
-class StatefulSetController:
+class StatefulSetController(PollingController):
     """Keeps every StatefulSet's pods and claims (see the module docstring)."""
 
-    def __init__(self, api: KubeApi) -> None:
-        self.api = api
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="statefulsets", daemon=True)
-
-    def start(self) -> StatefulSetController:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sync()
-            except Exception:
-                log.exception("statefulset sync failed; retrying")
-            self._stop.wait(SYNC_SECONDS)
-
-    def _list(self, path: str) -> list[dict[str, Any]]:
-        response = self.api.request("GET", path)
-        if response.status != 200:
-            raise RuntimeError(f"GET {path}: {response.status} {response.message}")
-        return list(response.body.get("items") or [])
+    name = "statefulsets"
 
     def sync(self) -> None:
         stateful_sets = self._list("/apis/apps/v1/statefulsets")

@@ -227,4 +227,3 @@ def field_value(pod: PodRef, path: str) -> str:
     if path not in fields:
         raise NotReady(f"fieldRef {path!r} is not supported")
     return str(fields[path])
-

@@ -27,6 +27,7 @@ from finishable.api.crd import build_crd
 from finishable.api.status import ControlRequest
 from finishable.kube.api import KubeApi
 from finishable.state.control import ConfigMapControlChannel
+from tests.support.processes import terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = "finishable.dev/v1alpha1"
@@ -296,10 +297,5 @@ class OperatorProcess:
         self.process.wait(30)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        if self.process is not None:
+            terminate(self.process)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -50,3 +51,15 @@ def wait_ended(pids: list[int], timeout: float, what: str) -> None:
             return
         assert time.monotonic() < deadline, f"{what}: still running: {left}"
         time.sleep(0.2)
+
+
+def terminate(process: subprocess.Popen[bytes], grace: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL when it has not ended within ``grace`` seconds; reaped either way."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)

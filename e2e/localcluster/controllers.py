@@ -1,0 +1,50 @@
+"""What the local cluster's controllers share: a thread that lists what it needs and converges
+on it every SYNC_SECONDS, as a real controller does on its informers' resyncs."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Self
+
+from finishable.kube.api import KubeApi
+
+log = logging.getLogger(__name__)
+
+SYNC_SECONDS = 0.5
+
+
+class PollingController:
+    """Subclasses implement :meth:`sync`; errors are logged and the next pass tries again."""
+
+    name = "controller"
+
+    def __init__(self, api: KubeApi) -> None:
+        self.api = api
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def sync(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync()
+            except Exception:
+                log.exception("%s sync failed; retrying", self.name)
+            self._stop.wait(SYNC_SECONDS)
+
+    def _list(self, path: str) -> list[dict[str, Any]]:
+        response = self.api.request("GET", path)
+        if response.status != 200:
+            raise RuntimeError(f"GET {path}: {response.status} {response.message}")
+        return list(response.body.get("items") or [])

@@ -25,8 +25,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The unit and component tiers on WORKERS processes (a module stays on one: one Spark session per
+# module), then the e2e tier on its one local cluster.
+WORKERS ?= 2
 unit: $(STAMP) tools
-	$(BIN)/pytest
+	$(BIN)/pytest tests -n $(WORKERS) --dist loadfile
+	$(BIN)/pytest e2e
 
 # What the tests run for real besides Python: the pinned kubectl and helm (checksums checked) in
 # .venv/bin, and Debian's prometheus, promtool and shellcheck (installed when missing).

@@ -223,7 +223,7 @@ class LocalE2ECluster(E2ECluster):
     def pod_log(self, pod: str) -> str:
         """The kubelet keeps a deleted pod's directory: its log outlives the pod."""
         logs = sorted((self.pods_dir / self.namespace).glob(f"{pod}-*/*.log"))
-        return "".join(log.read_text() for log in logs if log.parent.name[: -9] == pod)
+        return "".join(log.read_text() for log in logs if log.parent.name[:-9] == pod)
 
     def logs(self, job: str) -> str:
         parts = []

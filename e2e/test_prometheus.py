@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from e2e.localcluster.chart import OPERATOR_NAMESPACE, only
+from e2e.localcluster.chart import OPERATOR_NAMESPACE
 from e2e.localcluster.cluster import LocalCluster
 from e2e.localcluster.prometheus import Prometheus
 from e2e.support import E2ECluster
+from tests.charts.helm import only
 from tests.charts.test_dashboard import dashboard, metric_names, panels
 
 pytestmark = [pytest.mark.e2e, pytest.mark.after_all]

@@ -10,18 +10,13 @@ the ServiceMonitor and the alerting rules on, scraped every SCRAPE_INTERVAL, and
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from finishable.kube.api import KubeApi
+from tests.charts.helm import render as helm_render
 from tests.support.tools import find, missing
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "finishable-spark-operator"
 RELEASE = "finishable-spark-operator"  # the chart's fullname and ServiceAccount for this release
 OPERATOR_NAMESPACE = "finishable-system"
 SCRAPE_INTERVAL = "2s"
@@ -44,7 +39,7 @@ COLLECTIONS: dict[str, tuple[str, str, bool]] = {
 }
 
 
-def values(namespaces: Sequence[str], spark_master: str | None) -> list[str]:
+def release_values(namespaces: Sequence[str], spark_master: str | None) -> list[str]:
     """The release's ``--set`` values."""
     chosen = [
         f"watchNamespaces={{{','.join(namespaces)}}}",
@@ -64,14 +59,11 @@ def render(namespaces: Sequence[str], spark_master: str | None = None) -> list[d
     helm = find("helm")
     if helm is None:
         raise RuntimeError(missing("helm"))
-    command = [helm, "template", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE]
-    command.append("--include-crds")
-    for value in values(namespaces, spark_master):
-        command += ["--set", value]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"helm template failed: {result.stderr.strip()}")
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    values = release_values(namespaces, spark_master)
+    docs: list[dict[str, Any]] = helm_render(
+        helm, RELEASE, OPERATOR_NAMESPACE, values, include_crds=True
+    )
+    return docs
 
 
 def collection(doc: dict[str, Any]) -> str:
@@ -96,8 +88,3 @@ def install(api: KubeApi, docs: Sequence[dict[str, Any]]) -> None:
         if response.status not in (201, 409):
             name = f"{doc['kind']} {doc['metadata']['name']}"
             raise RuntimeError(f"cannot create {name}: {response.message}")
-
-
-def only(docs: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
-    (found,) = [doc for doc in docs if doc["kind"] == kind]
-    return found

@@ -44,6 +44,7 @@ from e2e.localcluster.podspec import Image
 from e2e.localcluster.prometheus import Prometheus, scrape_config
 from e2e.localcluster.statefulsets import StatefulSetController
 from finishable.kube.api import KubeApi
+from tests.charts.helm import only
 from tests.support.k8s_emulator import EmulatorServer
 
 log = logging.getLogger(__name__)
@@ -171,7 +172,7 @@ class LocalCluster:
 
     def _await_operator(self, api: KubeApi) -> dict[str, Any]:
         """The Deployment's pod, once its readiness probe (kopf's /healthz) answers."""
-        deployment = chart.only(self.chart, "Deployment")
+        deployment = only(self.chart, "Deployment")
         selector = ",".join(
             f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items()
         )
@@ -189,9 +190,7 @@ class LocalCluster:
         )
 
     def _operator_port(self, name: str) -> int:
-        (container,) = chart.only(self.chart, "Deployment")["spec"]["template"]["spec"][
-            "containers"
-        ]
+        (container,) = only(self.chart, "Deployment")["spec"]["template"]["spec"]["containers"]
         (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == name]
         return int(port)
 
@@ -205,12 +204,12 @@ class LocalCluster:
         """Prometheus scraping the operator as the chart's ServiceMonitor asks, with its rules."""
         assert self.operator_pod is not None
         scrape = scrape_config(
-            chart.only(self.chart, "ServiceMonitor"),
-            chart.only(self.chart, "Service"),
+            only(self.chart, "ServiceMonitor"),
+            only(self.chart, "Service"),
             self.operator_address,
             pod=self.operator_pod["metadata"]["name"],
         )
-        rules = chart.only(self.chart, "PrometheusRule")["spec"]
+        rules = only(self.chart, "PrometheusRule")["spec"]
         self.prometheus = Prometheus(self.directory / "prometheus", scrape, rules).start()
 
     def metrics(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from typing import Any, Self
 
 from finishable.kube.api import KubeApi
@@ -14,7 +15,7 @@ log = logging.getLogger(__name__)
 SYNC_SECONDS = 0.5
 
 
-class PollingController:
+class PollingController(ABC):
     """Subclasses implement :meth:`sync`; errors are logged and the next pass tries again."""
 
     name = "controller"
@@ -32,8 +33,9 @@ class PollingController:
         self._stop.set()
         self._thread.join(10)
 
+    @abstractmethod
     def sync(self) -> None:
-        raise NotImplementedError
+        """One pass: list what the controller owns and converge on it."""
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -10,7 +10,6 @@ target labels it adds: ``job`` = the Service's name, ``namespace``, ``service``,
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -20,6 +19,7 @@ from typing import Any, Self
 
 import yaml
 
+from tests.controller.cluster import free_port
 from tests.support.processes import terminate
 from tests.support.tools import find, missing
 
@@ -58,12 +58,6 @@ def scrape_config(
             }
         ],
     }
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Prometheus:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,21 +43,46 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run([installed("helm"), *args], capture_output=True, text=True, check=check)
 
 
-def set_args(values: tuple[str, ...]) -> list[str]:
+def set_args(values: Sequence[str]) -> list[str]:
     return [arg for value in values for arg in ("--set", value)]
+
+
+def render(
+    helm_binary: str,
+    release: str,
+    namespace: str,
+    values: Sequence[str],
+    *,
+    kube_version: str | None = None,
+    include_crds: bool = False,
+) -> list[dict[str, Any]]:
+    """``helm template`` of the chart with ``--set`` values: the rendered objects (RuntimeError
+    with helm's message when it refuses)."""
+    args = ["template", release, str(CHART), "--namespace", namespace, *set_args(values)]
+    if kube_version:
+        args += ["--kube-version", kube_version]
+    if include_crds:
+        args.append("--include-crds")
+    result = subprocess.run([helm_binary, *args], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"helm template failed: {result.stderr.strip()}")
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
 def template(
     *values: str, kube_version: str | None = None, include_crds: bool = False
 ) -> list[dict[str, Any]]:
-    """``helm template`` of the chart with ``--set`` values: the rendered objects."""
-    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, *set_args(values)]
-    args += ["--kube-version", kube_version or lowest_kube_version()]
-    if include_crds:
-        args.append("--include-crds")
-    return [doc for doc in yaml.safe_load_all(helm(*args).stdout) if doc]
+    """The chart as release RELEASE in NAMESPACE, at the lowest Kubernetes unless told."""
+    return render(
+        installed("helm"),
+        RELEASE,
+        NAMESPACE,
+        values,
+        kube_version=kube_version or lowest_kube_version(),
+        include_crds=include_crds,
+    )
 
 
-def only(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+def only(docs: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
     (found,) = [doc for doc in docs if doc["kind"] == kind]
     return found

@@ -26,11 +26,13 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # The unit and component tiers on WORKERS processes (a module stays on one: one Spark session per
-# module), then the e2e tier on its one local cluster.
+# module), then the e2e tier on its one local cluster, its pods containers of the built image
+# (E2E_RUNTIME=process runs them as sandboxed processes: quicker, no container engine).
 WORKERS ?= 2
+E2E_RUNTIME ?= container
 unit: $(STAMP) tools
 	$(BIN)/pytest tests -n $(WORKERS) --dist loadfile
-	$(BIN)/pytest e2e
+	E2E_RUNTIME=$(E2E_RUNTIME) $(BIN)/pytest e2e
 
 # What the tests run for real besides Python: the pinned kubectl and helm (checksums checked) in
 # .venv/bin, and Debian's prometheus, promtool and shellcheck (installed when missing).

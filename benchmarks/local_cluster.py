@@ -3,12 +3,14 @@
 the same job on the same machine in the same run, and a driver SIGKILLed half way under the
 operator against its own uninterrupted run; both with Spark's executors as pods (the operator's
 default ``k8s://`` master: two executor pods per attempt, created by Spark through the API) and
-with ``local[2]`` inside the driver pod.
+with ``local[2]`` inside the driver pod. The local cluster runs its pods as containers of the
+built image (``--runtime container``, the default; ``make image`` first) or as sandboxed
+processes (``--runtime process``).
 
 Both generate their input (``--files``, ``--rows``) in the driver, so that time is in both.
 Prints one JSON line.
 
-    .venv/bin/python benchmarks/local_cluster.py [--files 40] [--rows 5000]
+    .venv/bin/python benchmarks/local_cluster.py [--files 40] [--rows 5000] [--runtime process]
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import signal
 import sys
 import tempfile
 import time
@@ -29,7 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from batch import run_job  # noqa: E402 - benchmarks/batch.py: `finishable run` of the example
 
-from e2e.localcluster.cluster import LocalCluster  # noqa: E402
+from e2e.localcluster.cluster import RUNTIMES, LocalCluster  # noqa: E402
 from e2e.support import LocalE2ECluster, batch_example, wait_for  # noqa: E402
 
 NAMESPACE = "bench"
@@ -56,10 +56,9 @@ def through_the_operator(
             "half the splits",
             TIMEOUT,
         )
-        pid = cluster.driver_pid(f"{name}-driver-1")
-        if pid is None:
+        if cluster.container_id(f"{name}-driver-1") is None:
             raise RuntimeError("the driver ended before half its splits")
-        os.kill(pid, signal.SIGKILL)
+        cluster.kill_driver(f"{name}-driver-1")
         figures["crashed_at"] = time.monotonic() - started
     status = cluster.wait_phase(name, "Finished", TIMEOUT)
     figures["finished"] = time.monotonic() - started
@@ -72,20 +71,28 @@ MODES = {"executors": None, "local2": "local[2]"}
 
 
 def through_a_cluster(
-    work: Path, mode: str, master: str | None, *, files: int, rows: int, run_s: float
+    work: Path,
+    mode: str,
+    master: str | None,
+    *,
+    files: int,
+    rows: int,
+    run_s: float,
+    runtime: str,
 ) -> dict[str, float]:
     """The example, uninterrupted and crashed half way, on a fresh local cluster."""
     with LocalCluster(
-        work / f"cluster-{mode}", namespaces=(NAMESPACE,), spark_master=master
+        work / f"cluster-{mode}", namespaces=(NAMESPACE,), spark_master=master, runtime=runtime
     ) as local:
         data = work / f"data-{mode}"
-        data.mkdir()
+        data.mkdir(mode=0o777)
+        data.chmod(0o777)  # the image's user writes there
         cluster = LocalE2ECluster(
             local.api("bench", NAMESPACE),
             NAMESPACE,
             data,
             local.directory / "pods",
-            local.operator_log,
+            local.operator_logs,
         )
         plain = through_the_operator(cluster, "plain", files, rows, crash=False)
         crashed = through_the_operator(cluster, "crashed", files, rows, crash=True)
@@ -103,12 +110,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--files", type=int, default=40)
     parser.add_argument("--rows", type=int, default=5000)
+    parser.add_argument("--runtime", choices=RUNTIMES, default="container")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     result: dict[str, Any] = {
         "benchmark": "local_cluster",
         "files": args.files,
         "rows": args.rows,
+        "runtime": args.runtime,
     }
     with tempfile.TemporaryDirectory(prefix="bench-local-cluster-") as temp:
         work = Path(temp)
@@ -116,7 +125,13 @@ def main() -> None:
         result["finishable_run_s"] = round(run_s, 2)
         for mode, master in MODES.items():
             result |= through_a_cluster(
-                work, mode, master, files=args.files, rows=args.rows, run_s=run_s
+                work,
+                mode,
+                master,
+                files=args.files,
+                rows=args.rows,
+                run_s=run_s,
+                runtime=args.runtime,
             )
     print(json.dumps(result))
 

@@ -1,4 +1,8 @@
-"""The e2e suite's cluster: the local cluster unless ``E2E_KUBECONFIG`` names another one."""
+"""The e2e suite's cluster: the local cluster unless ``E2E_KUBECONFIG`` names another one.
+
+The local cluster runs pods as containers of the built image with ``E2E_RUNTIME=container``
+(what ``make test`` runs: the image is built first, a cache hit after the image tests), as
+sandboxed processes otherwise (quick, no container engine)."""
 
 from __future__ import annotations
 
@@ -8,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from e2e.localcluster.cluster import LocalCluster
+from e2e.localcluster.cluster import RUNTIMES, LocalCluster
 from e2e.support import E2ECluster, KubeconfigE2ECluster, LocalE2ECluster
 from finishable.kube.api import KubeApi
+from tests.support import image
 
 NAMESPACE = os.environ.get("E2E_NAMESPACE", "finishable-e2e")
+RUNTIME = os.environ.get("E2E_RUNTIME", "process")
 # Where e2e/test_kubectl.py runs the README's kubectl commands (they name no namespace).
 KUBECTL_NAMESPACE = "finishable-kubectl"
 
@@ -27,8 +33,16 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     if os.environ.get("E2E_KUBECONFIG"):
         yield None
         return
+    if RUNTIME not in RUNTIMES:
+        pytest.fail(f"E2E_RUNTIME={RUNTIME!r}: one of {', '.join(RUNTIMES)}")
+    if RUNTIME == "container":
+        try:
+            image.build()
+        except image.BuildFailed as failed:
+            pytest.fail(str(failed))
     namespaces = (NAMESPACE, KUBECTL_NAMESPACE)
-    with LocalCluster(tmp_path_factory.mktemp("cluster"), namespaces=namespaces) as cluster:
+    directory = tmp_path_factory.mktemp("cluster")
+    with LocalCluster(directory, namespaces=namespaces, runtime=RUNTIME) as cluster:
         yield cluster
 
 
@@ -39,6 +53,7 @@ def cluster(
     if local_cluster is not None:
         api = local_cluster.api("e2e", NAMESPACE)
         data = tmp_path_factory.mktemp("data")
+        data.chmod(0o777)  # the jobs' /data: the image's user (uid 1000) writes there
         pods = local_cluster.directory / "pods"
         return LocalE2ECluster(api, NAMESPACE, data, pods, local_cluster.operator_logs)
     kubeconfig = os.environ["E2E_KUBECONFIG"]

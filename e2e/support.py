@@ -11,7 +11,8 @@ into the node at the same path (e2e/kind/cluster.yaml).
 
 Everything goes through the Kubernetes API, as ``kubectl`` would: apply, patch, delete, watch
 the status. The only other act is the crash: SIGKILL of the driver's main process (on the local
-cluster the kubelet reports it as ``process://<pid>``; elsewhere through ``kubectl exec``).
+cluster the kubelet reports it as ``process://<pid>`` or ``docker://<id>``; elsewhere through
+``kubectl exec``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import yaml
 from finishable.kube.api import KubeApi, KubeResponse
 from finishable.state.configmap import ConfigMapBackend
 from tests.controller.cluster import wait_for
+from tests.support.processes import alive
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = "finishable.dev/v1alpha1"
@@ -166,6 +168,18 @@ class E2ECluster(abc.ABC):
             selector += f",finishable.dev/attempt={attempt}"
         return self.objects("pods", selector)
 
+    def container_id(self, pod: str) -> str | None:
+        """The ID of the pod's running container (``<runtime>://<id>``), as its kubelet says."""
+        body = self.pod(pod) or {}
+        for status in (body.get("status") or {}).get("containerStatuses") or []:
+            if "running" in (status.get("state") or {}) and status.get("containerID"):
+                return str(status["containerID"])
+        return None
+
+    def container_running(self, container_id: str) -> bool | None:
+        """Whether that container still runs; None where this suite cannot see containers."""
+        return None
+
     def events(self, name: str) -> list[dict[str, Any]]:
         items = self.api.request("GET", self.api.path("events")).body.get("items") or []
         return [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
@@ -190,7 +204,7 @@ class E2ECluster(abc.ABC):
 
 
 class LocalE2ECluster(E2ECluster):
-    """The local cluster: pods are processes of this machine."""
+    """The local cluster: pods are containers or processes of this machine."""
 
     def __init__(
         self,
@@ -204,21 +218,30 @@ class LocalE2ECluster(E2ECluster):
         self.pods_dir = pods_dir
         self.operator_logs = operator_logs
 
-    def driver_pid(self, pod: str) -> int | None:
-        body = self.pod(pod) or {}
-        for status in (body.get("status") or {}).get("containerStatuses") or []:
-            container_id = str(status.get("containerID") or "")
-            if container_id.startswith("process://") and "running" in (status.get("state") or {}):
-                return int(container_id.removeprefix("process://"))
-        return None
+    def container_running(self, container_id: str) -> bool:
+        """Whether the container still runs (an ended process, a removed container)."""
+        scheme, _, name = container_id.partition("://")
+        if scheme == "process":
+            return alive(int(name))
+        command = [scheme, "inspect", "--format", "{{.State.Running}}", name]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        return done.returncode == 0 and done.stdout.strip() == "true"
 
     def kill_driver(self, pod: str) -> None:
-        pid = self.driver_pid(pod)
-        assert pid is not None, f"{pod} has no running process"
-        os.kill(pid, signal.SIGKILL)
+        """SIGKILL of the container's main process: the process runtime's sandboxed process,
+        or (``docker kill``) the container's init, tini, which the kernel ends with everything
+        in the container."""
+        container_id = self.container_id(pod)
+        assert container_id is not None, f"{pod} has no running container"
+        scheme, _, name = container_id.partition("://")
+        if scheme == "process":
+            os.kill(int(name), signal.SIGKILL)
+        else:
+            command = [scheme, "kill", "--signal", "KILL", name]
+            subprocess.run(command, capture_output=True, timeout=60, check=True)
 
     def kill_executor(self, pod: str) -> None:
-        self.kill_driver(pod)  # the container's main process is the executor's JVM
+        self.kill_driver(pod)  # the container's main process is (or runs) the executor's JVM
 
     def pod_log(self, pod: str) -> str:
         """The kubelet keeps a deleted pod's directory: its log outlives the pod."""

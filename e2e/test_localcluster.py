@@ -4,6 +4,7 @@ StatefulSet children, and the process kubelet running real pods through the API.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,15 +13,18 @@ from typing import Any
 import pytest
 
 from e2e.localcluster.chart import OPERATOR_NAMESPACE, collection
+from e2e.localcluster.container_runtime import security_args
 from e2e.localcluster.deployments import (
     HASH_LABEL,
     DeploymentController,
     replica_pod,
     replica_set_for,
 )
-from e2e.localcluster.kubelet import Container, ProcessKubelet
+from e2e.localcluster.kubelet import Container, Kubelet
 from e2e.localcluster.podspec import Image, container_command, expand, hosts_file
+from e2e.localcluster.process_runtime import ProcessRuntime
 from e2e.localcluster.prometheus import scrape_config
+from e2e.localcluster.runtime import CreateError
 from e2e.localcluster.sandbox import Bind, plan_layout
 from e2e.localcluster.statefulsets import orphaned, stateful_claim, stateful_pod
 from finishable.kube.api import KubeApi
@@ -50,6 +54,34 @@ def test_variable_references_expand_with_the_kubelets_rules() -> None:
     assert expand("$$(POD_IP) is escaped, $$ is $", env) == "$(POD_IP) is escaped, $ is $"
     assert expand("$(POD_IP", env) == "$(POD_IP"
     assert expand("cost: $5", env) == "cost: $5"
+
+
+def test_the_security_context_becomes_the_container_engines_options() -> None:
+    """The chart's operator pod: the image's user kept, fsGroup a supplementary group, a
+    read-only root, no privilege escalation, no capabilities."""
+    chart_pod = {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "fsGroup": 1000,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert security_args(chart_pod, "1000:1000") == [
+        "--user", "1000:1000", "--group-add", "1000", "--read-only",
+        "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
+    ]  # fmt: skip
+    assert security_args({"fsGroup": 1000}, "1000:1000") == ["--group-add", "1000"]
+    assert security_args({"runAsGroup": 5}, "") == ["--user", "0:5"]
+    assert security_args({"runAsNonRoot": True}, "1000") == []
+    for context, image_user, why in (
+        ({"runAsNonRoot": True}, "", "image will run as root"),
+        ({"runAsNonRoot": True, "runAsUser": 0}, "1000", "image will run as root"),
+        ({"runAsNonRoot": True}, "finishable", "non-numeric user (finishable)"),
+    ):
+        with pytest.raises(CreateError, match=re.escape(why)):
+            security_args(context, image_user)
 
 
 def test_the_hosts_file_stands_in_for_cluster_dns() -> None:
@@ -306,7 +338,7 @@ def test_the_scrape_job_is_what_the_prometheus_operator_makes_of_a_service_monit
         scrape_config(monitor, service, "127.9.0.3:9090", pod="op-abc")
 
 
-# -- the process kubelet, running pods -----------------------------------------------------------
+# -- the kubelet and its process runtime, running pods ----------------------------------------
 
 
 def wait(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
@@ -320,13 +352,12 @@ def wait(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
 
 
 @pytest.fixture
-def kubelet_api(tmp_path: Path) -> Iterator[tuple[KubeApi, ProcessKubelet, EmulatorServer]]:
+def kubelet_api(tmp_path: Path) -> Iterator[tuple[KubeApi, Kubelet, EmulatorServer]]:
     with EmulatorServer(required_token="admin-token", tls=True) as server:
         api = KubeApi.for_url(server.url, token="admin-token", namespace="ns1")
         api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "ns1"}})
-        kubelet = ProcessKubelet(
-            api, tmp_path, images={"sh": SHELL}, api_address=("127.0.0.1", server.tls_port)
-        )
+        runtime = ProcessRuntime({"sh": SHELL})
+        kubelet = Kubelet(api, tmp_path, runtime=runtime, api_port=server.tls_port)
         yield api, kubelet, server
         kubelet.stop()
         api.close()
@@ -337,7 +368,7 @@ def pod_status(api: KubeApi, name: str) -> dict[str, Any]:
 
 
 def test_the_kubelet_writes_the_token_volume_and_the_pod_calls_as_its_account(
-    tmp_path: Path, kubelet_api: tuple[KubeApi, ProcessKubelet, EmulatorServer]
+    tmp_path: Path, kubelet_api: tuple[KubeApi, Kubelet, EmulatorServer]
 ) -> None:
     """The admission plugin's ``kube-api-access-*`` volume, written by the process kubelet: a
     token from the TokenRequest API (bound to the pod), ``ca.crt`` and the namespace, mounted
@@ -347,7 +378,8 @@ def test_the_kubelet_writes_the_token_volume_and_the_pod_calls_as_its_account(
     pod = api.request("POST", api.path("pods"), body=body).body
     meta = pod["metadata"]
     container = Container("ns1", "p", meta["uid"], "127.1.0.2", tmp_path / "p", pod)
-    plan = kubelet._plan(container, SHELL)
+    launch = kubelet.launch_spec(container)
+    plan = kubelet.runtime.prepare(container, launch, tmp_path / "net")
     [volume] = pod["spec"]["volumes"]
     files = tmp_path / "p" / "volumes" / volume["name"]
     token = (files / "token").read_text()
@@ -364,7 +396,7 @@ def test_the_kubelet_writes_the_token_volume_and_the_pod_calls_as_its_account(
 
 
 def test_a_pod_runs_in_its_own_root_with_its_volumes_address_and_name(
-    tmp_path: Path, kubelet_api: tuple[KubeApi, ProcessKubelet, EmulatorServer]
+    tmp_path: Path, kubelet_api: tuple[KubeApi, Kubelet, EmulatorServer]
 ) -> None:
     """A real process in its sandbox: the ConfigMap at its mount path, an emptyDir it writes, a
     private /tmp, its host name, its own address, $(VAR) references, and its exit code."""
@@ -416,7 +448,7 @@ def test_a_pod_runs_in_its_own_root_with_its_volumes_address_and_name(
 
 
 def test_a_pod_whose_image_cannot_be_had_waits_in_image_pull_back_off(
-    kubelet_api: tuple[KubeApi, ProcessKubelet, EmulatorServer],
+    kubelet_api: tuple[KubeApi, Kubelet, EmulatorServer],
 ) -> None:
     api, kubelet, _ = kubelet_api
     body = {"metadata": {"name": "nope"}, "spec": {"containers": [{"name": "c", "image": "x:1"}]}}
@@ -433,7 +465,7 @@ def test_a_pod_whose_image_cannot_be_had_waits_in_image_pull_back_off(
 
 
 def test_a_deleted_pod_stays_terminating_until_its_process_has_stopped(
-    kubelet_api: tuple[KubeApi, ProcessKubelet, EmulatorServer],
+    kubelet_api: tuple[KubeApi, Kubelet, EmulatorServer],
 ) -> None:
     """The kubelet binds the pod to its node, so the API server deletes it gracefully: the pod
     is still there, marked, while its process handles SIGTERM (as a driver's shutdown still

@@ -9,7 +9,6 @@ import pytest
 
 from e2e.localcluster.cluster import LocalCluster
 from e2e.support import E2ECluster, batch_example, example, wait_for
-from tests.support.processes import alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -113,7 +112,7 @@ def test_deleting_a_running_job_stops_its_driver_and_removes_its_children(
     cluster.wait_phase(name, "Running", START)
     children = cluster.children(name)
     assert {"pods", "services", "configmaps", "secrets", "statefulsets", "roles"} <= set(children)
-    pid = cluster.driver_pid(f"{name}-driver-1")
+    driver = cluster.container_id(f"{name}-driver-1")
 
     cluster.delete(name)
     wait_for(
@@ -128,5 +127,6 @@ def test_deleting_a_running_job_stops_its_driver_and_removes_its_children(
         60,
         on_fail=lambda: f": left {cluster.children(name)}",
     )
-    if pid is not None:  # the local cluster shows the driver's process: it must be gone
-        wait_for(lambda: not alive(pid), "the driver process has ended", 60)
+    assert driver is not None
+    if cluster.container_running(driver) is not None:  # the local cluster shows it: gone
+        wait_for(lambda: not cluster.container_running(driver), "the driver has ended", 60)

@@ -1,6 +1,6 @@
 """``python -m e2e.localcluster``: start the local cluster and serve until Ctrl-C.
 
-.venv/bin/python -m e2e.localcluster --dir .local-cluster
+.venv/bin/python -m e2e.localcluster --dir .local-cluster [--runtime container]
 KUBECONFIG=.local-cluster/kubeconfig kubectl apply -f examples/batch/cluster.yaml   # any client
 """
 
@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from e2e.localcluster.chart import OPERATOR_NAMESPACE
-from e2e.localcluster.cluster import LocalCluster
+from e2e.localcluster.cluster import RUNTIMES, LocalCluster
 
 
 def main() -> int:
@@ -30,6 +30,13 @@ def main() -> int:
         help="the drivers' Spark master (default: the API server's k8s:// URL, so Spark creates "
         "executor pods; local[N] runs Spark inside each driver pod)",
     )
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default="process",
+        help="run pods as sandboxed processes of this machine (default: quick, no container "
+        "engine) or as docker containers of the image (build it first: make image)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
@@ -39,6 +46,7 @@ def main() -> int:
         namespaces=tuple(args.namespace or ["default"]),
         spark_master=args.spark_master,
         port=args.port,
+        runtime=args.runtime,
     )
     with cluster:
         print(f"API server  {cluster.url}")

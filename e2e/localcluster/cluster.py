@@ -1,6 +1,10 @@
-"""The local cluster: the API emulator, a process kubelet, the StatefulSet, Deployment and
-ReplicaSet controllers, the chart's operator and Prometheus, on one machine without containers
-(the e2e tier that needs no container runtime).
+"""The local cluster: the API emulator, a kubelet, the StatefulSet, Deployment and ReplicaSet
+controllers, the chart's operator and Prometheus, on one machine.
+
+The kubelet's runtime is ``container`` (the built image, IMAGE, run by docker: the image's
+entrypoint, paths and user run every pod; ``make image`` builds it) or ``process`` (quick, no
+container engine: pods are sandboxed processes of this machine, this environment standing in
+for the image, see ``local_image()``).
 
 ``LocalCluster(directory).start()`` serves the Kubernetes API on a loopback port (the extended
 kmock emulator of ``tests/support``, checking custom resources against their CRD schema),
@@ -38,20 +42,24 @@ import pyspark
 
 from e2e.localcluster import chart
 from e2e.localcluster.chart import OPERATOR_NAMESPACE, RELEASE
+from e2e.localcluster.container_runtime import ContainerRuntime
 from e2e.localcluster.deployments import DeploymentController, is_ready
-from e2e.localcluster.kubelet import ProcessKubelet, kubeconfig
+from e2e.localcluster.kubelet import Kubelet, kubeconfig
 from e2e.localcluster.podspec import Image
+from e2e.localcluster.process_runtime import ProcessRuntime
 from e2e.localcluster.prometheus import Prometheus, scrape_config
+from e2e.localcluster.runtime import ImageUnknown, Runtime
 from e2e.localcluster.statefulsets import StatefulSetController
 from finishable.kube.api import KubeApi
 from tests.charts.helm import only
+from tests.support.image import IMAGE
 from tests.support.k8s_emulator import EmulatorServer
 
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE = "finishable-spark-operator:0.1.0"  # the image the examples and the e2e suite name
 OPERATOR_START_TIMEOUT = 120.0
+RUNTIMES = ("process", "container")
 
 
 class LocalCluster:
@@ -64,14 +72,24 @@ class LocalCluster:
         namespaces: tuple[str, ...] = ("default",),
         spark_master: str | None = None,
         port: int = 0,
+        runtime: str = "process",
     ) -> None:
+        if runtime not in RUNTIMES:
+            raise ValueError(f"runtime {runtime!r}: one of {', '.join(RUNTIMES)}")
         self.directory = directory.resolve()
+        self.runtime: Runtime = (
+            ContainerRuntime([IMAGE])
+            if runtime == "container"
+            else ProcessRuntime({IMAGE: local_image()})
+        )
         self.namespaces = namespaces
         self.spark_master = spark_master
         self.token = secrets.token_urlsafe(16)
         self.server = EmulatorServer(
             port=port,
             tls=True,
+            # where pods reach it too: the node's address on the pods' network
+            tls_addresses=tuple(dict.fromkeys(("127.0.0.1", self.runtime.api_host))),
             required_token=self.token,
             validate_schemas=True,
             # RBAC and the OwnerReferencesPermissionEnforcement admission plugin (on in OpenShift)
@@ -81,7 +99,7 @@ class LocalCluster:
         self.kubeconfig = self.directory / "kubeconfig"
         self.operator_pod: dict[str, Any] | None = None
         self.deployments: DeploymentController | None = None
-        self.kubelet: ProcessKubelet | None = None
+        self.kubelet: Kubelet | None = None
         self.stateful_sets: StatefulSetController | None = None
         self.prometheus: Prometheus | None = None
         self.chart: list[dict[str, Any]] = []
@@ -94,7 +112,7 @@ class LocalCluster:
     def api_address(self) -> tuple[str, int]:
         """Where pods reach the API server (its HTTPS port; the Service variables a kubelet
         gives every container: ``KUBERNETES_SERVICE_HOST`` and ``_PORT``)."""
-        return "127.0.0.1", self.server.tls_port
+        return self.runtime.api_host, self.server.tls_port
 
     def api(self, user_agent: str, namespace: str | None = None) -> KubeApi:
         return KubeApi.for_url(
@@ -121,11 +139,15 @@ class LocalCluster:
         admin = self.api("local-cluster")
         self.stateful_sets = StatefulSetController(self.api("statefulset-controller")).start()
         self.deployments = DeploymentController(self.api("deployment-controller")).start()
-        self.kubelet = ProcessKubelet(
-            self.api("process-kubelet"),
+        try:
+            self.runtime.check_image(IMAGE)
+        except ImageUnknown as unknown:
+            raise RuntimeError(f"{unknown}: build it first (make image)") from None
+        self.kubelet = Kubelet(
+            self.api("kubelet"),
             self.directory,
-            images={IMAGE: local_image()},
-            api_address=self.api_address,
+            runtime=self.runtime,
+            api_port=self.server.tls_port,
         ).start()
         self._install(admin)
         self.operator_pod = self._await_operator(admin)
@@ -138,7 +160,9 @@ class LocalCluster:
         if self.deployments is not None:
             self.deployments.stop()
         if self.kubelet is not None:
-            self.kubelet.stop()
+            self.kubelet.stop()  # and its runtime
+        else:
+            self.runtime.close()
         if self.stateful_sets is not None:
             self.stateful_sets.stop()
         self.server.stop()

@@ -1,141 +1,91 @@
-"""A process kubelet: runs the pods of an API server as local processes, each in a sandbox of its
-own.
+"""A kubelet: runs the pods of an API server through a container runtime (``runtime.py``: the
+process runtime, or the container runtime that runs the built image with docker).
 
 It follows the pods through the API (every ``SYNC_SECONDS``), and for each one:
 
-* finds the container's image among the images it knows (:class:`podspec.Image`; an unknown
-  image leaves the pod ``Pending`` in ``ImagePullBackOff``, as a real kubelet leaves a pod whose
-  image cannot be pulled), and its command: the image's entrypoint and CMD combined with the
-  container's ``command`` and ``args`` (so Spark's executor pods, which carry only
-  ``args: [executor]``, run the image's entrypoint);
+* asks the runtime for the container's image (an unknown image leaves the pod ``Pending`` in
+  ``ImagePullBackOff``, as a real kubelet leaves a pod whose image cannot be pulled);
 * builds the volumes as host directories (:mod:`volumes`), and waits, ``Pending``, while a
   ConfigMap, Secret or claim it needs is missing;
-* resolves the environment: the image's, the API server's Service variables
-  (``KUBERNETES_SERVICE_HOST``/``PORT``: pods reach the API with their ServiceAccount token
-  and the cluster CA at ``/var/run/secrets/kubernetes.io/serviceaccount``, as in-cluster clients
-  do), ``envFrom`` and ``env`` with ``$(VAR)`` expansion;
-* starts the container in a sandbox (:mod:`sandbox`): a mount namespace whose root mirrors the
-  host's read-only, with the image's files and the volumes at their container paths, a private
-  ``/tmp``, its own host name and an ``/etc/hosts`` that names the cluster's Services and pods;
-* gives every pod an address of its own in 127.0.0.0/8 (a random /16 per kubelet, so two local
-  clusters on one machine do not meet): reported as ``status.podIP``, and bound by what listens
-  on the wildcard address (Python through ``podnet/sitecustomize.py``, Spark through
-  ``SPARK_LOCAL_IP``);
-* reports ``Running`` (the container ID is ``process://<pid>``), runs readiness probes, reports
-  the exit code when the process ends (``128 + n`` for a signal, as a container runtime does;
-  ``StartError`` when the command cannot be executed) and kills the rest of the process group: a
-  container ends with its main process;
-* restarts containers of ``restartPolicy: Always/OnFailure`` pods with a back-off, each start
-  in a fresh root (the volumes persist, the container's own files do not);
+* resolves the environment: the API server's Service variables (``KUBERNETES_SERVICE_HOST``/
+  ``PORT``: pods reach the API with their ServiceAccount token and the cluster CA at
+  ``/var/run/secrets/kubernetes.io/serviceaccount``, as in-cluster clients do), ``envFrom`` and
+  ``env`` with ``$(VAR)`` expansion;
+* gives the pod an address from the runtime before its container starts (``status.podIP``),
+  its own host name and an ``/etc/hosts`` that names the cluster's Services and pods (in place
+  of cluster DNS), and has the runtime start its container with the volumes at their paths;
+* reports ``Running`` (with the runtime's container ID), runs readiness probes, reports the
+  exit code when the container ends (``128 + n`` for a signal; ``StartError`` when it could not
+  start), restarts containers of ``restartPolicy: Always/OnFailure`` pods with a back-off, each
+  start in a fresh root (the volumes persist, the container's own files do not);
 * binds each pod it runs to its node (``spec.nodeName``, as the scheduler would), so that the
-  API server deletes the pod gracefully: when it is marked for deletion, kills the process group
+  API server deletes the pod gracefully: when it is marked for deletion, stops the container
   (SIGTERM, then SIGKILL after the grace period), then deletes it for good (grace period 0,
   precondition on its uid), as a kubelet does; until then the pod is still there, terminating.
 
-One container per pod (the first); init containers, liveness probes, resource limits,
-``runAsUser`` (every process runs as the kubelet's user), Service ports that differ from their
-target ports, and updates of projected files after the container started are not emulated.
+One container per pod (the first); init containers, liveness probes, resource limits, Service
+ports that differ from their target ports, and updates of projected files after the container
+started are not emulated.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime
 import logging
-import os
-import random
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.localcluster import sandbox
-from e2e.localcluster.podspec import (
-    Image,
-    container_command,
-    expand,
-    hosts_file,
-    service_environment,
-)
-from e2e.localcluster.volumes import NotReady, PodRef, PodVolumes
+from e2e.localcluster.podspec import hosts_file, service_environment
+from e2e.localcluster.runtime import Container, CreateError, ImageUnknown, Launch, Runtime
+from e2e.localcluster.sandbox import Bind
+from e2e.localcluster.volumes import NotReady, PodVolumes
 from finishable.kube.api import KubeApi
+
+__all__ = ["Container", "ImageUnknown", "Kubelet", "kubeconfig"]
 
 log = logging.getLogger(__name__)
 
 SYNC_SECONDS = 0.25
-PODNET_DIR = Path(__file__).resolve().parent / "podnet"
-SANDBOX = Path(sandbox.__file__).resolve()
 MERGE = "application/merge-patch+json"
 RESTART_BACKOFF_MAX = 10.0
 GRACE_SECONDS_MAX = 10.0
 NODE_NAME = "local"  # the one node: pods are bound to it (spec.nodeName) before they start
-POD_NET_DIR = "/etc/podnet"  # where a pod sees the kubelet's files for it (hosts, hostname)
-# Host variables a container may see: its locale and time zone, nothing more.
-HOST_ENV = ("LANG", "LC_ALL", "TZ")
+# securityContext fields only a pod has; a container's own context overrides the others.
+POD_ONLY_SECURITY = ("fsGroup", "supplementalGroups")
 
 
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@dataclass
-class Container(PodRef):
-    """The process of a running pod and what is known about it."""
+class Kubelet:
+    """Runs pods through a :class:`Runtime` (see the module docstring). ``api_port``: the API
+    server's HTTPS port, on the runtime's ``api_host``."""
 
-    process: subprocess.Popen[bytes] | None = None
-    started: str = ""
-    restarts: int = 0
-    ready: bool = False
-    next_probe: float = 0.0
-    restart_at: float | None = None
-    last_exit: dict[str, Any] | None = None
-    finished: bool = False
-    plan: sandbox.Plan | None = None
-    reported: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def hostname(self) -> str:
-        return str(self.pod["spec"].get("hostname") or self.name)[:63]
-
-
-class ProcessKubelet:
-    """Runs pods as sandboxed processes (see the module docstring)."""
-
-    def __init__(
-        self,
-        api: KubeApi,
-        root: Path,
-        *,
-        images: Mapping[str, Image],
-        api_address: tuple[str, int],
-    ) -> None:
+    def __init__(self, api: KubeApi, root: Path, *, runtime: Runtime, api_port: int) -> None:
         self.api = api
         self.root = root
-        self.images = dict(images)
-        self.service_env = service_environment(*api_address)
+        self.runtime = runtime
+        self.service_env = service_environment(runtime.api_host, api_port)
         self.volumes = PodVolumes(api, root)
         self.containers: dict[str, Container] = {}  # by pod uid
         self._waiting: dict[str, str] = {}  # pod uid -> why it is still Pending (as reported)
         self._ips: dict[str, str] = {}  # pod uid -> IP
-        self._stopping: set[str] = set()  # uids of deleted pods whose processes are stopping
-        self._subnet = random.randint(16, 250)  # 127.<subnet>.0.0/16
-        self._next_ip = 2
+        self._stopping: set[str] = set()  # uids of deleted pods whose containers are stopping
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="process-kubelet", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="kubelet", daemon=True)
         self._names: dict[str, list[str]] = {}
 
     # -- life -------------------------------------------------------------------------------
 
-    def start(self) -> ProcessKubelet:
+    def start(self) -> Kubelet:
         self.root.mkdir(parents=True, exist_ok=True)
         self._thread.start()
         return self
@@ -144,8 +94,15 @@ class ProcessKubelet:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(30)
-        for container in list(self.containers.values()):
-            self._kill(container, grace=2.0)
+        stopping = [
+            threading.Thread(target=self._kill, args=(container, 2.0), daemon=True)
+            for container in self.containers.values()
+        ]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join(30)
+        self.runtime.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -224,49 +181,36 @@ class ProcessKubelet:
         meta = pod["metadata"]
         uid = meta["uid"]
         if uid not in self._ips:
-            self._ips[uid] = self._allocate_ip()
+            self._ips[uid] = self.runtime.allocate_ip()
         directory = self.root / "pods" / meta["namespace"] / f"{meta['name']}-{uid[:8]}"
         container = Container(meta["namespace"], meta["name"], uid, self._ips[uid], directory, pod)
         try:
             if not pod["spec"].get("containers"):
                 raise NotReady("the pod has no containers")
-            image = self._image(container)
-            container.plan = self._plan(container, image)
+            self.runtime.check_image(str(container.spec.get("image") or ""))
+            container.launch = self.launch_spec(container)
+            self._write_hosts(container)
+            net = self._net(container)
+            container.prepared = self.runtime.prepare(container, container.launch, net)
         except NotReady as reason:
             self._report_pending(container, "ContainerCreating", str(reason))
             return
         except ImageUnknown as unknown:
             self._report_pending(container, "ImagePullBackOff", str(unknown))
             return
+        except CreateError as error:
+            self._report_pending(container, "CreateContainerConfigError", str(error))
+            return
         self._waiting.pop(uid, None)
         self.containers[uid] = container
-        self._write_hosts(container)
         self._launch(container)
 
-    def _allocate_ip(self) -> str:
-        number = self._next_ip
-        self._next_ip += 1
-        return f"127.{self._subnet}.{number // 250}.{number % 250 + 2}"
-
-    def _image(self, container: Container) -> Image:
-        name = str(container.spec.get("image") or "")
-        if name not in self.images:
-            known = ", ".join(sorted(self.images)) or "none"
-            raise ImageUnknown(
-                f'Back-off pulling image "{name}": the local cluster runs the images it was '
-                f"given ({known})"
-            )
-        return self.images[name]
-
-    def _plan(self, container: Container, image: Image) -> sandbox.Plan:
-        """The container's sandbox: its volumes mounted, its environment and command."""
+    def launch_spec(self, container: Container) -> Launch:
+        """The container as Kubernetes resolves it: its volumes (written) at their paths, its
+        environment, command, host name and security context."""
         spec = container.spec
         volumes = {volume["name"]: volume for volume in container.pod["spec"].get("volumes") or []}
-        mounts = [
-            sandbox.Bind(str(source), target, read_only=True, directory=source.is_dir())
-            for target, source in image.files.items()
-        ]
-        mounts += [sandbox.Bind(str(path), str(path), read_only=True) for path in image.host_paths]
+        mounts = []
         for mount in spec.get("volumeMounts") or []:
             volume = volumes.get(mount["name"])
             if volume is None:
@@ -279,69 +223,34 @@ class ProcessKubelet:
             read_only = bool(mount.get("readOnly")) or any(
                 kind in volume for kind in ("configMap", "secret", "projected")
             )
-            mounts.append(sandbox.Bind(str(source), mount["mountPath"], read_only, source.is_dir()))
-        net = container.directory / "net"
-        net.mkdir(parents=True, exist_ok=True)
-        mounts.append(sandbox.Bind(str(net), POD_NET_DIR, read_only=True))
-        layout = sandbox.plan_layout(
-            mounts,
-            links={f"/etc/{name}": f"{POD_NET_DIR}/{name}" for name in ("hosts", "hostname")},
-            dirs=image.dirs,
-            host=sandbox.RealHost(),
-        )
-        env = self._environment(container, image)
-        command = container_command(image, spec.get("command"), spec.get("args"))
-        command = [expand(part, env) for part in command]
-        if not command:
-            raise NotReady("the container has no command and its image no entrypoint")
-        return sandbox.Plan(
-            root=str(container.directory / "root"),
-            layout=layout,
+            mounts.append(Bind(str(source), mount["mountPath"], read_only, source.is_dir()))
+        pod_security = dict(container.pod["spec"].get("securityContext") or {})
+        own = spec.get("securityContext") or {}
+        container_security = {k: v for k, v in own.items() if k not in POD_ONLY_SECURITY}
+        return Launch(
+            image=str(spec.get("image") or ""),
+            command=tuple(spec.get("command") or ()),
+            args=tuple(spec.get("args") or ()),
+            env=self.volumes.environment(container, self.service_env),
+            mounts=tuple(mounts),
+            working_dir=str(spec.get("workingDir") or ""),
             hostname=container.hostname,
-            working_dir=spec.get("workingDir") or image.working_dir,
-            command=command,
-            env=env,
+            security=pod_security | container_security,
         )
-
-    def _environment(self, container: Container, image: Image) -> dict[str, str]:
-        """The image's variables, then the pod's (the pod's win), and the pod network's."""
-        env = {key: os.environ[key] for key in HOST_ENV if key in os.environ}
-        env |= dict(image.env)
-        env["HOSTNAME"] = container.hostname
-        env |= self.volumes.environment(container, self.service_env)
-        # The pod network: what binds the wildcard address binds the pod's own address.
-        env["PODNET_IP"] = container.ip
-        env["SPARK_LOCAL_IP"] = container.ip
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PODNET_DIR), env.get("PYTHONPATH")]))
-        return env
 
     def _launch(self, container: Container) -> None:
-        assert container.plan is not None
-        root = Path(container.plan.root)
-        shutil.rmtree(root, ignore_errors=True)  # a fresh container layer for every start
-        root.mkdir(parents=True)
-        plan_path = container.directory / "sandbox.json"
-        plan_path.write_text(container.plan.to_json())
-        (container.directory / sandbox.START_ERROR_FILE).unlink(missing_ok=True)
         log_path = container.directory / f"{container.spec['name']}.log"
         with log_path.open("ab") as out:
-            container.process = subprocess.Popen(
-                [sys.executable, "-E", "-s", str(SANDBOX), str(plan_path)],
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                cwd=container.directory,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            container.process = self.runtime.start(container, out)
         container.started = now()
         container.restart_at = None
         container.ready = False
         container.next_probe = time.monotonic()
-        log.info(
-            "%s/%s: started pid %d", container.namespace, container.name, container.process.pid
-        )
+        log.info("%s/%s: started %s", container.namespace, container.name, self._id(container))
         self._report_running(container)
+
+    def _id(self, container: Container) -> str:
+        return f"{self.runtime.scheme}://{container.runtime_id}"
 
     # -- running ----------------------------------------------------------------------------
 
@@ -369,17 +278,17 @@ class ProcessKubelet:
                 self._report_running(container)
 
     def _exited(self, container: Container, process: subprocess.Popen[bytes], code: int) -> None:
-        self._kill_group(process.pid, signal.SIGKILL)
+        self.runtime.reap(container)
         exit_code = 128 - code if code < 0 else code
-        start_error = container.directory / sandbox.START_ERROR_FILE
         container.last_exit = {
             "exitCode": exit_code,
             "reason": "Completed" if exit_code == 0 else "Error",
             "startedAt": container.started,
             "finishedAt": now(),
         }
-        if start_error.exists():
-            container.last_exit |= {"reason": "StartError", "message": start_error.read_text()}
+        start_error = self.runtime.start_error(container, exit_code)
+        if start_error is not None:
+            container.last_exit |= {"reason": "StartError", "message": start_error}
         log.info("%s/%s: exited %d", container.namespace, container.name, exit_code)
         policy = container.pod["spec"].get("restartPolicy", "Always")
         if policy == "Always" or (policy == "OnFailure" and exit_code != 0):
@@ -435,8 +344,8 @@ class ProcessKubelet:
             "started": "running" in state,
             "state": state,
         }
-        if container.process is not None:
-            status["containerID"] = f"process://{container.process.pid}"
+        if container.runtime_id:
+            status["containerID"] = self._id(container)
         if container.last_exit and "terminated" not in state:
             status["lastState"] = {"terminated": container.last_exit}
         return status
@@ -473,7 +382,7 @@ class ProcessKubelet:
                 "phase": "Running",
                 "podIP": container.ip,
                 "podIPs": [{"ip": container.ip}],
-                "hostIP": "127.0.0.1",
+                "hostIP": self.runtime.host_ip,
                 "startTime": container.reported.get("startTime") or container.started,
                 "conditions": self._conditions(container.ready),
                 "containerStatuses": [self._container_status(container, state)],
@@ -558,22 +467,9 @@ class ProcessKubelet:
             log.warning("deleting %s: %s %s", meta["name"], response.status, response.message)
 
     def _kill(self, container: Container, grace: float) -> None:
-        process = container.process
-        if process is None:
-            return
-        if process.poll() is None:
-            self._kill_group(process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(grace)
-        self._kill_group(process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(5)
-        log.info("%s/%s: stopped", container.namespace, container.name)
-
-    @staticmethod
-    def _kill_group(pid: int, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, sig)
+        if container.process is not None:
+            self.runtime.kill(container, grace)
+            log.info("%s/%s: stopped", container.namespace, container.name)
 
     # -- cluster DNS and claims -----------------------------------------------------------
 
@@ -619,8 +515,9 @@ class ProcessKubelet:
         return names
 
     def _write_hosts(self, container: Container) -> None:
-        """The pod's ``/etc/hosts`` and ``/etc/hostname``, replaced whole (a rename), so a
-        reader never sees half a file."""
+        """The pod's ``/etc/hosts`` and ``/etc/hostname``: replaced whole (a rename) where the
+        runtime mounts their directory, so a reader never sees half a file; rewritten in place
+        where it mounts the file itself (a rename would leave the container the old inode)."""
         subdomain = container.pod["spec"].get("subdomain")
         files = {
             "hosts": hosts_file(
@@ -628,12 +525,20 @@ class ProcessKubelet:
             ),
             "hostname": container.hostname + "\n",
         }
+        net = self._net(container)
+        for name, text in files.items():
+            if self.runtime.hosts_renamed:
+                partial = net / f".{name}.tmp"
+                partial.write_text(text)
+                partial.replace(net / name)
+            else:
+                _rewrite(net / name, text)
+
+    @staticmethod
+    def _net(container: Container) -> Path:
         net = container.directory / "net"
         net.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            partial = net / f".{name}.tmp"
-            partial.write_text(text)
-            partial.replace(net / name)
+        return net
 
     def _collect_claims(self) -> None:
         """Delete the directories of claims that are gone (their data goes with them)."""
@@ -645,10 +550,6 @@ class ProcessKubelet:
         for directory in base.glob("*/*"):
             if directory not in kept:
                 shutil.rmtree(directory, ignore_errors=True)
-
-
-class ImageUnknown(Exception):
-    """The pod names an image the kubelet cannot run."""
 
 
 def kubeconfig(server: str, token: str, namespace: str, ca: str | None = None) -> dict[str, Any]:
@@ -670,3 +571,16 @@ def kubeconfig(server: str, token: str, namespace: str, ca: str | None = None) -
         ],
         "current-context": "local",
     }
+
+
+def _rewrite(path: Path, text: str) -> None:
+    """Write ``text`` over the file in one write, then cut what is left of a longer old text
+    (padded with spaces to the old length first, so no reader sees the old text's tail as
+    lines of its own)."""
+    data = text.encode()
+    with path.open("r+b" if path.exists() else "wb") as file:
+        old = file.seek(0, 2)
+        file.seek(0)
+        file.write(data + b" " * max(0, old - len(data)))
+        file.flush()
+        file.truncate(len(data))

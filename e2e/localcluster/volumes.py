@@ -1,4 +1,4 @@
-"""What the process kubelet reads from the API to start a pod's container: its volumes as host
+"""What the kubelet reads from the API to start a pod's container: its volumes as host
 directories (ConfigMap and Secret files, projected volumes with a ServiceAccount token from the
 TokenRequest API, downward API files, emptyDir, hostPath, a directory per claim), and its
 environment (``env`` with ``valueFrom`` and ``$(VAR)`` references, ``envFrom``, the API server's
@@ -16,6 +16,10 @@ from typing import Any
 
 from e2e.localcluster.podspec import expand
 from finishable.kube.api import KubeApi
+
+# An emptyDir, and a claim's directory as the local-path provisioner makes it: any user of the
+# pod may write there (the image's user is not root).
+WRITABLE_BY_ALL = 0o777
 
 
 class NotReady(Exception):
@@ -68,6 +72,8 @@ class PodVolumes:
         local = pod.directory / "volumes" / name
         if any(kind in volume for kind in ("emptyDir", "configMap", "secret", "projected")):
             local.mkdir(parents=True, exist_ok=True)
+            if "emptyDir" in volume:
+                local.chmod(WRITABLE_BY_ALL)
             if "configMap" in volume or "secret" in volume:
                 self._project(pod, volume, local)
             if "projected" in volume:
@@ -85,6 +91,7 @@ class PodVolumes:
                 raise NotReady(f'persistentvolumeclaim "{claim}" not found')
             directory = self.claim_dir(pod.namespace, response.body)
             directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(WRITABLE_BY_ALL)
         else:
             raise NotReady(
                 f"volume {name!r}: only configMap, secret, projected, emptyDir, hostPath and "

@@ -1,5 +1,5 @@
-"""The Dockerfile, checked statically: there is no Docker engine here to build it (e2e on kind
-builds and runs it). What is checked is what the pods the operator creates rely on."""
+"""The Dockerfile, checked statically (``test_image.py`` builds and runs it): what the pods the
+operator creates rely on, and that the process runtime's stand-in image matches it."""
 
 from __future__ import annotations
 

@@ -13,28 +13,20 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.charts.test_dockerfile import ROOT
+from tests.support.image import IMAGE, BuildFailed, build
 
 pytestmark = pytest.mark.slow
 
-IMAGE = "finishable-spark-operator:0.1.0"
 ENGINE = os.environ.get("ENGINE", "docker")
-BUILD_TIMEOUT = 1800
 
 
 @pytest.fixture(scope="session")
 def built() -> tuple[str, str]:
     """(image, what ``make image`` printed)."""
-    result = subprocess.run(
-        ["sh", str(ROOT / "docker" / "build-image.sh"), IMAGE],
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT,
-        check=False,
-    )
-    if result.returncode != 0:
-        pytest.fail(f"make image failed:\n{result.stderr[-4000:]}")
-    return IMAGE, result.stdout.strip()
+    try:
+        return IMAGE, build(IMAGE)
+    except BuildFailed as failed:
+        pytest.fail(str(failed))
 
 
 def run(
@@ -66,7 +58,7 @@ def test_the_cli_runs_as_the_images_non_root_user(built: tuple[str, str]) -> Non
     assert "finishable 0.1.0" in version.stdout and "pyspark 4." in version.stdout
 
 
-def test_java_17_and_pyspark_run_a_spark_job(built: tuple[str, str]) -> None:
+def test_java_17_and_pyspark_run_a_spark_job_with_a_pandas_function(built: tuple[str, str]) -> None:
     image, _ = built
     java = run(image, "java", "-version")
     assert 'version "17.' in java.stderr, java.stderr
@@ -74,7 +66,9 @@ def test_java_17_and_pyspark_run_a_spark_job(built: tuple[str, str]) -> None:
         "import os, pyspark; from pyspark.sql import SparkSession; "
         "assert os.path.dirname(pyspark.__file__) == os.environ['SPARK_HOME']; "
         "spark = SparkSession.builder.master('local[1]').getOrCreate(); "
-        "print(spark.range(1000).selectExpr('sum(id)').first()[0])"
+        # an Arrow-based Python function, as the batch stages and the sinks run them
+        "doubled = spark.range(1000).mapInPandas(lambda fs: (f * 2 for f in fs), 'id long'); "
+        "print(doubled.selectExpr('sum(id) div 2').first()[0])"
     )
     job = run(image, "python", "-c", program)
     assert job.returncode == 0, job.stderr[-3000:]

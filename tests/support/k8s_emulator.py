@@ -81,7 +81,7 @@ import secrets
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, NamedTuple, Self
 
@@ -1039,9 +1039,17 @@ class StateEmulator(KubernetesEmulator):
 class EmulatorServer:
     """``StateEmulator`` on ``127.0.0.1:<port>`` (0: a free one), in a thread with its own loop."""
 
-    def __init__(self, port: int = 0, *, tls: bool = False, **emulator_kwargs: Any) -> None:
+    def __init__(
+        self,
+        port: int = 0,
+        *,
+        tls: bool = False,
+        tls_addresses: Sequence[str] = ("127.0.0.1",),
+        **emulator_kwargs: Any,
+    ) -> None:
         self._port = port
         self._tls = tls  # also serve HTTPS (kubectl sends its token over HTTPS only)
+        self._tls_addresses = tuple(tls_addresses)  # where HTTPS listens (one port on each)
         self.tls_port = 0
         self.ca_pem = ""  # the cluster CA that signed the HTTPS certificate
         self._kwargs = emulator_kwargs
@@ -1113,7 +1121,9 @@ class EmulatorServer:
             await site.start()
             self.port = int(runner.addresses[0][1])
             if self._tls:
-                self.ca_pem, self.tls_port = await k8s_kubectl.serve_tls(runner)
+                self.ca_pem, self.tls_port = await k8s_kubectl.serve_tls(
+                    runner, self._tls_addresses
+                )
                 emulator.ca_pem = self.ca_pem
             self._ready.set()
             try:

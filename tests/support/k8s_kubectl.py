@@ -33,7 +33,7 @@ import json
 import re
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,9 +92,10 @@ _SELECTOR_TERM = re.compile(r"\s*(?P<key>[A-Za-z0-9._/-]+)\s*(?P<op>==|=|!=)\s*(
 # -- TLS ------------------------------------------------------------------------------------
 
 
-def certificates() -> tuple[str, str, str]:
-    """A fresh cluster CA and a serving certificate for 127.0.0.1/localhost signed by it:
-    (CA PEM, certificate PEM, key PEM). ``cryptography`` is imported here, only when TLS is on."""
+def certificates(addresses: Sequence[str] = ("127.0.0.1",)) -> tuple[str, str, str]:
+    """A fresh cluster CA and a serving certificate for localhost and ``addresses`` signed by
+    it: (CA PEM, certificate PEM, key PEM). ``cryptography`` is imported here, only when TLS is
+    on."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -142,7 +143,7 @@ def certificates() -> tuple[str, str, str]:
                 [
                     x509.DNSName("localhost"),
                     x509.DNSName("kubernetes.default.svc"),
-                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    *(x509.IPAddress(ipaddress.ip_address(a)) for a in addresses),
                 ]
             ),
             critical=False,
@@ -734,16 +735,21 @@ def _resource_schema(
     return schema
 
 
-async def serve_tls(runner: aiohttp.web.BaseRunner) -> tuple[str, int]:
-    """Serve ``runner`` over HTTPS too, on a free loopback port: (the CA's PEM, the port)."""
-    ca, cert, key = certificates()
+async def serve_tls(
+    runner: aiohttp.web.BaseRunner, addresses: Sequence[str] = ("127.0.0.1",)
+) -> tuple[str, int]:
+    """Serve ``runner`` over HTTPS too, on one free port of every address (the first chooses
+    it), with a certificate for each: (the CA's PEM, the port)."""
+    ca, cert, key = certificates(addresses)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     with tempfile.TemporaryDirectory() as directory:
         chain, secret = Path(directory, "tls.crt"), Path(directory, "tls.key")
         chain.write_text(cert + ca)
         secret.write_text(key)
         context.load_cert_chain(chain, secret)
-    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-    await site.start()
-    port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+    port = 0
+    for address in addresses:
+        site = aiohttp.web.TCPSite(runner, address, port, ssl_context=context)
+        await site.start()
+        port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
     return ca, port

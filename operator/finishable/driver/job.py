@@ -20,6 +20,7 @@ servers, recovered after a driver crash from the job event log.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -144,6 +145,8 @@ class FinishableJob:
             spark=spark,
         )
         job._report_uncaught_errors()
+        if spark is None:
+            _stop_at_exit(job.spark)
         return job
 
     def _report_uncaught_errors(self) -> None:
@@ -406,6 +409,21 @@ class FinishableJob:
         self._endpoint.stop()
         for coordinator in self._sources:
             coordinator.close()
+
+
+def _stop_at_exit(spark: SparkSession) -> None:
+    """Stop the session the job made when the program exits, as spark-submit stops it after a
+    Python program: Spark then deletes its executor pods and closes its event log. Nothing else
+    would: the JVM is this process's child, and in a pod the container ends with this process
+    (tini exits with its child), killing the JVM before its own shutdown hook has run."""
+
+    def stop() -> None:
+        try:
+            spark.stop()
+        except Exception:
+            log.warning("stopping Spark at exit failed", exc_info=True)
+
+    atexit.register(stop)
 
 
 def _claim_state(config: JobConfig, attempt: int) -> FencedBackend:

@@ -1,5 +1,5 @@
 """The local cluster's parts: what a kubelet derives from a pod spec, the pod's sandbox, the
-StatefulSet children, and the process kubelet running real pods through the API."""
+StatefulSet children, and the kubelet running real pods (process runtime) through the API."""
 
 from __future__ import annotations
 
@@ -370,7 +370,7 @@ def pod_status(api: KubeApi, name: str) -> dict[str, Any]:
 def test_the_kubelet_writes_the_token_volume_and_the_pod_calls_as_its_account(
     tmp_path: Path, kubelet_api: tuple[KubeApi, Kubelet, EmulatorServer]
 ) -> None:
-    """The admission plugin's ``kube-api-access-*`` volume, written by the process kubelet: a
+    """The admission plugin's ``kube-api-access-*`` volume, written by the kubelet: a
     token from the TokenRequest API (bound to the pod), ``ca.crt`` and the namespace, mounted
     where in-cluster clients look; the pod reaches the API server by its Service variables."""
     api, kubelet, server = kubelet_api

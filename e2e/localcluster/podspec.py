@@ -98,7 +98,7 @@ def hosts_file(
     if subdomain:
         own.insert(0, f"{hostname}.{subdomain}.{namespace}.svc.{CLUSTER_DOMAIN}")
     lines = [
-        "# Kubernetes-managed hosts file (the local cluster's process kubelet).",
+        "# Kubernetes-managed hosts file (the local cluster's kubelet).",
         "127.0.0.1\tlocalhost",
         "::1\tlocalhost ip6-localhost ip6-loopback",
         f"{ip}\t{' '.join(own)}",

@@ -1,4 +1,4 @@
-"""A pod's own file system view for the process kubelet: a mount namespace rooted in the pod's
+"""A pod's own file system view for the process runtime: a mount namespace rooted in the pod's
 own directory.
 
 The root holds the host's top-level directories, bound read-only (so the interpreter, Java and

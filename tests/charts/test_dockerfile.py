@@ -133,7 +133,7 @@ def test_the_entrypoint_builds_the_executor_command(tmp_path: Path) -> None:
 
 
 def test_the_local_clusters_stand_in_is_this_image() -> None:
-    """The process kubelet of the local cluster runs pods from ``local_image()``: the same
+    """The process runtime of the local cluster runs pods from ``local_image()``: the same
     entrypoint (tini aside), CMD, working directory, files and variables as this Dockerfile,
     with this machine's interpreter, pyspark and Java in place of the image's."""
     import json

@@ -1,4 +1,4 @@
-"""Pod networking for the Python processes of the local cluster's process kubelet.
+"""Pod networking for the Python processes of the local cluster's process runtime.
 
 Python imports ``sitecustomize`` at start-up from ``PYTHONPATH``; the kubelet puts this directory
 there for every container it starts (and Spark hands ``PYTHONPATH`` on to its Python workers).

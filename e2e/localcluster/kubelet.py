@@ -35,7 +35,6 @@ import datetime
 import logging
 import shutil
 import socket
-import subprocess
 import threading
 import time
 import urllib.request
@@ -74,7 +73,7 @@ class Kubelet:
         self.root = root
         self.runtime = runtime
         self.service_env = service_environment(runtime.api_host, api_port)
-        self.volumes = PodVolumes(api, root)
+        self.volumes = PodVolumes(api, root, host_ip=runtime.host_ip)
         self.containers: dict[str, Container] = {}  # by pod uid
         self._waiting: dict[str, str] = {}  # pod uid -> why it is still Pending (as reported)
         self._ips: dict[str, str] = {}  # pod uid -> IP
@@ -188,10 +187,9 @@ class Kubelet:
             if not pod["spec"].get("containers"):
                 raise NotReady("the pod has no containers")
             self.runtime.check_image(str(container.spec.get("image") or ""))
-            container.launch = self.launch_spec(container)
+            launch = self.launch_spec(container)
             self._write_hosts(container)
-            net = self._net(container)
-            container.prepared = self.runtime.prepare(container, container.launch, net)
+            container.prepared = self.runtime.prepare(container, launch, self._net(container))
         except NotReady as reason:
             self._report_pending(container, "ContainerCreating", str(reason))
             return
@@ -268,7 +266,7 @@ class Kubelet:
             return
         code = process.poll()
         if code is not None:
-            self._exited(container, process, code)
+            self._exited(container, code)
             return
         if time.monotonic() >= container.next_probe:
             ready, period = self._probe(container)
@@ -277,7 +275,7 @@ class Kubelet:
                 container.ready = ready
                 self._report_running(container)
 
-    def _exited(self, container: Container, process: subprocess.Popen[bytes], code: int) -> None:
+    def _exited(self, container: Container, code: int) -> None:
         self.runtime.reap(container)
         exit_code = 128 - code if code < 0 else code
         container.last_exit = {

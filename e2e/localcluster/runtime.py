@@ -48,7 +48,6 @@ class Container(PodRef):
     """A pod's container on this node, and what is known about it."""
 
     process: subprocess.Popen[bytes] | None = None  # what ends when the container ends
-    launch: Launch | None = None
     started: str = ""
     restarts: int = 0
     ready: bool = False

@@ -58,9 +58,10 @@ def data_of(plural: str, obj: Mapping[str, Any]) -> dict[str, bytes]:
 class PodVolumes:
     """Volumes and environment of pods, read through the API (see the module docstring)."""
 
-    def __init__(self, api: KubeApi, root: Path) -> None:
+    def __init__(self, api: KubeApi, root: Path, *, host_ip: str = "127.0.0.1") -> None:
         self.api = api
         self.root = root
+        self.host_ip = host_ip  # the node's address (status.hostIP)
 
     # -- volumes ----------------------------------------------------------------------------
 
@@ -144,7 +145,7 @@ class PodVolumes:
                     raise NotReady(f"downwardAPI {item.get('path')!r}: only fieldRef")
                 path = target / item["path"]
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(field_value(pod, item["fieldRef"]["fieldPath"]))
+                path.write_text(field_value(pod, item["fieldRef"]["fieldPath"], self.host_ip))
 
     def _request_token(self, pod: PodRef, source: dict[str, Any]) -> str:
         """``POST .../serviceaccounts/NAME/token`` for the pod's account, bound to the pod."""
@@ -210,12 +211,12 @@ class PodVolumes:
                     raise NotReady(f'{plural[:-1]} "{ref["name"]}" has no key {ref["key"]!r}')
                 return data[ref["key"]].decode()
         if "fieldRef" in source:
-            return field_value(pod, source["fieldRef"]["fieldPath"])
+            return field_value(pod, source["fieldRef"]["fieldPath"], self.host_ip)
         raise NotReady(f"env {variable['name']}: unsupported valueFrom {sorted(source)}")
 
 
-def field_value(pod: PodRef, path: str) -> str:
-    """A downward API field of the pod."""
+def field_value(pod: PodRef, path: str, host_ip: str) -> str:
+    """A downward API field of the pod (``host_ip``: its node's address)."""
     meta = pod.pod["metadata"]
     fields = {
         "metadata.name": meta["name"],
@@ -225,7 +226,7 @@ def field_value(pod: PodRef, path: str) -> str:
         "spec.serviceAccountName": pod.pod["spec"].get("serviceAccountName", "default"),
         "status.podIP": pod.ip,
         "status.podIPs": pod.ip,
-        "status.hostIP": "127.0.0.1",
+        "status.hostIP": host_ip,
     }
     for kind in ("labels", "annotations"):
         prefix = f"metadata.{kind}['"

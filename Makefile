@@ -48,6 +48,7 @@ image:
 
 crd: $(STAMP)
 	$(BIN)/finishable crd > crds/finishablesparkjobs.finishable.dev.yaml
+	cp crds/finishablesparkjobs.finishable.dev.yaml charts/finishable-spark-operator/crds/
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

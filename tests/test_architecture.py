@@ -22,11 +22,12 @@ RANKS: dict[str, int] = {
     "shuffle": 1,
     "kube": 1,
     "state": 2,
-    "connectors": 3,
-    "driver": 4,
-    "local": 5,
-    "controller": 5,
-    "cli": 6,
+    "partitions": 3,
+    "connectors": 4,
+    "driver": 5,
+    "local": 6,
+    "controller": 6,
+    "cli": 7,
 }
 """Each room's rank; ``finishable/__init__.py`` (the program's entry point) may import anything."""
 

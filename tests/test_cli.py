@@ -28,7 +28,8 @@ spec:
 
 
 def test_examples_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
-    assert len(EXAMPLES) == 5  # job, bounded and cluster (streaming); local and cluster (batch)
+    # job, bounded and cluster (streaming); local, cluster, promote and top (batch)
+    assert len(EXAMPLES) == 7
     assert main(["validate", *map(str, EXAMPLES)]) == 0
     out = capsys.readouterr().out
     assert "Streaming job 'clickstream'" in out

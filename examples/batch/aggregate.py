@@ -26,6 +26,11 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--output", required=True, help="where the totals are published")
     parser.add_argument("--files", type=int, default=0, help="generate this many files first")
     parser.add_argument("--rows", type=int, default=5000, help="orders per generated file")
+    parser.add_argument(
+        "--promote",
+        action="store_true",
+        help="keep the totals as a cluster partition for later jobs (examples/batch/top.py)",
+    )
     return parser.parse_args()
 
 
@@ -42,11 +47,11 @@ def totals_by_customer(paid: DataFrame) -> DataFrame:
     )
 
 
-def build(job: FinishableJob, input_url: str, output_url: str) -> None:
-    """The job graph: read, two stages, the sink."""
+def build(job: FinishableJob, input_url: str, output_url: str, *, promote: bool = False) -> None:
+    """The job graph: read, two stages, the sink; ``promote`` keeps ``totals`` beyond the job."""
     orders = job.read(sources.Files(input_url, format="json", schema=SCHEMA), name="orders")
     paid = job.stage("paid", paid_orders(orders))
-    totals = job.stage("totals", totals_by_customer(paid))
+    totals = job.stage("totals", totals_by_customer(paid), promote=promote)
     job.write(totals, sinks.TransactionalFiles(output_url, format="parquet", name="totals"))
 
 
@@ -55,7 +60,7 @@ def main() -> None:
     if args.files:
         write_files(Path(args.input), args.files, args.rows)
     job = FinishableJob.from_env()
-    build(job, args.input, args.output)
+    build(job, args.input, args.output, promote=args.promote)
     job.run()
 
 

@@ -25,6 +25,7 @@ from finishable.controller.driverconf import default_master
 from finishable.controller.naming import KUBERNETES_MASTER
 from finishable.local.jobdir import (
     DEFAULT_STATE_DIR,
+    PARTITIONS_DIR,
     SETTLED_PHASES,
     LocalJob,
     LocalJobError,
@@ -289,6 +290,7 @@ def _operator(args: argparse.Namespace, out: TextIO) -> int:
         priority=args.priority,
         resync_seconds=args.resync,
         spark_master=args.spark_master or default_master(os.environ),
+        partition_storage=args.cluster_partitions_storage,
     )
     try:
         return run_operator(options)
@@ -312,6 +314,26 @@ def _driver(args: argparse.Namespace, out: TextIO) -> int:
 def _shuffle_server(args: argparse.Namespace, out: TextIO) -> int:
     """Serve a Batch job's result partitions (the operator's shuffle pods run this)."""
     from finishable.shuffle.command import run_from_args  # noqa: PLC0415 - aiohttp is heavy
+
+    return run_from_args(args)
+
+
+def _partitions(args: argparse.Namespace, out: TextIO) -> int:
+    """``finishable partitions list|get|delete``."""
+    from finishable.partitions.commands import PartitionCommandError, run  # noqa: PLC0415
+
+    root = Path(args.state_dir) if args.state_dir else DEFAULT_STATE_DIR
+    storage = args.storage or str((root / PARTITIONS_DIR).resolve())
+    try:
+        return run(args, out, storage)
+    except PartitionCommandError as error:
+        sys.stderr.write(f"{error}\n")
+        return 1
+
+
+def _partition_service(args: argparse.Namespace, out: TextIO) -> int:
+    """Serve the cluster partitions of a partition storage over HTTP."""
+    from finishable.partitions.service import run_from_args  # noqa: PLC0415 - aiohttp is heavy
 
     return run_from_args(args)
 
@@ -384,6 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"{KUBERNETES_MASTER}): Spark creates executor pods; local[N] runs Spark inside each "
         "driver pod (small clusters, CI)",
     )
+    operator.add_argument(
+        "--cluster-partitions-storage",
+        metavar="URL",
+        help="the partition storage of Batch jobs that set no spec.clusterPartitions.storage "
+        "(the one the partition service serves)",
+    )
     add("driver", _driver, "start a job's program in its driver pod (used by the operator)")
     shuffle = add(
         "shuffle-server",
@@ -403,6 +431,34 @@ def build_parser() -> argparse.ArgumentParser:
     shuffle.add_argument("--port-file", help="write the bound port to this file once listening")
     shuffle.add_argument(
         "--exit-when-released", action="store_true", help="exit once the retain timeout released"
+    )
+    partitions = add(
+        "partitions",
+        _partitions,
+        "list, show or delete cluster partitions (datasets promoted by Batch jobs)",
+    )
+    from finishable.partitions.commands import add_arguments  # noqa: PLC0415
+
+    add_arguments(partitions)
+    service = add(
+        "partition-service",
+        _partition_service,
+        "serve the cluster partition REST API (FLIP-67) of a partition storage",
+    )
+    service.add_argument("--storage", required=True, help="the partition storage URL")
+    service.add_argument(
+        "--tokens-dir",
+        required=True,
+        help="a directory with one file per namespace holding its bearer token",
+    )
+    service.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    service.add_argument("--port", type=int, default=8088, help="port; 0 picks a free one")
+    service.add_argument("--port-file", help="write the bound port to this file once listening")
+    service.add_argument(
+        "--expire-interval",
+        type=float,
+        default=60.0,
+        help="seconds between releases of expired partitions (default 60)",
     )
     for name, command, help_text in (
         ("stop", _stop, "stop a local job with a savepoint (--drain: and drain it)"),

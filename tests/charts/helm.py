@@ -28,6 +28,11 @@ COMBINATIONS: dict[str, tuple[str, ...]] = {
     ),
     "no dashboard, no peering": ("grafana.dashboard.enabled=false", "peering.enabled=false"),
     "local spark master, two replicas": ("operator.sparkMaster=local[2]", "replicaCount=2"),
+    "partition service on a claim": (
+        "partitionService.enabled=true",
+        "partitionService.storage=file:///partitions",
+        "partitionService.claimName=finishable-partitions",
+    ),
 }
 
 

@@ -186,3 +186,46 @@ def test_peering_crds_come_only_with_peering() -> None:
     template = (CHART / "templates" / "kopf-peering-crds.yaml").read_text()
     assert "{{- if .Values.peering.enabled }}" in template
     assert '.Files.Get "files/kopf-peering.yaml"' in template
+
+
+def test_the_partition_service_is_installed_only_when_enabled_and_named_to_the_operator() -> None:
+    assert values()["partitionService"]["enabled"] is False
+    assert not [d for d in template() if d["metadata"]["name"].endswith("-partitions")]
+    rendered = template(
+        "partitionService.enabled=true",
+        "partitionService.storage=s3://bucket/cluster-partitions",
+        "partitionService.credentialsSecret=partition-store",
+    )
+    deployments = {d["metadata"]["name"]: d for d in rendered if d["kind"] == "Deployment"}
+    service_pod = deployments.pop("fso-finishable-spark-operator-partitions")["spec"]["template"]
+    (operator,) = deployments.values()
+    (container,) = service_pod["spec"]["containers"]
+    assert container["args"][:2] == [
+        "partition-service",
+        "--storage=s3://bucket/cluster-partitions",
+    ]
+    assert container["envFrom"] == [{"secretRef": {"name": "partition-store"}}]
+    volumes = {v["name"]: v for v in service_pod["spec"]["volumes"]}
+    assert volumes["tokens"]["secret"]["secretName"] == "finishable-partition-tokens"
+    operator_args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--cluster-partitions-storage=s3://bucket/cluster-partitions" in operator_args
+    # The operator's selector must not pick the service's pods, nor the service's the operator's.
+    operator_selector = operator["spec"]["selector"]["matchLabels"]
+    service_labels = service_pod["metadata"]["labels"]
+    assert not operator_selector.items() <= service_labels.items()
+    (service,) = [
+        s for s in rendered if s["kind"] == "Service" and "partitions" in s["metadata"]["name"]
+    ]
+    assert service["spec"]["selector"].items() <= service_labels.items()
+    from finishable.cli import build_parser
+
+    parsed = build_parser().parse_args(["partition-service", *container["args"][1:]])
+    assert parsed.storage == "s3://bucket/cluster-partitions" and parsed.port == 8088
+
+
+def test_an_enabled_partition_service_needs_a_storage() -> None:
+    enabled = {**values(), "partitionService": {**values()["partitionService"], "enabled": True}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(enabled, schema())
+    enabled["partitionService"]["storage"] = "s3://bucket/p"
+    jsonschema.validate(enabled, schema())

@@ -344,3 +344,33 @@ def test_driver_volumes_come_from_sparks_own_volume_keys() -> None:
         {"name": "data", "mountPath": "/data"},
         {"name": "lake", "mountPath": "/lake", "readOnly": True},
     ]
+
+
+def test_the_partition_storage_of_the_spec_else_beside_the_checkpoints_else_the_operators() -> None:
+    s3 = "s3://bucket/state?endpoint_override=minio:9000"
+    named = spec(mode="Batch", clusterPartitions={"storage": "gs://bucket/partitions", "ttl": "1d"})
+    assert driverconf.job_config(JOB, named).partition_url == "gs://bucket/partitions"
+    beside = spec(mode="Batch", checkpointing={"storage": {"type": "ObjectStore", "url": s3}})
+    assert driverconf.job_config(JOB, beside).partition_url == (
+        "s3://bucket/state/cluster-partitions?endpoint_override=minio:9000"
+    )
+    in_configmaps = spec(mode="Batch")
+    assert driverconf.job_config(JOB, in_configmaps).partition_url is None
+    operator = driverconf.with_operator_defaults(in_configmaps, "s3://cluster/partitions")
+    assert driverconf.job_config(JOB, operator).partition_url == "s3://cluster/partitions"
+    assert driverconf.with_operator_defaults(named, "s3://cluster/partitions") == named
+    assert driverconf.with_operator_defaults(in_configmaps, None) == in_configmaps
+    assert (
+        driverconf.job_config(JOB, spec(clusterPartitions={"storage": "gs://b/p"})).partition_url
+        is None
+    )
+
+
+def test_a_partition_storage_of_an_unknown_scheme_is_refused_naming_the_accepted_ones() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="partition storage accepts s3"):
+        spec(mode="Batch", clusterPartitions={"storage": "ftp://host/partitions"})
+    with pytest.raises(ValidationError, match="longer than zero"):
+        spec(mode="Batch", clusterPartitions={"ttl": "0s"})

@@ -71,6 +71,13 @@ class JobConfig(ApiModel):
         default_factory=list,
         description="Batch: the shuffle servers' base URLs (one per shuffle pod or local server).",
     )
+    partition_url: str | None = Field(
+        default=None,
+        description=(
+            "Batch: the partition storage promoted datasets become cluster partitions in "
+            "(None: the job cannot promote)."
+        ),
+    )
     manifest_dir: str | None = Field(
         default=None,
         description="Directory of the manifest; relative application paths resolve against it.",

@@ -317,6 +317,41 @@ class ShuffleSpec(PodSettings):
         return positive(value)
 
 
+class ClusterPartitionsSpec(ApiModel):
+    """Where the datasets a Batch job promotes (``job.stage(..., promote=True)``) are kept."""
+
+    storage: str | None = Field(
+        default=None,
+        description=(
+            "Partition storage: s3://bucket/prefix, gs://..., hdfs://... or file:///path (a "
+            "directory locally). Unset: <checkpoint storage url>/cluster-partitions when the "
+            "checkpoints are in object storage; a job that promotes without either fails."
+        ),
+    )
+    ttl: Duration | None = Field(
+        default=None,
+        description="How long a cluster partition is kept; unset, until it is deleted.",
+    )
+
+    @field_validator("storage")
+    @classmethod
+    def _storage_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        scheme = urlsplit(value).scheme
+        if scheme and len(scheme) > 1 and scheme not in (*OBJECT_STORE_SCHEMES, "local"):
+            raise ValueError(
+                f"{value!r} has the scheme {scheme!r}; partition storage accepts "
+                f"{', '.join(OBJECT_STORE_SCHEMES)} (or a directory in local runs)"
+            )
+        return value
+
+    @field_validator("ttl")
+    @classmethod
+    def _positive_ttl(cls, value: Duration | None) -> Duration | None:
+        return None if value is None else positive(value)
+
+
 class FinishableSparkJobSpec(ApiModel):
     """The desired state of a FinishableSparkJob."""
 
@@ -386,6 +421,10 @@ class FinishableSparkJobSpec(ApiModel):
         description=(
             "Shuffle pods (Batch mode only; two pods of 10Gi with a 5m retain timeout when unset)."
         ),
+    )
+    cluster_partitions: ClusterPartitionsSpec = Field(
+        default_factory=ClusterPartitionsSpec,
+        description="Batch: where promoted datasets (cluster partitions) are kept, and how long.",
     )
     stop_timeout: Duration = Field(
         default=Duration(minutes=10),

@@ -6,6 +6,9 @@ produce a streaming DataFrame read by the ``finishable`` Python data source
 (``connectors.streaming.source``), a thin client of the coordinator that lives in the driver
 process. The driver's handle on that coordinator is ``driver.source_coordinator``; the row a drain
 emits is ``sentinel_row``.
+
+One cohesive module: the catalogue of every source a program can declare (``Files``, ``Range``,
+``ClusterPartition``) and the conversions their rows share.
 """
 
 from __future__ import annotations
@@ -50,10 +53,14 @@ from finishable.coordinator.ranges import RangeSplitEnumerator
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from finishable.api.jobconfig import JobConfig
+    from finishable.partitions.manifest import Manifest
+
 __all__ = [
     "RANGE_SCHEMA",
     "SENTINEL_COLUMN",
     "SENTINEL_EVENT_TIME",
+    "ClusterPartition",
     "Files",
     "Range",
     "Source",
@@ -169,6 +176,11 @@ class Source(ABC):
         self, coordinator: str, endpoint: str, schema: StructType, attempt: int | None, cores: int
     ) -> ReaderSettings:
         """The reader's settings for this source."""
+
+    def bound(self, config: JobConfig) -> Source:
+        """This source with what the running job supplies (a default location); most need none."""
+        del config
+        return self
 
     def fingerprint(self) -> str:
         """A short stable hash of ``describe()``."""
@@ -335,6 +347,108 @@ class Files(Source):
             f"Files({self.url!r}, format={self.format!r}, "
             f"{'bounded' if self._bounded else 'unbounded'})"
         )
+
+
+class ClusterPartition(Source):
+    """A cluster partition an earlier Batch job promoted (``job.stage(name, df, promote=True)``).
+
+    ``partition`` is its id (``cp-...``), ``<job>/<dataset>`` or the dataset name; a name that
+    several runs promoted means the newest. ``catalog`` is the partition storage, by default the
+    running job's (``spec.clusterPartitions.storage``). The partition is resolved when the job
+    reads it: its parquet parts are the splits, pulled through the coordinator like any file
+    source, and a partition whose parts are gone is refused before any row is read.
+    """
+
+    def __init__(
+        self,
+        partition: str,
+        *,
+        catalog: str | None = None,
+        max_partition_bytes: str | int = "128Mi",
+        open_cost: str | int = "4Mi",
+    ) -> None:
+        if not isinstance(partition, str) or not partition.strip():
+            raise ValueError("ClusterPartition needs the partition's id, <job>/<dataset> or name")
+        self.reference = partition.strip()
+        self.catalog = catalog
+        self.max_partition_bytes = max_partition_bytes
+        self.open_cost = open_cost
+        self._resolved: tuple[Manifest, Files] | None = None
+
+    def bound(self, config: JobConfig) -> ClusterPartition:
+        if self.catalog is not None or config.partition_url is None:
+            return self
+        return ClusterPartition(
+            self.reference,
+            catalog=config.partition_url,
+            max_partition_bytes=self.max_partition_bytes,
+            open_cost=self.open_cost,
+        )
+
+    @property
+    def manifest(self) -> Manifest:
+        """The partition's manifest (resolved once; raises the catalog's lookup errors)."""
+        return self._resolve()[0]
+
+    def _resolve(self) -> tuple[Manifest, Files]:
+        if self._resolved is None:
+            from finishable.partitions.catalog import (  # noqa: PLC0415
+                PartitionCatalog,
+                PartitionLost,
+            )
+            from finishable.partitions.manifest import PART_PATTERN  # noqa: PLC0415
+
+            if self.catalog is None:
+                raise ValueError(
+                    f"ClusterPartition({self.reference!r}) needs a partition storage: pass "
+                    "catalog='s3://...' or run it in a job with spec.clusterPartitions.storage"
+                )
+            catalog = PartitionCatalog(self.catalog)
+            try:
+                manifest = catalog.get(self.reference)
+                health = catalog.health(manifest)
+                if health.lost:
+                    raise PartitionLost(
+                        f"cluster partition {manifest.id} ({manifest.name}) is lost: "
+                        f"{len(health.missing)} of its {len(manifest.parts)} part(s) are gone "
+                        f"from {catalog.location} (first: {health.missing[0]})"
+                    )
+                files = Files(
+                    catalog.part_url(manifest),
+                    format="parquet",
+                    schema=StructType.fromJson(manifest.schema),
+                    split_size=None,
+                    pattern=PART_PATTERN,
+                    max_partition_bytes=self.max_partition_bytes,
+                    open_cost=self.open_cost,
+                )
+            finally:
+                catalog.close()
+            self._resolved = (manifest, files)
+        return self._resolved
+
+    @property
+    def schema(self) -> StructType:
+        return self._resolve()[1].schema
+
+    @property
+    def bounded(self) -> bool:
+        return True
+
+    def coordinator_provider(self) -> CoordinatorProvider:
+        return self._resolve()[1].coordinator_provider()
+
+    def describe(self) -> dict[str, Any]:
+        manifest = self.manifest
+        return {"kind": "cluster-partition", "id": manifest.id, "checksum": manifest.checksum}
+
+    def _settings(
+        self, coordinator: str, endpoint: str, schema: StructType, attempt: int | None, cores: int
+    ) -> ReaderSettings:
+        return self._resolve()[1]._settings(coordinator, endpoint, schema, attempt, cores)
+
+    def __repr__(self) -> str:
+        return f"ClusterPartition({self.reference!r})"
 
 
 RANGE_SCHEMA = StructType(

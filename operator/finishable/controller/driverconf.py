@@ -46,6 +46,7 @@ from finishable.kube.objects import (
     JobRef,
     job_label_value,
 )
+from finishable.partitions.catalog import object_url
 
 POD_ADDRESS_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
 """Where the driver listens and how executors reach it: the pod's IP, set by the pod itself."""
@@ -188,6 +189,28 @@ def state_url(spec: FinishableSparkJobSpec) -> str:
     return storage.url or f"{WORK_DIR}/state"
 
 
+def with_operator_defaults(
+    spec: FinishableSparkJobSpec, partition_storage: str | None
+) -> FinishableSparkJobSpec:
+    """The spec with what the operator's options fill in where the job says nothing: the
+    cluster's partition storage (where its partition service serves from)."""
+    if partition_storage is None or spec.cluster_partitions.storage is not None:
+        return spec
+    partitions = spec.cluster_partitions.model_copy(update={"storage": partition_storage})
+    return spec.model_copy(update={"cluster_partitions": partitions})
+
+
+def partition_url(spec: FinishableSparkJobSpec) -> str | None:
+    """Where the job's promoted datasets go: ``spec.clusterPartitions.storage``, else beside
+    the checkpoints when they are in object storage (a ConfigMap cannot hold datasets)."""
+    if spec.cluster_partitions.storage:
+        return spec.cluster_partitions.storage
+    storage = spec.checkpointing.storage
+    if storage.type is StorageType.OBJECT_STORE and storage.url:
+        return object_url(storage.url, "cluster-partitions")
+    return None
+
+
 def job_config(
     job: JobRef,
     spec: FinishableSparkJobSpec,
@@ -208,6 +231,7 @@ def job_config(
         work_dir=work_dir(job, spec),
         control=ControlType.CONFIG_MAP,
         shuffle_urls=shuffle_urls(job, spec, shuffle_replicas),
+        partition_url=partition_url(spec) if spec.mode is JobMode.BATCH else None,
     )
 
 
@@ -220,6 +244,5 @@ def shuffle_urls(
     domain = f"{shuffle_service_name(job.name)}.{job.namespace}.svc"
     count = spec.effective_shuffle.replicas if replicas is None else replicas
     return [
-        f"http://{shuffle_name(job.name)}-{index}.{domain}:{SHUFFLE_PORT}"
-        for index in range(count)
+        f"http://{shuffle_name(job.name)}-{index}.{domain}:{SHUFFLE_PORT}" for index in range(count)
     ]

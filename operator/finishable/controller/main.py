@@ -39,6 +39,7 @@ def run_operator(options: OperatorOptions, api: KubeApi | None = None) -> int:
         metrics=metrics,
         resync=options.resync_seconds,
         spark_master=options.spark_master,
+        partition_storage=options.partition_storage,
     )
     where = ", ".join(options.namespaces) if options.namespaces else "all namespaces"
     log.info(

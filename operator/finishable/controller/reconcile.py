@@ -43,6 +43,7 @@ from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import FinishableSparkJobStatus
 from finishable.api.validation import InvalidManifest, parse_spec
 from finishable.controller import builders, naming
+from finishable.controller.driverconf import with_operator_defaults
 from finishable.controller.kube import Conflict, Kube
 from finishable.controller.metrics import JobKey, Metrics
 from finishable.controller.status import EventPoster, StatusWriter
@@ -178,6 +179,8 @@ class Controller:
     metrics: Metrics
     resync: float = 60.0
     spark_master: str = naming.KUBERNETES_MASTER
+    partition_storage: str | None = None
+    """The default partition storage of Batch jobs (``finishable operator``'s option)."""
     wakers: dict[JobKey, asyncio.Event] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -252,6 +255,8 @@ class JobLoop:
         """One reconcile; returns when the machine wants to be called again (seconds)."""
         meta = self.body["metadata"]
         spec, problems = read_spec(self.job.name, self.body.get("spec"))
+        if spec is not None:
+            spec = with_operator_defaults(spec, self.controller.partition_storage)
         pods, report_text = self.observe()
         current = next((pod for pod in pods if pod.attempt == self.status.attempt), None)
         now = datetime.now(UTC)

@@ -36,6 +36,7 @@ class OperatorOptions:
     request_timeout_seconds: float = 30.0
     event_level: int = logging.INFO
     spark_master: str = KUBERNETES_MASTER  # what drivers run Spark on (see driverconf.spark_conf)
+    partition_storage: str | None = None  # Batch jobs' default spec.clusterPartitions.storage
 
     @property
     def clusterwide(self) -> bool:

@@ -155,7 +155,10 @@ class FinishableJob:
         previous = sys.excepthook
 
         def report(kind: type[BaseException], error: BaseException, trace: Any) -> None:
-            if not isinstance(error, JobFailed | KeyboardInterrupt | Fenced):
+            # run() reports its own failures before it raises JobFailed; a PermanentFailure
+            # raised while the graph is declared (job.read, job.stage) reaches here unreported.
+            reported = isinstance(error, JobFailed) and not isinstance(error, PermanentFailure)
+            if not reported and not isinstance(error, KeyboardInterrupt | Fenced):
                 self._report(
                     DriverState.FAILED, f"{kind.__name__}: {error}", permanent=is_permanent(error)
                 )

@@ -47,6 +47,8 @@ from finishable.api.status import FinishableSparkJobStatus
 from finishable.state.control import LocalControlChannel
 
 DEFAULT_STATE_DIR = Path(".finishable")
+PARTITIONS_DIR = "_partitions"
+"""Local cluster partitions, under the state directory (no job name starts with "_")."""
 SETTLED_PHASES = frozenset({Phase.SUSPENDED, Phase.FINISHED, Phase.FAILED})
 RUNNER_LOCK = "runner.lock"
 LOCK_ATTEMPTS = 20

@@ -55,8 +55,16 @@ from finishable.api.status import FinishableSparkJobStatus
 from finishable.lifecycle.decisions import Action, ActionKind, Decision, Observation, PodPhase
 from finishable.lifecycle.phases import next_status
 from finishable.local.driver_process import DriverProcess
-from finishable.local.jobdir import SETTLED_PHASES, LocalJob, LocalJobError, describe
+from finishable.local.jobdir import (
+    PARTITIONS_DIR,
+    SETTLED_PHASES,
+    LocalJob,
+    LocalJobError,
+    describe,
+)
 from finishable.local.shuffle import LocalShuffle
+from finishable.partitions.catalog import PartitionCatalog
+from finishable.state.errors import BackendError
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +155,7 @@ class LocalRunner:
             status = self._prepare(resume=resume, fresh=fresh)
             if self.shuffle is not None and status.phase not in SETTLED_PHASES:
                 self.shuffle.ensure()
+                self._release_partitions(expired=True)
             self._write_config()
             previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
             try:
@@ -219,6 +228,7 @@ class LocalRunner:
             control_dir=str(local.directory.resolve()),
             manifest_dir=str(self.manifest.resolve().parent),
             shuffle_urls=self.shuffle.urls() if self.shuffle is not None else [],
+            partition_url=self.partition_url() if self.shuffle is not None else None,
         )
         write_config(config, local.config_file)
 
@@ -230,11 +240,24 @@ class LocalRunner:
         if storage.type is StorageType.OBJECT_STORE and storage.url:
             return storage.url
         if storage.type is StorageType.LOCAL and storage.url:
-            path = Path(
-                urlsplit(storage.url).path if storage.url.startswith("file:") else storage.url
-            )
-            return str((self.manifest.resolve().parent / path.expanduser()).resolve())
+            return self._local_path(storage.url)
         return str((self.local.directory / "state").resolve())
+
+    def partition_url(self) -> str:
+        """``spec.clusterPartitions.storage``, else ``<state dir>/_partitions``: shared by the
+        local jobs of a state directory, so a later job reads what an earlier one promoted."""
+        storage = self.job.spec.cluster_partitions.storage
+        if storage is None:
+            return str((self.state_dir / PARTITIONS_DIR).resolve())
+        scheme = urlsplit(storage).scheme
+        if scheme in ("", "file", "local") or len(scheme) == 1:
+            return self._local_path(storage)
+        return storage
+
+    def _local_path(self, url: str) -> str:
+        """A directory URL or path, relative ones against the manifest's directory."""
+        path = Path(urlsplit(url).path if url.startswith(("file:", "local:")) else url)
+        return str((self.manifest.resolve().parent / path.expanduser()).resolve())
 
     # -- the reconcile loop -----------------------------------------------------------------
 
@@ -364,11 +387,33 @@ class LocalRunner:
         shuffle = self.shuffle
         if shuffle is not None and status.phase in (Phase.FINISHED, Phase.FAILED):
             shuffle.stop()  # what the operator's DeleteShuffle does when the job ends
+        if shuffle is not None and status.phase is Phase.FAILED:
+            self._release_partitions(failed_run=status.run)
         for line in describe(status, self.local.channel.read_report()):
             self._say(line)
         if status.phase is Phase.SUSPENDED:
             self._say(f"resume with: finishable run {self.manifest} --resume")
         return 1 if status.phase is Phase.FAILED else 0
+
+    def _release_partitions(self, *, expired: bool = False, failed_run: int | None = None) -> None:
+        """FLIP-67's releases that fall to the runner: partitions whose time to live ran out,
+        and what a failed run staged for promotion (a failed job promotes nothing)."""
+        try:
+            catalog = PartitionCatalog(self.partition_url())
+        except BackendError as error:
+            self._say(f"cluster partitions: {error}")
+            return
+        try:
+            for partition_id in catalog.expire(self.clock()) if expired else []:
+                self._say(f"cluster partition {partition_id} expired and was released")
+            if failed_run is not None:
+                discarded = catalog.discard_staged(self.local.uid.lower(), failed_run)
+                if discarded:
+                    self._say(f"the failed run promotes nothing: released {', '.join(discarded)}")
+        except BackendError as error:
+            self._say(f"cluster partitions: {error}")
+        finally:
+            catalog.close()
 
     def _say(self, text: str) -> None:
         stamp = self.clock().strftime("%H:%M:%S")

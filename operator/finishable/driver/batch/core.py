@@ -42,6 +42,9 @@ from finishable.state.fence import Fence
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from finishable.driver.batch.leases import ReaderLeases
+    from finishable.driver.batch.promotion import Promotion
+
 log = logging.getLogger(__name__)
 
 EVENT_PREFIX = "batch-events"
@@ -118,6 +121,8 @@ class RuntimeCore:
     events: JobEventStore
     fence: Fence
     shuffle: ShuffleCluster
+    promotion: Promotion
+    leases: ReaderLeases
     figures: Figures
     _lock: threading.RLock
     _reads: dict[str, DeclaredRead]
@@ -198,6 +203,7 @@ class RuntimeCore:
                 self.shuffle.register_all(self.attempt, run=self.config.run)
             except Exception:
                 log.warning("shuffle heartbeat failed", exc_info=True)
+            self.leases.refresh()
 
     def _progress(self) -> CoordinatorStatus | None:
         total = finished = 0

@@ -134,6 +134,9 @@ class RoundsMixin(RuntimeCore):
             if event.staged is not None
         ]
         self.fence.check()  # a superseded attempt publishes nothing
+        for stage in self._stages:
+            if stage.promote:
+                self.promotion.stage(stage)
         manifest = publish_files(
             sink.store,
             sink_stage.output_batch,
@@ -146,10 +149,6 @@ class RoundsMixin(RuntimeCore):
         retired = retire_replaced(sink.store, sink_stage.output_batch)
         if retired:
             log.info("output of earlier runs retired from %s: batches %s", sink.sink_name, retired)
-        for stage in self._stages:
-            if stage.promote:
-                for url in self._servers:
-                    self.shuffle.client(url).promote(stage.name)
         self.events.append(OutputCommitted(sink.sink_name, manifest.rows), type="OutputCommitted")
         self.events.flush(timeout=60)
         self._log.committed = OutputCommitted(sink.sink_name, manifest.rows)

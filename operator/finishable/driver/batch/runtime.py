@@ -24,7 +24,7 @@ from finishable.api.control import DriverState, RequestOutcome
 from finishable.api.jobconfig import JobConfig
 from finishable.connectors.batch.datasources import read_source_class, stage_source_class
 from finishable.connectors.sinks import TransactionalFiles
-from finishable.connectors.sources import Source
+from finishable.connectors.sources import ClusterPartition, Source
 from finishable.coordinator.contract import NO_CHECKPOINT
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.batch.control import ControlMixin
@@ -36,12 +36,16 @@ from finishable.driver.batch.core import (
     event_log_prefix,
 )
 from finishable.driver.batch.hook import TaskHookMixin
+from finishable.driver.batch.leases import ReaderLeases
 from finishable.driver.batch.plan import OutputPlanned, StageKind, live_events, schedule
+from finishable.driver.batch.promotion import Promotion, require_storage
 from finishable.driver.batch.recovery import RecoveryMixin
 from finishable.driver.batch.rounds import RoundsMixin
 from finishable.driver.failures import PermanentFailure, ProgramError
 from finishable.driver.outcome import JobFailed, Outcome
 from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
+from finishable.partitions.catalog import PartitionLost
+from finishable.partitions.manifest import Manifest
 from finishable.shuffle.cluster import ShuffleCluster
 from finishable.state.control import ControlChannel
 from finishable.state.events import JobEventStore
@@ -92,6 +96,8 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
             compact=live_events,
         )
         self.shuffle = ShuffleCluster(list(config.shuffle_urls), token)
+        self.promotion = Promotion(config, self.shuffle)
+        self.leases = ReaderLeases(config.run_key)
         self.figures = Figures()
         self._lock = threading.RLock()
         self._reads = {}
@@ -128,6 +134,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
                 f"read {name!r}: a Batch job reads bounded sources; {source!r} is unbounded "
                 "(use read_stream in a Streaming job)"
             )
+        source = self._resolve(source, name)
         coordinator = SourceCoordinator(name, source)
         snapshot = self._recovery.restore.get(name)
         restore = RestorePoint(NO_CHECKPOINT, base64.b64decode(snapshot.data)) if snapshot else None
@@ -148,6 +155,18 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         self.spark.dataSource.register(cls)
         options = {**settings.to_options(self.token), "read": name, "slots": str(parallelism)}
         return self.spark.read.format(cls.name()).options(**options).load()
+
+    def _resolve(self, source: Source, name: str) -> Source:
+        """The source bound to this job; one naming input that is not there fails the job at
+        once (a restart would not make a missing or lost cluster partition appear)."""
+        source = source.bound(self.config)
+        try:
+            source.describe()
+        except (LookupError, PartitionLost) as error:
+            raise PermanentFailure(f"read {name!r}: {error}") from error
+        if isinstance(source, ClusterPartition) and source.catalog is not None:
+            self.leases.hold(source.catalog, source.manifest.id)
+        return source
 
     def _await_splits(self, coordinator: SourceCoordinator, timeout: float = 120.0) -> int:
         """A bounded source's split count, once its discovery is complete."""
@@ -170,6 +189,8 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         _check_name("stage name", name)
         if any(s.name == name for s in self._stages):
             raise ProgramError(f"two stages are named {name!r}; pass distinct names")
+        if promote:
+            require_storage(self.config, name)
         stage = self._declare(name, dataframe, StageKind.STAGE)
         stage.promote = promote
         cls = stage_source_class(name, dataframe.schema)
@@ -249,8 +270,15 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
             if kind is StageKind.STAGE:
                 kind = StageKind.READ
         inputs = (read.name,) if read is not None else tuple(staged)
-        narrow = read is not None or (len(staged) == 1 and not exchange)
         parallelism = read.slots if read is not None else dataframe._jdf.rdd().getNumPartitions()
+        # Pointwise only when each task can read its same-numbered input partition: one input,
+        # no exchange and as many tasks as it has partitions (a sort with a limit or a coalesce
+        # gathers partitions without an exchange).
+        narrow = read is not None or (
+            len(staged) == 1
+            and not exchange
+            and parallelism == next(s.parallelism for s in self._stages if s.name == staged[0])
+        )
         record = self._log.stages.get(name)
         if record is not None and record.init.parallelism != parallelism:
             raise PermanentFailure(
@@ -284,6 +312,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         watcher = threading.Thread(target=self._watch_control, daemon=True, name="control")
         watcher.start()
         failures = 0
+        promoted: list[Manifest] = []
         try:
             while not self._log.committed:
                 plan = schedule([s.shape for s in self._stages], self._finished_tasks())
@@ -303,12 +332,14 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
                     if not self._lost_something() or failures > MAX_FAILED_ROUNDS:
                         raise JobFailed(f"stage run failed: {_first_error(error)}") from error
                     log.warning("a stage run lost output (%s); running what is missing", error)
+            promoted = self.promotion.commit([s.name for s in self._stages if s.promote])
         finally:
             self._heartbeat_stop.set()
             self._close()
         self._report(
             DriverState.FINISHED,
-            "output committed",
+            "output committed"
+            + "".join(f"; {m.name} promoted as cluster partition {m.id}" for m in promoted),
             request=self._drain_request,
             outcome=RequestOutcome.COMPLETED,
         )
@@ -318,6 +349,8 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         for timer in self._snapshot_due.values():
             timer.cancel()
         self.endpoint.set_runtime_hook(None)
+        self.promotion.close()
+        self.leases.close()
         for read in self._reads.values():
             self.endpoint.remove(read.name)
             read.coordinator.close()

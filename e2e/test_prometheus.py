@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from e2e.localcluster.chart import OPERATOR_NAMESPACE
+from e2e.localcluster.chart import OPERATOR_NAMESPACE, operator_part
 from e2e.localcluster.cluster import LocalCluster
 from e2e.localcluster.prometheus import Prometheus
 from e2e.support import E2ECluster
@@ -62,7 +62,7 @@ def test_prometheus_scrapes_the_operator_as_the_service_monitor_says(
     prometheus = prometheus_of(local_cluster)
     assert local_cluster is not None
     monitor = only(local_cluster.chart, "ServiceMonitor")
-    service = only(local_cluster.chart, "Service")
+    service = operator_part(local_cluster.chart, "Service")
     (target,) = prometheus.api("targets", state="active")["activeTargets"]
     assert target["health"] == "up", target.get("lastError")
     assert (

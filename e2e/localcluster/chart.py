@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from finishable.kube.api import KubeApi
+from tests.charts.helm import only
 from tests.charts.helm import render as helm_render
 from tests.support.tools import find, missing
 
@@ -39,8 +40,10 @@ COLLECTIONS: dict[str, tuple[str, str, bool]] = {
 }
 
 
-def release_values(namespaces: Sequence[str], spark_master: str | None) -> list[str]:
-    """The release's ``--set`` values."""
+def release_values(
+    namespaces: Sequence[str], spark_master: str | None, partition_storage: str | None = None
+) -> list[str]:
+    """The release's ``--set`` values (the partition service on ``partition_storage``)."""
     chosen = [
         f"watchNamespaces={{{','.join(namespaces)}}}",
         "metrics.serviceMonitor.enabled=true",
@@ -51,15 +54,34 @@ def release_values(namespaces: Sequence[str], spark_master: str | None) -> list[
     ]
     if spark_master:
         chosen.append(f"operator.sparkMaster={spark_master}")
+    if partition_storage:
+        chosen += ["partitionService.enabled=true", f"partitionService.storage={partition_storage}"]
     return chosen
 
 
-def render(namespaces: Sequence[str], spark_master: str | None = None) -> list[dict[str, Any]]:
+def operator_part(docs: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The operator's object of ``kind`` (the partition service's are named ``*-partitions``)."""
+    found: dict[str, Any] = only(
+        [d for d in docs if not d["metadata"]["name"].endswith("-partitions")], kind
+    )
+    return found
+
+
+def partition_service_part(docs: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found: dict[str, Any] = only(
+        [d for d in docs if d["metadata"]["name"].endswith("-partitions")], kind
+    )
+    return found
+
+
+def render(
+    namespaces: Sequence[str], spark_master: str | None = None, partition_storage: str | None = None
+) -> list[dict[str, Any]]:
     """``helm template RELEASE CHART --include-crds`` with the release's values."""
     helm = find("helm")
     if helm is None:
         raise RuntimeError(missing("helm"))
-    values = release_values(namespaces, spark_master)
+    values = release_values(namespaces, spark_master, partition_storage)
     docs: list[dict[str, Any]] = helm_render(
         helm, RELEASE, OPERATOR_NAMESPACE, values, include_crds=True
     )

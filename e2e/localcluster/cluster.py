@@ -45,6 +45,7 @@ from e2e.localcluster.chart import OPERATOR_NAMESPACE, RELEASE
 from e2e.localcluster.container_runtime import ContainerRuntime
 from e2e.localcluster.deployments import DeploymentController, is_ready
 from e2e.localcluster.kubelet import Kubelet, kubeconfig
+from e2e.localcluster.objectstore import ObjectStore
 from e2e.localcluster.podspec import Image
 from e2e.localcluster.process_runtime import ProcessRuntime
 from e2e.localcluster.prometheus import Prometheus, scrape_config
@@ -103,6 +104,9 @@ class LocalCluster:
         self.stateful_sets: StatefulSetController | None = None
         self.prometheus: Prometheus | None = None
         self.chart: list[dict[str, Any]] = []
+        self.object_store = ObjectStore()
+        # The partition service's bearer token of each namespace (its Secret's keys).
+        self.partition_tokens = {ns: secrets.token_urlsafe(16) for ns in namespaces}
 
     @property
     def url(self) -> str:
@@ -124,9 +128,18 @@ class LocalCluster:
 
     # -- life -------------------------------------------------------------------------------
 
+    @property
+    def partition_storage(self) -> str:
+        """The partition service's storage, as pods reach the object store."""
+        return self.object_store.url("cluster-partitions", self.runtime.api_host)
+
+    def partition_storage_from_host(self) -> str:
+        return self.object_store.url("cluster-partitions", "127.0.0.1")
+
     def start(self) -> Self:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.server.start()
+        self.object_store.start()
         self.kubeconfig.write_text(
             # HTTPS, as kubectl sends a token over HTTPS only; the CA is the emulator's.
             json.dumps(
@@ -166,6 +179,7 @@ class LocalCluster:
         if self.stateful_sets is not None:
             self.stateful_sets.stop()
         self.server.stop()
+        self.object_store.stop()
 
     def __enter__(self) -> Self:
         try:
@@ -191,30 +205,30 @@ class LocalCluster:
             response = api.request("POST", "/api/v1/namespaces", body=body)
             if response.status not in (201, 409):
                 raise RuntimeError(f"cannot create namespace {namespace}: {response.message}")
-        self.chart = chart.render(self.namespaces, self.spark_master)
+        tokens = {
+            "metadata": {"name": "finishable-partition-tokens", "namespace": OPERATOR_NAMESPACE},
+            "stringData": self.partition_tokens,
+        }
+        path = api.path("secrets", namespace=OPERATOR_NAMESPACE)
+        response = api.request("POST", path, body=tokens)
+        if response.status not in (201, 409):
+            raise RuntimeError(f"cannot create the partition tokens: {response.message}")
+        self.chart = chart.render(self.namespaces, self.spark_master, self.partition_storage)
         chart.install(api, self.chart)
 
     def _await_operator(self, api: KubeApi) -> dict[str, Any]:
         """The Deployment's pod, once its readiness probe (kopf's /healthz) answers."""
-        deployment = only(self.chart, "Deployment")
-        selector = ",".join(
-            f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items()
-        )
-        path = api.path("pods", namespace=OPERATOR_NAMESPACE)
-        deadline = time.monotonic() + OPERATOR_START_TIMEOUT
-        while time.monotonic() < deadline:
-            response = api.request("GET", path, query={"labelSelector": selector})
-            ready = [pod for pod in response.body.get("items") or [] if is_ready(pod)]
-            if ready:
-                pod: dict[str, Any] = ready[0]
-                return pod
-            time.sleep(0.5)
-        raise RuntimeError(
-            f"the operator's pod did not become ready: {self.operator_logs()[-3000:]}"
-        )
+        deployment = chart.operator_part(self.chart, "Deployment")
+        pod = _ready_pod(api, deployment, OPERATOR_START_TIMEOUT)
+        if pod is None:
+            raise RuntimeError(
+                f"the operator's pod did not become ready: {self.operator_logs()[-3000:]}"
+            )
+        return pod
 
     def _operator_port(self, name: str) -> int:
-        (container,) = only(self.chart, "Deployment")["spec"]["template"]["spec"]["containers"]
+        deployment = chart.operator_part(self.chart, "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
         (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == name]
         return int(port)
 
@@ -229,12 +243,22 @@ class LocalCluster:
         assert self.operator_pod is not None
         scrape = scrape_config(
             only(self.chart, "ServiceMonitor"),
-            only(self.chart, "Service"),
+            chart.operator_part(self.chart, "Service"),
             self.operator_address,
             pod=self.operator_pod["metadata"]["name"],
         )
         rules = only(self.chart, "PrometheusRule")["spec"]
         self.prometheus = Prometheus(self.directory / "prometheus", scrape, rules).start()
+
+    def partition_service_url(self, timeout: float = OPERATOR_START_TIMEOUT) -> str:
+        """``http://podIP:port`` of the partition service's pod, once it is ready."""
+        deployment = chart.partition_service_part(self.chart, "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "http"]
+        pod = _ready_pod(self.api("local-cluster"), deployment, timeout)
+        if pod is None:
+            raise RuntimeError("the partition service's pod did not become ready")
+        return f"http://{pod['status']['podIP']}:{port}"
 
     def metrics(self) -> str:
         """The operator's Prometheus metrics, as scraped."""
@@ -248,6 +272,22 @@ class LocalCluster:
         return "".join(
             log.read_text(errors="replace") for log in sorted(logs, key=os.path.getmtime)
         )
+
+
+def _ready_pod(api: KubeApi, deployment: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+    """A ready pod of ``deployment`` (in the operator's namespace), or None at the deadline."""
+    labels = deployment["spec"]["selector"]["matchLabels"]
+    selector = ",".join(f"{key}={value}" for key, value in labels.items())
+    path = api.path("pods", namespace=OPERATOR_NAMESPACE)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = api.request("GET", path, query={"labelSelector": selector})
+        ready = [pod for pod in response.body.get("items") or [] if is_ready(pod)]
+        if ready:
+            found: dict[str, Any] = ready[0]
+            return found
+        time.sleep(0.5)
+    return None
 
 
 def local_image() -> Image:

@@ -437,28 +437,15 @@ def build_parser() -> argparse.ArgumentParser:
         _partitions,
         "list, show or delete cluster partitions (datasets promoted by Batch jobs)",
     )
-    from finishable.partitions.commands import add_arguments  # noqa: PLC0415
+    from finishable.partitions.commands import add_arguments, add_service_arguments  # noqa: PLC0415
 
     add_arguments(partitions)
-    service = add(
-        "partition-service",
-        _partition_service,
-        "serve the cluster partition REST API (FLIP-67) of a partition storage",
-    )
-    service.add_argument("--storage", required=True, help="the partition storage URL")
-    service.add_argument(
-        "--tokens-dir",
-        required=True,
-        help="a directory with one file per namespace holding its bearer token",
-    )
-    service.add_argument("--host", default="0.0.0.0", help="address to listen on")
-    service.add_argument("--port", type=int, default=8088, help="port; 0 picks a free one")
-    service.add_argument("--port-file", help="write the bound port to this file once listening")
-    service.add_argument(
-        "--expire-interval",
-        type=float,
-        default=60.0,
-        help="seconds between releases of expired partitions (default 60)",
+    add_service_arguments(
+        add(
+            "partition-service",
+            _partition_service,
+            "serve the cluster partition REST API (FLIP-67) of a partition storage",
+        )
     )
     for name, command, help_text in (
         ("stop", _stop, "stop a local job with a savepoint (--drain: and drain it)"),

@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from finishable.connectors.sinks import TransactionalFiles
-from finishable.partitions.catalog import PartitionCatalog
+from finishable.partitions.catalog import PartitionCatalog, PartitionInUse
+from finishable.partitions.manifest import now_utc
 
 pytestmark = pytest.mark.slow
 
@@ -106,7 +107,8 @@ def expected_top() -> list[dict[str, Any]]:
 def test_a_promoted_dataset_outlives_its_job_is_read_by_another_and_is_released(
     tmp_path: Path,
 ) -> None:
-    producer(tmp_path).run()
+    producer_job = producer(tmp_path)
+    producer_job.run()
     catalog = PartitionCatalog(str(tmp_path / "state" / "_partitions"))
     [manifest] = catalog.list()
     truth = ground_truth(FILES, ROWS)
@@ -119,6 +121,8 @@ def test_a_promoted_dataset_outlives_its_job_is_read_by_another_and_is_released(
     ]
     assert {r["customer"]: (r["orders"], r["amount_cents"]) for r in rows} == truth
     assert not list((tmp_path / "state").glob("_partitions/*/staged.json"))
+    [listed_in_status] = producer_job.status()["clusterPartitions"]
+    assert (listed_in_status["id"], listed_in_status["rows"]) == (manifest.id, manifest.rows)
 
     listed = partitions(tmp_path, "list", "--json")
     assert listed.returncode == 0, listed.stderr
@@ -130,7 +134,17 @@ def test_a_promoted_dataset_outlives_its_job_is_read_by_another_and_is_released(
     )
 
     reader = consumer(tmp_path, "producer/totals")
-    reader.run()
+    reader.start()
+    lease = tmp_path / "state" / "_partitions" / manifest.id / "readers"
+    deadline = time.monotonic() + 300
+    while not list(lease.glob("*.json")):  # the consumer resolved the partition: it holds a lease
+        assert reader.runner is not None and reader.runner.poll() is None, reader.finish()
+        assert time.monotonic() < deadline, "the consumer took no lease"
+        time.sleep(0.01)
+    with pytest.raises(PartitionInUse, match="being read by"):
+        catalog.delete(manifest.id)
+    reader.finish()
+    assert catalog.readers(manifest.id, now_utc()) == []  # given back at the end
     published = TransactionalFiles(str(tmp_path / "consumer"), name="top").read_committed()
     assert published.to_pylist() == expected_top()
 
@@ -174,3 +188,23 @@ def test_a_driver_killed_during_promotion_promotes_once_with_the_same_rows(
     assert len(rows) == len(truth)
     assert {r["customer"]: (r["orders"], r["amount_cents"]) for r in rows} == truth
     assert not list(storage.glob("*/staged.json"))
+
+
+def test_a_producer_that_fails_after_staging_its_promotion_leaves_no_partition(
+    tmp_path: Path,
+) -> None:
+    job = producer(tmp_path, name="failing")
+    document = yaml.safe_load(job.manifest.read_text())
+    document["spec"]["recovery"]["maxAttempts"] = 0  # the first failure fails the job
+    job.manifest.write_text(yaml.safe_dump(document))
+    # The output's first batch cannot be published: a file stands where its directory goes, so
+    # the job fails at its final checkpoint, after the promotion was staged, on every attempt.
+    blocked = tmp_path / "output" / "totals" / "batch=00000000000000000000"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("in the way")
+    output = job.run(expect=1)
+    assert job.status()["phase"] == "Failed"
+    assert "the failed run promotes nothing: released cp-" in output, output
+    storage = tmp_path / "state" / "_partitions"
+    assert PartitionCatalog(str(storage)).list() == []
+    assert not [path for path in storage.rglob("*") if path.is_file()]

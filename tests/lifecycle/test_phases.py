@@ -9,7 +9,12 @@ from hypothesis import strategies as st
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
 from finishable.api.models import ConditionStatus, ConditionType, Phase
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.api.status import CheckpointStatus, FinishableSparkJobStatus, SavepointStatus
+from finishable.api.status import (
+    CheckpointStatus,
+    ClusterPartitionStatus,
+    FinishableSparkJobStatus,
+    SavepointStatus,
+)
 from finishable.lifecycle.budget import restart_backoff
 from finishable.lifecycle.decisions import (
     TRANSITIONS,
@@ -200,6 +205,17 @@ def test_bounded_input_final_checkpoint() -> None:
     assert job.phase is Phase.FINISHING
     job.step(PodPhase.SUCCEEDED, job.report(DriverState.FINISHED))
     assert job.phase is Phase.FINISHED
+
+
+def test_a_finished_batch_run_lists_the_cluster_partitions_it_promoted() -> None:
+    job = Job()
+    job.run()
+    promoted = ClusterPartitionStatus(id="cp-1", name="etl/totals", rows=500, bytes=9000)
+    job.step(PodPhase.SUCCEEDED, job.report(DriverState.FINISHED, cluster_partitions=[promoted]))
+    assert job.phase is Phase.FINISHED
+    assert job.status.cluster_partitions == [promoted]
+    job.step(PodPhase.SUCCEEDED, job.report(DriverState.FINISHED))  # a later report keeps them
+    assert job.status.cluster_partitions == [promoted]
 
 
 def test_fast_bounded_job_finishes_from_submitted() -> None:

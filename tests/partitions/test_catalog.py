@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
@@ -16,10 +17,10 @@ from finishable.partitions.catalog import (
     PartitionCatalog,
     PartitionInUse,
     PartitionNotFound,
-    object_url,
 )
-from finishable.partitions.manifest import now_utc
+from finishable.partitions.manifest import now_utc, object_url
 from finishable.state.local import LocalDirBackend
+from finishable.state.objectstore import ObjectStoreBackend
 from tests.partitions.support import promote, table
 from tests.state.conftest import S3Server
 
@@ -82,6 +83,10 @@ def test_delete_removes_every_file_and_the_partition(catalog: PartitionCatalog) 
     assert catalog.backend.list(f"{gone.id}/") == []
     if isinstance(catalog.backend, LocalDirBackend):
         assert not (catalog.backend.root / gone.id).exists()  # no empty directory is left
+    else:  # nor a directory marker of pyarrow's in the bucket
+        assert isinstance(catalog.backend, ObjectStoreBackend)
+        selector = pafs.FileSelector(f"{catalog.backend.root}/{gone.id}", allow_not_found=True)
+        assert catalog.backend.fs.get_file_info(selector) == []
     assert [m.id for m in catalog.list()] == [kept.id]
     assert catalog.delete(gone.id) == 0
     with pytest.raises(PartitionNotFound):

@@ -16,6 +16,7 @@ from pydantic import Field
 from finishable.api.models import ApiModel
 from finishable.api.status import (
     CheckpointStatus,
+    ClusterPartitionStatus,
     CoordinatorStatus,
     LifecycleStatus,
     SavepointStatus,
@@ -63,6 +64,9 @@ class DriverReport(ApiModel):
     tasks_skipped: int = Field(default=0, ge=0, description="Batch recovery: tasks not re-run.")
     tasks_rerun: int = Field(default=0, ge=0, description="Batch recovery: tasks re-run.")
     splits_reread: int = Field(default=0, ge=0, description="Finished splits read again.")
+    cluster_partitions: list[ClusterPartitionStatus] = Field(
+        default_factory=list, description="Batch, when finished: the cluster partitions promoted."
+    )
     message: str = Field(default="", description="A sentence for people.")
     permanent: bool = Field(
         default=False,

@@ -59,6 +59,17 @@ class SavepointStatus(ApiModel):
     request_id: str | None = Field(default=None, description="The request that produced it.")
 
 
+class ClusterPartitionStatus(ApiModel):
+    """A cluster partition the job promoted (docs/cluster-partitions.md); it outlives the job,
+    and may since have been deleted or have expired: the partition service is the reference."""
+
+    id: str = Field(description="Its id: what restores, reads and deletes name.")
+    name: str = Field(description="<job>/<dataset>.")
+    rows: int = Field(default=0, ge=0, description="Rows.")
+    bytes: int = Field(default=0, ge=0, description="Bytes in the partition storage.")
+    expires_at: datetime | None = Field(default=None, description="When its time to live ends.")
+
+
 class CoordinatorStatus(ApiModel):
     """Split progress of the sources' coordinators."""
 
@@ -169,6 +180,9 @@ class FinishableSparkJobStatus(ApiModel):
         default=None, description="The newest completed checkpoint."
     )
     savepoint: SavepointStatus | None = Field(default=None, description="The newest savepoint.")
+    cluster_partitions: list[ClusterPartitionStatus] = Field(
+        default_factory=list, description="Batch: the cluster partitions the run promoted."
+    )
     savepoint_trigger_nonce: int = Field(
         default=0, ge=0, description="The spec.savepointTriggerNonce last acted on."
     )

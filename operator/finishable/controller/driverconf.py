@@ -46,7 +46,7 @@ from finishable.kube.objects import (
     JobRef,
     job_label_value,
 )
-from finishable.partitions.catalog import object_url
+from finishable.partitions.manifest import object_url
 
 POD_ADDRESS_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
 """Where the driver listens and how executors reach it: the pod's IP, set by the pod itself."""

@@ -191,7 +191,8 @@ class FinishableJob:
         """Batch: materialise ``dataframe`` as dataset ``name`` on the shuffle servers.
 
         Returns a DataFrame reading the dataset back, for the next stages. ``promote`` keeps the
-        dataset on the shuffle servers as a cluster partition once the job succeeds.
+        dataset as a cluster partition in the partition storage once the job succeeds (read it
+        later with ``sources.ClusterPartition``).
         """
         return self._batch_runtime("stage").stage(name, dataframe, promote=promote)
 

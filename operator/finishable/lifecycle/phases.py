@@ -159,6 +159,8 @@ def _absorb_report(step: _Step) -> None:
         status.coordinator = report.coordinator
     if report.savepoint is not None:
         status.savepoint = report.savepoint
+    if report.cluster_partitions:
+        status.cluster_partitions = report.cluster_partitions
     if report.tasks_skipped or report.tasks_rerun or report.splits_reread:
         status.recovery.tasks_skipped = report.tasks_skipped
         status.recovery.tasks_rerun = report.tasks_rerun

@@ -24,9 +24,7 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from finishable.partitions.manifest import (
     Manifest,
@@ -34,6 +32,7 @@ from finishable.partitions.manifest import (
     PartFile,
     matches,
     now_utc,
+    object_url,
     part_file,
     summary,
 )
@@ -159,17 +158,10 @@ class PartitionCatalog:
     def discard_staged(self, job_uid: str, run: int) -> list[str]:
         """Remove the staged promotions of a run that did not succeed; returns their ids."""
         discarded = []
-        for name in self.backend.list():
-            partition_id, _, leaf = name.partition("/")
-            if leaf != STAGED:
-                continue
-            try:
-                staged = _decode(self.backend.get(name), partition_id)
-            except (ObjectNotFound, ManifestError):
-                continue
+        for staged in self._documents(STAGED):
             if staged.job_uid == job_uid and staged.run == run:
-                self._remove(partition_id)
-                discarded.append(partition_id)
+                self._remove(staged.id)
+                discarded.append(staged.id)
         return discarded
 
     # -- reading --------------------------------------------------------------------------------
@@ -181,18 +173,23 @@ class PartitionCatalog:
         return [manifest for manifest in self._manifests() if not manifest.expired(now)]
 
     def _manifests(self) -> builtins.list[Manifest]:
-        manifests = []
+        manifests = self._documents(MANIFEST)
+        return sorted(manifests, key=lambda manifest: (manifest.created_at, manifest.id))
+
+    def _documents(self, leaf: str) -> builtins.list[Manifest]:
+        """Every ``<id>/<leaf>`` manifest; one deleted meanwhile or unreadable is skipped."""
+        found = []
         for name in self.backend.list():
-            partition_id, _, leaf = name.partition("/")
-            if leaf != MANIFEST:
+            partition_id, _, rest = name.partition("/")
+            if rest != leaf:
                 continue
             try:
-                manifests.append(_decode(self.backend.get(name), partition_id))
+                found.append(_decode(self.backend.get(name), partition_id))
             except ObjectNotFound:
                 continue  # deleted while listing
             except ManifestError as error:
-                log.warning("skipping cluster partition %s: %s", partition_id, error)
-        return sorted(manifests, key=lambda manifest: (manifest.created_at, manifest.id))
+                log.warning("skipping %s: %s", name, error)
+        return found
 
     def get(self, reference: str) -> Manifest:
         """The partition named by its id, ``<job>/<dataset>`` or its dataset name; of several
@@ -286,31 +283,27 @@ class PartitionCatalog:
         ordered = sorted(names, key=lambda name: not name.endswith(f"/{MANIFEST}"))
         for name in ordered:
             self.backend.delete(name)
-        if isinstance(self.backend, LocalDirBackend):
-            _prune(self.backend.root / partition_id)
+        _prune(self.backend, partition_id)
         return len(ordered)
 
 
-def object_url(base: str, name: str) -> str:
-    """``name`` under the storage URL ``base``, keeping its query (e.g. an S3 endpoint)."""
-    parts = urlsplit(base)
-    if not parts.scheme or len(parts.scheme) == 1:  # a plain path (or a Windows drive letter)
-        return f"{base.rstrip('/')}/{name}"
-    if parts.scheme == "local":
-        return f"{parts.path.rstrip('/')}/{name}"
-    return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{name}"))
-
-
-def _prune(directory: Path) -> None:
-    """Remove a deleted partition's empty directories (object stores have none to remove)."""
-    if not directory.is_dir():
+def _prune(backend: ObjectBackend, partition_id: str) -> None:
+    """Remove what a deleted partition leaves besides objects: empty directories of a local
+    directory, the directory markers ``pyarrow`` keeps in an object store."""
+    if isinstance(backend, LocalDirBackend):
+        directory = backend.root / partition_id
+        if directory.is_dir():
+            inner = sorted(directory.rglob("*"), key=lambda item: len(item.parts), reverse=True)
+            for path in [*inner, directory]:
+                if path.is_dir():
+                    with contextlib.suppress(OSError):
+                        path.rmdir()
         return
-    for path in sorted(directory.rglob("*"), key=lambda item: len(item.parts), reverse=True):
-        if path.is_dir():
-            with contextlib.suppress(OSError):
-                path.rmdir()
-    with contextlib.suppress(OSError):
-        directory.rmdir()
+    from finishable.state.objectstore import ObjectStoreBackend  # noqa: PLC0415 - pyarrow.fs
+
+    if isinstance(backend, ObjectStoreBackend):
+        with contextlib.suppress(OSError):
+            backend.fs.delete_dir(f"{backend.root}/{partition_id}")
 
 
 def _encode(manifest: Manifest) -> bytes:

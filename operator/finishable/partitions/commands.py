@@ -73,6 +73,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_service_arguments(parser: argparse.ArgumentParser) -> None:
+    """``finishable partition-service``'s options (the service is ``partitions.service``)."""
+    parser.add_argument("--storage", required=True, help="the partition storage URL")
+    parser.add_argument(
+        "--tokens-dir",
+        required=True,
+        help="a directory with one file per namespace holding its bearer token",
+    )
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8088, help="port; 0 picks a free one")
+    parser.add_argument("--port-file", help="write the bound port to this file once listening")
+    parser.add_argument(
+        "--expire-interval",
+        type=float,
+        default=60.0,
+        help="seconds between releases of expired partitions (default 60)",
+    )
+
+
 def run(args: argparse.Namespace, out: TextIO, storage: str) -> int:
     """Carry out ``args.action`` on the service ``args.server``, else on ``storage``."""
     if args.action != "list" and not args.partition:

@@ -13,6 +13,7 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 MANIFEST_VERSION = 1
 PART_PATTERN = "part-*.parquet"
@@ -199,6 +200,16 @@ def summary(manifest: Manifest, state: str) -> dict[str, Any]:
         "checksum": manifest.checksum,
         "state": state,
     }
+
+
+def object_url(base: str, name: str) -> str:
+    """``name`` under the storage URL ``base``, keeping its query (e.g. an S3 endpoint)."""
+    parts = urlsplit(base)
+    if not parts.scheme or len(parts.scheme) == 1:  # a plain path (or a Windows drive letter)
+        return f"{base.rstrip('/')}/{name}"
+    if parts.scheme == "local":
+        return f"{parts.path.rstrip('/')}/{name}"
+    return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{name}"))
 
 
 def now_utc() -> datetime:

@@ -3,8 +3,8 @@
 A Batch job's driver materialises each stage's output as result partitions (Arrow IPC streams)
 on the job's shuffle servers, one per shuffle pod. When the driver dies, the pods keep the
 partitions for the retain timeout, so the next driver attempt reuses what survived and recomputes
-only the rest (Flink's FLIP-383); promoted datasets (cluster partitions, FLIP-67) stay until they
-are deleted explicitly.
+only the rest (Flink's FLIP-383); a dataset marked promoted stays until it is deleted explicitly
+(cluster partitions themselves live in the partition storage: ``finishable.partitions``).
 
 * ``store``: the on-disk partition store (atomic commits, checksums, crash recovery), speaking
   the names, errors and records of ``records`` and writing through ``files``;

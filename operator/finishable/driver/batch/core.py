@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
 from finishable.api.jobconfig import JobConfig
-from finishable.api.status import ControlRequest, CoordinatorStatus, SavepointStatus
+from finishable.api.status import (
+    ClusterPartitionStatus,
+    ControlRequest,
+    CoordinatorStatus,
+    SavepointStatus,
+)
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.coordinator.contract import NO_CHECKPOINT
 from finishable.coordinator.endpoint import CoordinatorEndpoint
@@ -223,6 +228,7 @@ class RuntimeCore:
         outcome: RequestOutcome = RequestOutcome.IN_PROGRESS,
         savepoint: SavepointStatus | None = None,
         permanent: bool = False,
+        promoted: list[ClusterPartitionStatus] | None = None,
     ) -> None:
         try:
             progress = self._progress() if self._reads else None
@@ -238,6 +244,7 @@ class RuntimeCore:
             splits_reread=self.figures.splits_reread,
             savepoint=savepoint,
             permanent=permanent,
+            cluster_partitions=promoted or [],
             request=None
             if request is None
             else RequestReport(id=request.id, outcome=outcome, message=message),

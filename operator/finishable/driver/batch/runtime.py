@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from finishable.api.control import DriverState, RequestOutcome
 from finishable.api.jobconfig import JobConfig
+from finishable.api.status import ClusterPartitionStatus
 from finishable.connectors.batch.datasources import read_source_class, stage_source_class
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.connectors.sources import ClusterPartition, Source
@@ -342,6 +343,12 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
             + "".join(f"; {m.name} promoted as cluster partition {m.id}" for m in promoted),
             request=self._drain_request,
             outcome=RequestOutcome.COMPLETED,
+            promoted=[
+                ClusterPartitionStatus(
+                    id=m.id, name=m.name, rows=m.rows, bytes=m.bytes, expires_at=m.expires_at
+                )
+                for m in promoted
+            ],
         )
         return Outcome(DriverState.FINISHED, None, None)
 

@@ -61,7 +61,7 @@ def test_prometheus_scrapes_the_operator_as_the_service_monitor_says(
 ) -> None:
     prometheus = prometheus_of(local_cluster)
     assert local_cluster is not None
-    monitor = only(local_cluster.chart, "ServiceMonitor")
+    monitor = operator_part(local_cluster.chart, "ServiceMonitor")
     service = operator_part(local_cluster.chart, "Service")
     (target,) = prometheus.api("targets", state="active")["activeTargets"]
     assert target["health"] == "up", target.get("lastError")

@@ -242,7 +242,7 @@ class LocalCluster:
         """Prometheus scraping the operator as the chart's ServiceMonitor asks, with its rules."""
         assert self.operator_pod is not None
         scrape = scrape_config(
-            only(self.chart, "ServiceMonitor"),
+            chart.operator_part(self.chart, "ServiceMonitor"),
             chart.operator_part(self.chart, "Service"),
             self.operator_address,
             pod=self.operator_pod["metadata"]["name"],

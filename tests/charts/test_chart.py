@@ -229,3 +229,24 @@ def test_an_enabled_partition_service_needs_a_storage() -> None:
         jsonschema.validate(enabled, schema())
     enabled["partitionService"]["storage"] = "s3://bucket/p"
     jsonschema.validate(enabled, schema())
+
+
+def test_the_partition_service_s_metrics_are_scraped_with_the_operator_s() -> None:
+    rendered = template(
+        "partitionService.enabled=true",
+        "partitionService.storage=s3://bucket/p",
+        "metrics.serviceMonitor.enabled=true",
+    )
+    monitors = {m["metadata"]["name"]: m for m in rendered if m["kind"] == "ServiceMonitor"}
+    services = [s for s in rendered if s["kind"] == "Service"]
+    scraped = {  # each ServiceMonitor selects exactly this Service
+        "fso-finishable-spark-operator": "fso-finishable-spark-operator-metrics",
+        "fso-finishable-spark-operator-partitions": "fso-finishable-spark-operator-partitions",
+    }
+    assert set(monitors) == set(scraped)
+    for name, monitor in monitors.items():
+        selector = monitor["spec"]["selector"]["matchLabels"].items()
+        (chosen,) = [s for s in services if selector <= s["metadata"]["labels"].items()]
+        assert chosen["metadata"]["name"] == scraped[name]
+        ports = {port["name"] for port in chosen["spec"]["ports"]}
+        assert monitor["spec"]["endpoints"][0]["port"] in ports

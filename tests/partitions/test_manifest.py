@@ -11,6 +11,7 @@ from finishable.partitions.manifest import (
     ManifestError,
     PartFile,
     expiry,
+    is_partition_id,
     matches,
     part_file,
     partition_id,
@@ -52,6 +53,8 @@ def test_the_id_is_stable_within_a_run_and_unique_across_runs_jobs_and_namespace
     assert first not in others and len(others) == 4
     assert validate_name(first) == first  # a valid object name (and Kubernetes name)
     assert first.startswith("cp-") and len(first) <= 63
+    assert is_partition_id(first)
+    assert not is_partition_id("cp-../../etc") and not is_partition_id("totals")
 
 
 def test_totals_and_checksum_come_from_the_parts() -> None:

@@ -30,6 +30,7 @@ from finishable.partitions.manifest import (
     Manifest,
     ManifestError,
     PartFile,
+    is_partition_id,
     matches,
     now_utc,
     object_url,
@@ -194,7 +195,7 @@ class PartitionCatalog:
     def get(self, reference: str) -> Manifest:
         """The partition named by its id, ``<job>/<dataset>`` or its dataset name; of several
         runs of one job, the newest."""
-        exact = self.committed(reference) if reference.startswith("cp-") else None
+        exact = self.committed(reference) if is_partition_id(reference) else None
         if exact is not None and not exact.expired(now_utc()):
             return exact
         everything = self.list()

@@ -25,7 +25,7 @@ from finishable.partitions.catalog import (
     PartitionInUse,
     PartitionNotFound,
 )
-from finishable.partitions.manifest import DEFAULT_NAMESPACE, summary
+from finishable.partitions.manifest import DEFAULT_NAMESPACE, is_partition_id, summary
 from finishable.state.errors import BackendError
 
 TOKEN_ENV = "FINISHABLE_PARTITION_TOKEN"
@@ -191,7 +191,7 @@ class RemotePartitions:
 
     def _id(self, reference: str) -> str:
         """An id as given; a name resolved from the listing as the storage would (newest)."""
-        if reference.startswith("cp-"):
+        if is_partition_id(reference):
             return reference
         found = [p for p in self.list() if reference in (p["id"], p["name"], p["dataset"])]
         if not found:

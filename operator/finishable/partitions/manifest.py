@@ -10,6 +10,7 @@ the catalog, the driver, the CLI and the REST service decide the same way.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -153,6 +154,11 @@ def partition_id(namespace: str | None, job_key: str, run: int, dataset: str) ->
     jobs and namespaces, and a valid object and Kubernetes name (lowercase hex)."""
     text = f"{namespace or ''}/{job_key}/r{run}/{dataset}"
     return "cp-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
+
+
+def is_partition_id(text: str) -> bool:
+    """Whether ``text`` has the form of an id (``partition_id``'s), not of a name."""
+    return re.fullmatch(r"cp-[0-9a-f]{20}", text) is not None
 
 
 def part_file(partition: int) -> str:

@@ -39,7 +39,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from finishable.partitions.catalog import PartitionCatalog, PartitionInUse
-from finishable.partitions.manifest import Manifest, namespace_of, now_utc, summary
+from finishable.partitions.manifest import (
+    Manifest,
+    is_partition_id,
+    namespace_of,
+    now_utc,
+    summary,
+)
 from finishable.shuffle.wire import json_response
 from finishable.state.errors import BackendError, ObjectNotFound
 
@@ -253,7 +259,7 @@ class PartitionService:
         partition_id = request.match_info["id"]
         namespace = request.match_info["namespace"]
         manifest = None
-        if partition_id.startswith("cp-") and partition_id.replace("-", "").isalnum():
+        if is_partition_id(partition_id):
             manifest = await asyncio.to_thread(self.catalog.committed, partition_id)
         if manifest is None or manifest.expired(now_utc()) or namespace_of(manifest) != namespace:
             raise _NotFound(f"no cluster partition {partition_id!r} in namespace {namespace!r}")

@@ -173,14 +173,27 @@ class PartitionCatalog:
         now = now_utc()
         return [manifest for manifest in self._manifests() if not manifest.expired(now)]
 
-    def _manifests(self) -> builtins.list[Manifest]:
-        manifests = self._documents(MANIFEST)
+    def listed(self) -> builtins.list[tuple[Manifest, str]]:
+        """``list()`` with each partition's state, from one listing of the storage."""
+        names = self.backend.list()
+        present = set(names)
+        now = now_utc()
+        return [
+            (manifest, _state_of(manifest, present))
+            for manifest in self._manifests(names)
+            if not manifest.expired(now)
+        ]
+
+    def _manifests(self, names: builtins.list[str] | None = None) -> builtins.list[Manifest]:
+        manifests = self._documents(MANIFEST, names)
         return sorted(manifests, key=lambda manifest: (manifest.created_at, manifest.id))
 
-    def _documents(self, leaf: str) -> builtins.list[Manifest]:
+    def _documents(
+        self, leaf: str, names: builtins.list[str] | None = None
+    ) -> builtins.list[Manifest]:
         """Every ``<id>/<leaf>`` manifest; one deleted meanwhile or unreadable is skipped."""
         found = []
-        for name in self.backend.list():
+        for name in self.backend.list() if names is None else names:
             partition_id, _, rest = name.partition("/")
             if rest != leaf:
                 continue
@@ -212,13 +225,11 @@ class PartitionCatalog:
 
     def health(self, manifest: Manifest) -> Health:
         """Which of the manifest's parts the storage no longer has."""
-        present = set(self.backend.list(f"{manifest.id}/"))
-        missing = [p.file for p in manifest.parts if f"{manifest.id}/{p.file}" not in present]
-        return Health(tuple(missing))
+        return _health(manifest, set(self.backend.list(f"{manifest.id}/")))
 
     def state(self, manifest: Manifest) -> str:
         """Available, or Lost when the storage no longer has every part (FLIP-67's third case)."""
-        return "Lost" if self.health(manifest).lost else "Available"
+        return _state_of(manifest, set(self.backend.list(f"{manifest.id}/")))
 
     def describe(self, manifest: Manifest) -> dict[str, Any]:
         """The summary with the schema, the readers and where each part lives."""
@@ -286,6 +297,15 @@ class PartitionCatalog:
             self.backend.delete(name)
         _prune(self.backend, partition_id)
         return len(ordered)
+
+
+def _health(manifest: Manifest, present: set[str]) -> Health:
+    missing = [p.file for p in manifest.parts if f"{manifest.id}/{p.file}" not in present]
+    return Health(tuple(missing))
+
+
+def _state_of(manifest: Manifest, present: set[str]) -> str:
+    return "Lost" if _health(manifest, present).lost else "Available"
 
 
 def _prune(backend: ObjectBackend, partition_id: str) -> None:

@@ -144,7 +144,7 @@ class LocalPartitions:
         self.catalog = catalog
 
     def list(self) -> list[dict[str, Any]]:
-        return [summary(m, self.catalog.state(m)) for m in self.catalog.list()]
+        return [summary(manifest, state) for manifest, state in self.catalog.listed()]
 
     def get(self, reference: str) -> dict[str, Any]:
         return self.catalog.describe(self.catalog.get(reference))

@@ -46,6 +46,8 @@ from finishable.partitions.manifest import (
     now_utc,
     summary,
 )
+from finishable.shuffle.command import write_port_file
+from finishable.shuffle.server import StartupError
 from finishable.shuffle.wire import json_response
 from finishable.state.errors import BackendError, ObjectNotFound
 
@@ -199,8 +201,8 @@ class PartitionService:
         return json_response(200, {"partitions": listed})
 
     def _summaries(self, namespace: str) -> list[dict[str, Any]]:
-        manifests = [m for m in self.catalog.list() if namespace_of(m) == namespace]
-        return [summary(m, self.catalog.state(m)) for m in manifests]
+        listed = self.catalog.listed()
+        return [summary(m, state) for m, state in listed if namespace_of(m) == namespace]
 
     async def _get(self, request: web.Request) -> web.Response:
         manifest = await self._manifest(request)
@@ -293,11 +295,11 @@ class _Holdings(Collector):
         totals: dict[tuple[str, str], int] = {}
         sizes: dict[str, int] = {}
         try:
-            manifests = self.catalog.list()
+            listed = self.catalog.listed()
         except BackendError:
-            manifests = []
-        for manifest in manifests:
-            key = (namespace_of(manifest), self.catalog.state(manifest))
+            listed = []
+        for manifest, state in listed:
+            key = (namespace_of(manifest), state)
             totals[key] = totals.get(key, 0) + 1
             sizes[key[0]] = sizes.get(key[0], 0) + manifest.bytes
         for (namespace, state), value in sorted(totals.items()):
@@ -380,9 +382,7 @@ async def serve(
         await site.start()
         bound = int(runner.addresses[0][1])
         if port_file is not None:
-            temporary = port_file.with_name(f".{port_file.name}.tmp")
-            temporary.write_text(f"{bound}\n", encoding="ascii")
-            temporary.replace(port_file)
+            write_port_file(port_file, bound)
         log.info("cluster partition service on %s:%d for %s", host, bound, service.catalog.location)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -413,6 +413,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     port_file = Path(args.port_file) if args.port_file else None
     try:
         asyncio.run(serve(service, args.host, args.port, port_file=port_file))
+    except StartupError as error:  # the port file could not be written
+        sys.stderr.write(f"finishable partition-service: {error}\n")
+        return error.exit_code
     except OSError as error:
         sys.stderr.write(f"finishable partition-service: cannot listen: {error}\n")
         return 1

@@ -97,7 +97,7 @@ async def serve(
             ) from None
         port = int(runner.addresses[0][1])
         if options.port_file is not None:
-            _write_port_file(options.port_file, port)
+            write_port_file(options.port_file, port)
         logger.info(
             "shuffle server of job %r listening on %s:%d, data in %s, retain timeout %.1f s",
             store.job,
@@ -118,7 +118,7 @@ async def serve(
         store.close()
 
 
-def _write_port_file(path: Path, port: int) -> None:
+def write_port_file(path: Path, port: int) -> None:
     """Write the bound port atomically: a reader never sees a half-written number."""
     temp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
     try:

@@ -30,6 +30,7 @@ from pyspark.sql.types import (
 )
 
 from finishable.connectors import reading
+from finishable.connectors.fileformats import RECORD_COLUMN, FileOptions, reader_schema
 from finishable.connectors.sinks import SENTINEL_COLUMN, SENTINEL_EVENT_TIME, is_sentinel_row
 from finishable.connectors.sources import RANGE_SCHEMA, Files, Range, sentinel_row
 from finishable.connectors.streaming import source as ds
@@ -44,6 +45,7 @@ SCHEMA = StructType(
     ]
 )
 ARROW = reading.arrow_schema_of(SCHEMA)
+PARQUET = FileOptions("parquet")
 
 
 def settings_for(**overrides: object) -> reading.ReaderSettings:
@@ -253,29 +255,36 @@ def _expected_ids() -> list[int]:
     return list(range(40))
 
 
-def _read_all(url: str, size: int, split_size: int, file_format: str, **kw: bool) -> pa.Table:
+RECORDS = reading.arrow_schema_of(reader_schema(SCHEMA, FileOptions("json")))
+
+
+def _records_of(url: str, size: int, split_size: int, options: FileOptions) -> list[str]:
+    """Every record the text reader hands Spark, split by split (more than one split)."""
     splits = plan_file_splits([ListedFile(url, size)], split_size)
-    tables = [reading.read_file_split(split, file_format, ARROW, **kw) for split in splits]
     assert len(splits) > 1
-    return pa.concat_tables(tables)
+    tables = [reading.read_file_split(split, options, RECORDS) for split in splits]
+    for table in tables:
+        assert table.schema == RECORDS
+        assert table["id"].null_count == table.num_rows  # Spark fills the columns
+    return [text for table in tables for text in table[RECORD_COLUMN].to_pylist()]
 
 
-def test_json_byte_ranges_read_every_line_once(tmp_path: Path) -> None:
+def test_json_byte_ranges_hand_spark_every_line_once(tmp_path: Path) -> None:
     path = tmp_path / "a.json"
-    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
-    table = _read_all(path.as_uri(), path.stat().st_size, 97, "json")
-    assert table.schema == ARROW
-    assert table["id"].to_pylist() == _expected_ids()
-    assert table["ts"][5].as_py() == datetime(2024, 1, 1, 0, 0, 5, tzinfo=UTC)
+    lines = [json.dumps(row) for row in ROWS]
+    path.write_text("".join(line + "\n" for line in lines))
+    records = _records_of(path.as_uri(), path.stat().st_size, 97, FileOptions("json"))
+    assert records == lines
 
 
 def test_csv_byte_ranges_skip_only_the_files_header(tmp_path: Path) -> None:
     path = tmp_path / "a.csv"
-    body = "".join(f"{row['id']},{row['page']},{row['ts']}\n" for row in ROWS)
-    path.write_text("id,page,ts\n" + body)
-    table = _read_all(path.as_uri(), path.stat().st_size, 64, "csv", header=True)
-    assert table["id"].to_pylist() == _expected_ids()
-    assert table["page"].to_pylist()[:3] == ["p0", "p1", "p2"]
+    body = [f"{row['id']},{row['page']},{row['ts']}" for row in ROWS]
+    path.write_text("id,page,ts\n" + "".join(line + "\n" for line in body))
+    size = path.stat().st_size
+    with_header = FileOptions.parse("csv", {"header": True})
+    assert _records_of(path.as_uri(), size, 64, with_header) == body
+    assert _records_of(path.as_uri(), size, 64, FileOptions("csv")) == ["id,page,ts", *body]
 
 
 def test_parquet_byte_ranges_take_the_row_groups_whose_middle_they_hold(tmp_path: Path) -> None:
@@ -294,10 +303,10 @@ def test_parquet_byte_ranges_take_the_row_groups_whose_middle_they_hold(tmp_path
         ids = [
             value
             for split in splits
-            for value in reading.read_file_split(split, "parquet", ARROW)["id"].to_pylist()
+            for value in reading.read_file_split(split, PARQUET, ARROW)["id"].to_pylist()
         ]
         assert ids == list(range(1000)), split_size
-    whole = reading.read_file_split(FileSplit(path.as_uri(), 0, size, size), "parquet", ARROW)
+    whole = reading.read_file_split(FileSplit(path.as_uri(), 0, size, size), PARQUET, ARROW)
     assert whole["ts"].null_count == 1000  # a column the file lacks reads as nulls
 
 
@@ -313,11 +322,11 @@ def _partition(*splits: object) -> reading.SplitPartition:
 
 
 def test_an_unreadable_file_fails_with_an_error_naming_it(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.json"
-    bad.write_text('{"id": 1}\n{"id": \n')
+    bad = tmp_path / "bad.json.gz"
+    bad.write_text('{"id": 1}\n')  # not gzip: undecompressable, unlike a malformed record
     split = FileSplit(bad.as_uri(), 0, bad.stat().st_size, bad.stat().st_size)
-    with pytest.raises(reading.SourceReadError, match=r"cannot read file://.*/bad\.json as json"):
-        list(reading.read_partition(_partition(split), settings_for(), "t", ARROW))
+    with pytest.raises(reading.SourceReadError, match=r"cannot read file://.*/bad.json.gz as json"):
+        list(reading.read_partition(_partition(split), settings_for(), "t", RECORDS))
     missing = FileSplit((tmp_path / "gone.parquet").as_uri(), 0, 10, 10)
     with pytest.raises(reading.SourceReadError, match=r"gone\.parquet as parquet"):
         list(

@@ -389,13 +389,14 @@ def test_an_unreadable_input_file_fails_the_job_naming_it(
     job = BatchJob(tmp_path, "broken", files=3, attempts=1)
     jobs.append(job)
     job.input.mkdir(parents=True)
-    (job.input / "orders-99999.json").write_bytes(b"\x00\x01 not json at all\n{{{\n")
+    # Not gzip: the file cannot be read (a malformed record would be Spark's to handle).
+    (job.input / "orders-99999.json.gz").write_bytes(b"\x00\x01 not gzip at all\n")
     job.run()
     output = job.finish(expect=1)
     assert "Failed" in output
     status = job.status()
     assert status["phase"] == "Failed"
-    assert "orders-99999.json" in json.dumps(status)
+    assert "orders-99999.json.gz" in json.dumps(status)
     assert not job.published_any(), "nothing is published without all of the input"
 
 

@@ -126,6 +126,40 @@ def test_a_two_stage_job_publishes_what_pandas_computes(
     assert listed.alive()
 
 
+def test_headerless_csv_files_in_a_three_stage_job_give_what_plain_spark_gives(
+    spark: SparkSession, shuffle: LocalShuffle, tmp_path: Path
+) -> None:
+    """The issue's case: 60 headerless CSV files, some rows malformed, each file cut in ranges.
+
+    The job's read, staged twice and aggregated, must publish what the same query on
+    ``spark.read.csv`` computes: no header line lost per file, bad rows null as Spark has them.
+    """
+    directory = tmp_path / "csv"
+    directory.mkdir()
+    for index in range(60):
+        lines = [f"c{(index + n) % 7},{('paid', 'open')[n % 2]},{n * 3}" for n in range(12)]
+        lines.insert(5, f"c{index % 7},paid,not-a-number")
+        (directory / f"part-{index:02d}.csv").write_text("\n".join(lines) + "\n")
+
+    def query(rows: Any) -> Any:
+        paid = rows.where(F.col("status") == "paid")
+        return paid.groupBy("customer").agg(F.count("*").alias("n"), F.sum("cents").alias("c"))
+
+    plain = query(spark.read.schema(SCHEMA).csv(str(directory)))
+    expected = {r["customer"]: (r["n"], r["c"]) for r in plain.collect()}
+    job = make_job(spark, tmp_path, shuffle)
+    source = sources.Files(str(directory), format="csv", schema=SCHEMA, split_size=100)
+    rows = job.stage("rows", job.read(source, name="orders"))
+    totals = job.stage("totals", query(job.stage("kept", rows.where(F.col("customer") != "none"))))
+    sink = sinks.TransactionalFiles(str(tmp_path / "out"), name="totals")
+    job.write(totals, sink)
+    job.run()
+
+    got = {r["customer"]: (r["n"], r["c"]) for r in sink.read_committed().to_pylist()}
+    assert got == expected
+    assert sum(n for n, _ in got.values()) == 60 * 7  # 6 paid rows and the malformed one per file
+
+
 def test_late_and_duplicate_task_attempts_are_refused_and_the_output_is_exact(
     spark: SparkSession, shuffle: LocalShuffle, orders: Path, tmp_path: Path
 ) -> None:

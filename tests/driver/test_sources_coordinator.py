@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from finishable.connectors import reading
+from finishable.connectors.fileformats import RECORD_COLUMN, FileOptions, reader_schema
 from finishable.connectors.sources import Files, Range, sentinel_row
 from finishable.connectors.streaming import source as ds
 from finishable.coordinator import (
@@ -197,8 +198,8 @@ def test_adopting_an_unknown_byte_range_adds_the_whole_file_once(
 def test_skip_mode_reports_the_unreadable_split_to_the_coordinator(
     hosts: list[CoordinatorHost], tmp_path: Path
 ) -> None:
-    bad = tmp_path / "bad.parquet"
-    bad.write_bytes(b"PAR1 this is not parquet")
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"this is not gzip")
     good = tmp_path / "good.json"
     good.write_text('{"id": 1}\n{"id": 2}\n')
     host = started(hosts, FileSplitEnumerator.provider(str(tmp_path)), "files")
@@ -227,7 +228,7 @@ def test_skip_mode_reports_the_unreadable_split_to_the_coordinator(
             format="json",
             on_error="skip",
         )
-        target = reading.arrow_schema_of(schema)
+        target = reading.arrow_schema_of(reader_schema(schema, FileOptions("json")))
         splits = (
             FileSplit(bad.as_uri(), 0, bad.stat().st_size, bad.stat().st_size),
             FileSplit(good.as_uri(), 0, good.stat().st_size, good.stat().st_size),
@@ -241,11 +242,11 @@ def test_skip_mode_reports_the_unreadable_split_to_the_coordinator(
             ),
             schema=target,
         )
-        assert rows["id"].to_pylist() == [1, 2]
+        assert rows[RECORD_COLUMN].to_pylist() == ['{"id": 1}', '{"id": 2}']
         skipped = control(host, lambda e: e.skipped())
         assert list(skipped) == [splits[0].split_id]  # type: ignore[call-overload]
-        assert "bad.parquet as json" in skipped[splits[0].split_id]  # type: ignore[index]
-        assert "bad.parquet" in host.checkpoint_coordinator(0).result(TIMEOUT).decode()
+        assert "bad.json.gz as json" in skipped[splits[0].split_id]  # type: ignore[index]
+        assert "bad.json.gz" in host.checkpoint_coordinator(0).result(TIMEOUT).decode()
     finally:
         endpoint.stop()
 

@@ -5,34 +5,43 @@ Both the Structured Streaming reader (``connectors.streaming.source``) and the B
 source declaration wrote (``connectors.sources``), and read a ``SplitPartition`` with
 ``read_partition`` on an executor: nothing here runs in the driver's own Python process.
 
-JSON Lines and CSV byte ranges are aligned to lines (a line belongs to the range holding its first
-byte); parquet byte ranges take the row groups whose midpoint lies in the range, Spark's rule.
-Ranges are generated, and a drain's sentinel split is its single row. Rows go to Spark as Arrow
-record batches in exactly the Arrow form of the source's schema. An unreadable split fails the
+JSON and CSV byte ranges are aligned to lines (a line belongs to the range holding its first
+byte) and go to Spark as the text of their records, which Spark's own parsers read
+(``connectors.fileformats``); compressed files and options a range cannot honour are read whole.
+Parquet byte ranges take the row groups whose midpoint lies in the range, Spark's rule. Ranges are
+generated, and a drain's sentinel split is its single row. Rows go to Spark as Arrow record
+batches in exactly the Arrow form of the reader's schema. An unreadable split fails the
 task with an error naming the file, or with ``on_error="skip"`` is reported to the coordinator
 and skipped whole, so a replay reads exactly the same rows.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import logging
+import zlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
-import pyarrow.json as pajson
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from finishable.connectors.fileformats import (
+    RECORD_COLUMN,
+    FileOptions,
+    Format,
+    csv_records,
+    decode_text,
+    json_records,
+)
 from finishable.coordinator.client import CoordinatorClient
+from finishable.coordinator.files import compression_of
 from finishable.coordinator.splits import FileSplit, RangeSplit, SentinelSplit, Split
 
 logger = logging.getLogger(__name__)
@@ -42,8 +51,6 @@ READER_SUBTASK = 0
 
 ARROW_BATCH_ROWS = 65_536
 
-Format = Literal["json", "csv", "parquet"]
-FORMATS: tuple[str, ...] = ("json", "csv", "parquet")
 OnError = Literal["fail", "skip"]
 
 
@@ -66,7 +73,8 @@ class ReaderSettings:
     """Pinned attempt; ``None``: the one live attempt the driver made ready for this run."""
     format: Format | None = None
     on_error: OnError = "fail"
-    header: bool = True
+    options: dict[str, str] = field(default_factory=dict)
+    """Spark reader options, checked (``FileOptions.parse``)."""
     split_size: int | None = None
     """Bytes (files) or rows (range) per split, to translate row and byte read limits."""
     max_splits_per_batch: int = 256
@@ -102,8 +110,13 @@ class ReaderSettings:
 
     @property
     def schema(self) -> StructType:
-        """The Spark schema of the rows."""
+        """The Spark schema of the rows the reader yields."""
         return StructType.fromJson(self.schema_json)
+
+    @property
+    def file_options(self) -> FileOptions:
+        """The file reader options (checked when the source was declared)."""
+        return FileOptions(self.format or "json", dict(self.options))
 
     def client(self, token: str) -> CoordinatorClient:
         """A client of the driver's coordinator endpoint."""
@@ -204,57 +217,55 @@ def conform(table: pa.Table, target: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=target)
 
 
-def _nullable(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([f.with_nullable(True) for f in schema])
-
-
-def _read_lines(split: FileSplit, filesystem: pafs.FileSystem, path: str) -> bytes:
+def _read_range(split: FileSplit, filesystem: pafs.FileSystem, path: str) -> bytes:
+    """The bytes of the lines that begin in the split's range (a compressed file is one split:
+    all of it, decompressed)."""
+    compression = compression_of(path)
+    if compression == "deflate":
+        with filesystem.open_input_stream(path) as stream:
+            return zlib.decompress(stream.read())
+    if compression is not None:
+        with filesystem.open_input_stream(path, compression=compression) as stream:
+            data: bytes = stream.read()
+            return data
     with filesystem.open_input_file(path) as handle:
-        size = split.file_size
+        if split.whole_file:
+            everything: bytes = handle.read()
+            return everything
 
         def read_at(pos: int, count: int) -> bytes:
-            data: bytes = handle.read_at(count, pos)
-            return data
+            chunk: bytes = handle.read_at(count, pos)
+            return chunk
 
-        first, stop = line_range(read_at, split.start, split.end, size)
+        first, stop = line_range(read_at, split.start, split.end, split.file_size)
         return read_at(first, stop - first) if stop > first else b""
 
 
-def _parse_json(data: bytes, target: pa.Schema) -> pa.Table:
-    if not data.strip():
-        return target.empty_table()
-    block = max(1 << 20, min(len(data) + 1, 1 << 26))
-    return pajson.read_json(
-        io.BytesIO(data),
-        read_options=pajson.ReadOptions(block_size=block),
-        parse_options=pajson.ParseOptions(
-            explicit_schema=_nullable(target), unexpected_field_behavior="ignore"
-        ),
-    )
+def _read_records(
+    split: FileSplit, filesystem: pafs.FileSystem, path: str, options: FileOptions
+) -> list[str]:
+    whole = options.whole_files or compression_of(path) is not None
+    if whole and not split.whole_file:
+        raise ValueError(
+            "a byte range of a file that must be read whole (compressed, or multiLine, lineSep "
+            "or a non-ASCII encoding); its splits were planned for other options"
+        )
+    file_start = split.start == 0
+    data = _read_range(split, filesystem, path)
+    text = decode_text(data, options.encoding, file_start=file_start)
+    if options.format == "csv":
+        return csv_records(text, options, file_start=file_start)
+    return json_records(text, options)
 
 
-def _parse_csv(data: bytes, target: pa.Schema, *, skip_header: bool) -> pa.Table:
-    if not data.strip():
-        return target.empty_table()
-    # Timestamps are read as text and given a zone when they have none (read as UTC), since
-    # pyarrow refuses to mix zoned and unzoned values in one column.
-    types = {f.name: (pa.string() if pa.types.is_timestamp(f.type) else f.type) for f in target}
-    table = pacsv.read_csv(
-        io.BytesIO(data),
-        read_options=pacsv.ReadOptions(
-            column_names=target.names, skip_rows=1 if skip_header else 0
-        ),
-        convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True),
-    )
-    for index, target_field in enumerate(target):
-        if pa.types.is_timestamp(target_field.type):
-            text = table.column(index)
-            zoned = pc.match_substring_regex(text, r"(Z|[+-]\d\d:?\d\d)$")
-            text = pc.if_else(zoned, text, pc.binary_join_element_wise(text, pa.scalar("Z"), ""))
-            table = table.set_column(
-                index, target_field.name, pc.cast(text, pa.timestamp("us", tz="UTC"))
-            )
-    return table
+def _records_table(records: list[str], target: pa.Schema) -> pa.Table:
+    columns = [
+        pa.array(records, type=pa.string())
+        if target_field.name == RECORD_COLUMN
+        else pa.nulls(len(records), target_field.type)
+        for target_field in target
+    ]
+    return pa.Table.from_arrays(columns, schema=target)
 
 
 def _read_parquet(
@@ -278,28 +289,15 @@ def _read_parquet(
         return table
 
 
-def read_file_split(
-    split: FileSplit,
-    file_format: str,
-    target: pa.Schema,
-    *,
-    header: bool = True,
-) -> pa.Table:
-    """Read one file split into a table of the ``target`` schema (raises on any problem)."""
+def read_file_split(split: FileSplit, options: FileOptions, target: pa.Schema) -> pa.Table:
+    """Read one file split into a table of the reader's ``target`` schema (raises on any
+    problem): parquet rows, or the text of CSV and JSON records for Spark to parse."""
     filesystem, path = pafs.FileSystem.from_uri(split.url)
-    if file_format == "parquet":
-        table = _read_parquet(split, filesystem, path, target)
-    elif file_format == "json":
-        table = _parse_json(_read_lines(split, filesystem, path), target)
-    elif file_format == "csv":
-        table = _parse_csv(
-            _read_lines(split, filesystem, path),
-            target,
-            skip_header=header and split.start == 0,
-        )
-    else:
-        raise ValueError(f"unknown file format {file_format!r} (known: {', '.join(FORMATS)})")
-    return conform(table, target)
+    if options.format == "parquet":
+        return conform(_read_parquet(split, filesystem, path, target), target)
+    if options.text:
+        return _records_table(_read_records(split, filesystem, path, options), target)
+    raise ValueError(f"unknown file format {options.format!r}")
 
 
 def range_batches(
@@ -373,21 +371,17 @@ def read_partition(
 
 def _read_file(split: FileSplit, context: _ReadContext) -> Iterator[pa.RecordBatch]:
     settings = context.settings
-    file_format = settings.format or "json"
+    options = settings.file_options
     try:
         # A whole split is read before any row goes out, so a skipped split leaves no partial
         # rows behind and a replay reads exactly the same rows.
-        table = read_file_split(
-            split,
-            file_format,
-            context.target,
-            header=settings.header,
-        )
+        table = read_file_split(split, options, context.target)
     except Exception as error:
         reason = (
-            f"cannot read {describe_split(split)} as {file_format}: {type(error).__name__}: {error}"
+            f"cannot read {describe_split(split)} as {options.format}: "
+            f"{type(error).__name__}: {error}"
         )
-        if settings.on_error != "skip":
+        if settings.on_error != "skip" and not options.skip_unreadable:
             raise SourceReadError(reason) from error
         logger.warning("skipping an unreadable split: %s", reason)
         _report_skipped(split, reason, context)

@@ -39,7 +39,14 @@ from pyspark.sql.types import (
 )
 
 from finishable.api.units import Duration, Quantity
-from finishable.connectors.reading import FORMATS, ReaderSettings
+from finishable.connectors.fileformats import (
+    FORMATS,
+    FileOptions,
+    SourceOptionError,
+    parse_records,
+    reader_schema,
+)
+from finishable.connectors.reading import ReaderSettings
 from finishable.connectors.sentinels import SENTINEL_COLUMN, SENTINEL_EVENT_TIME, SENTINEL_TEXT
 from finishable.connectors.streaming.source import DATA_SOURCE_NAME, FinishableDataSource
 from finishable.coordinator.contract import CoordinatorProvider
@@ -177,6 +184,15 @@ class Source(ABC):
     ) -> ReaderSettings:
         """The reader's settings for this source."""
 
+    def reader_schema(self, schema: StructType) -> StructType:
+        """What the Python reader yields for rows of ``schema`` (``decode`` turns it back)."""
+        return schema
+
+    def decode(self, frame: DataFrame, schema: StructType) -> DataFrame:
+        """The reader's DataFrame as rows of ``schema`` (what Spark itself must still parse)."""
+        del schema
+        return frame
+
     def bound(self, config: JobConfig) -> Source:
         """This source with what the running job supplies (a default location); most need none."""
         del config
@@ -209,13 +225,15 @@ class Source(ABC):
         register_data_source(spark)
         schema = _with_marker(self.schema) if sentinel_column else self.schema
         cores = min_partitions or max(1, int(spark.sparkContext.defaultParallelism))
-        settings = self._settings(coordinator, endpoint_url, schema, attempt, cores)
-        return (
+        read_schema = self.reader_schema(schema)
+        settings = self._settings(coordinator, endpoint_url, read_schema, attempt, cores)
+        frame = (
             spark.readStream.format(DATA_SOURCE_NAME)
-            .schema(schema)
+            .schema(read_schema)
             .options(**settings.to_options(token))
             .load()
         )
+        return self.decode(frame, schema)
 
 
 def _parse_schema(schema: StructType | str) -> StructType:
@@ -236,14 +254,19 @@ def _parse_schema(schema: StructType | str) -> StructType:
 
 
 class Files(Source):
-    """JSON Lines, CSV or parquet files under a ``pyarrow.fs`` URL (or a local path).
+    """JSON, CSV or parquet files under a ``pyarrow.fs`` URL (or a local path), read as
+    ``spark.read.options(**options).schema(schema).format(format).load(url)`` reads them.
 
-    Bounded: the files present at start. Unbounded: new files are discovered every
-    ``discovery_interval`` (files must be complete when they appear: write, then rename). Files
-    larger than ``split_size`` are read as byte ranges (JSON/CSV lines may not contain raw
-    newlines inside quoted values; use ``split_size=None`` for such CSV). ``on_error="skip"``
-    skips an unreadable split and reports it to the coordinator; ``"fail"`` fails the query with
-    an error naming the file.
+    ``options`` are Spark's reader options, with Spark's names and defaults (``header`` is false,
+    ``mode`` PERMISSIVE, ``sep`` a comma; see ``connectors.fileformats.KNOWN_OPTIONS``): CSV and
+    JSON records are parsed by Spark's own parsers. Bounded: the files present at start.
+    Unbounded: new files are discovered every ``discovery_interval`` (files must be complete when
+    they appear: write, then rename). Files larger than ``split_size`` are read as byte ranges,
+    unless they are compressed or an option (``multiLine``, ``lineSep``, a non-ASCII encoding)
+    needs whole files. ``pattern`` filters the paths below ``url`` (a glob), as Spark's
+    ``pathGlobFilter`` option filters file names. ``on_error="skip"`` (or Spark's
+    ``ignoreCorruptFiles``) skips an unreadable split and reports it to the coordinator;
+    ``"fail"`` fails the query with an error naming the file.
     """
 
     def __init__(
@@ -257,13 +280,17 @@ class Files(Source):
         split_size: str | int | None = DEFAULT_SPLIT_SIZE,
         max_splits_per_batch: int = 256,
         on_error: str = "fail",
-        header: bool = True,
+        options: Mapping[str, object] | None = None,
         pattern: str | None = None,
         max_partition_bytes: str | int = "128Mi",
         open_cost: str | int = "4Mi",
     ) -> None:
         if format not in FORMATS:
             raise ValueError(f"unknown source format {format!r} (known: {', '.join(FORMATS)})")
+        try:
+            self.options = FileOptions.parse(format, options)
+        except SourceOptionError as error:
+            raise ValueError(f"Files({url!r}): {error}") from None
         if on_error not in ("fail", "skip"):
             raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
         if schema is None:
@@ -288,7 +315,6 @@ class Files(Source):
             raise ValueError("split_size must be at least one byte")
         self.max_splits_per_batch = max_splits_per_batch
         self.on_error = on_error
-        self.header = header
         self.pattern = pattern
         self.max_partition_bytes = int(Quantity.parse(max_partition_bytes))
         self.open_cost = int(Quantity.parse(open_cost))
@@ -306,14 +332,22 @@ class Files(Source):
     def coordinator_provider(self) -> CoordinatorProvider:
         return FileSplitEnumerator.provider(
             self.url,
-            split_size=self.split_size,
+            split_size=None if self.options.whole_files else self.split_size,
             bounded=self._bounded,
             discovery_interval=self.discovery_interval,
             pattern=self.pattern,
+            recursive=self.options.recursive,
+            name_glob=self.options.name_glob,
         )
 
+    def reader_schema(self, schema: StructType) -> StructType:
+        return reader_schema(schema, self.options)
+
+    def decode(self, frame: DataFrame, schema: StructType) -> DataFrame:
+        return parse_records(frame, schema, self.options, keep=(SENTINEL_COLUMN,))
+
     def describe(self) -> dict[str, Any]:
-        return {
+        described: dict[str, Any] = {
             "kind": "files",
             "url": self.url,
             "format": self.format,
@@ -322,6 +356,9 @@ class Files(Source):
             "split_size": self.split_size,
             "pattern": self.pattern,
         }
+        if self.options.options:  # absent when empty: fingerprints from before options stay valid
+            described["options"] = dict(sorted(self.options.options.items()))
+        return described
 
     def _settings(
         self, coordinator: str, endpoint: str, schema: StructType, attempt: int | None, cores: int
@@ -334,7 +371,7 @@ class Files(Source):
             attempt=attempt,
             format=cast(Literal["json", "csv", "parquet"], self.format),
             on_error=cast(Literal["fail", "skip"], self.on_error),
-            header=self.header,
+            options=dict(self.options.options),
             split_size=self.split_size,
             max_splits_per_batch=self.max_splits_per_batch,
             max_partition_weight=self.max_partition_bytes,

@@ -5,8 +5,14 @@ Listing is I/O, so it never runs on the coordinator thread: ``call_async`` lists
 worker thread and hands the planned splits back. A bounded source lists once; an unbounded one
 lists every ``discovery_interval`` and adds files it has not seen. Files are identified by URL
 and must be complete when they appear (write elsewhere, then rename): a file that grows later is
-not read again. Files larger than ``split_size`` become byte ranges; names starting with ``.`` or
-``_`` (``_SUCCESS``, ``.crc``, temporary files) are skipped, as Spark does.
+not read again. Files larger than ``split_size`` become byte ranges, except compressed ones
+(``.gz``, ``.bz2``, ``.zst``, ``.deflate``), which are read whole.
+
+What a listing finds is what Spark's file index finds: names starting with ``.`` or ``_``
+(``_SUCCESS``, ``.crc``, temporary files) are skipped; the files directly under the URL and under
+partition directories (``key=value``) are read, and every subdirectory only with
+``recursive=True`` (Spark's ``recursiveFileLookup``); ``name_glob`` filters file names
+(``pathGlobFilter``), ``pattern`` the path below the URL.
 """
 
 from __future__ import annotations
@@ -29,6 +35,34 @@ from finishable.coordinator.splits import FileSplit, Split
 logger = logging.getLogger(__name__)
 
 DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024
+COMPRESSIONS: dict[str, str] = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".deflate": "deflate"}
+"""The codecs Spark's Hadoop file readers recognise by file name, and pyarrow's name for them."""
+
+
+def compression_of(path: str) -> str | None:
+    """The codec a file's name says it is compressed with, or ``None``."""
+    name = path.partition("?")[0].lower()
+    return next((codec for suffix, codec in COMPRESSIONS.items() if name.endswith(suffix)), None)
+
+
+def _hidden(name: str) -> bool:
+    """Spark's rule: ``.x`` and ``_x`` are not data (``_key=value`` is a partition directory)."""
+    return name.startswith(".") or (name.startswith("_") and "=" not in name)
+
+
+def _expand_braces(glob: str) -> list[str]:
+    """Hadoop globs allow ``{a,b}``; ``fnmatch`` does not, so expand them first."""
+    opening = glob.find("{")
+    closing = glob.find("}", opening)
+    if opening < 0 or closing < 0:
+        return [glob]
+    head, body, tail = glob[:opening], glob[opening + 1 : closing], glob[closing + 1 :]
+    return [alt for choice in body.split(",") for alt in _expand_braces(head + choice + tail)]
+
+
+def glob_matches(name: str, glob: str) -> bool:
+    """Whether a file name matches a Hadoop glob (``*``, ``?``, ``[ab]``, ``{x,y}``)."""
+    return any(fnmatch.fnmatchcase(name, each) for each in _expand_braces(glob))
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +85,14 @@ def normalize_source_url(url: str) -> str:
     return "file://" + quote(os.path.abspath(url))
 
 
-def list_files(url: str, *, bounded: bool, pattern: str | None = None) -> list[ListedFile]:
+def list_files(
+    url: str,
+    *,
+    bounded: bool,
+    pattern: str | None = None,
+    recursive: bool = True,
+    name_glob: str | None = None,
+) -> list[ListedFile]:
     """List the readable files under ``url`` in path order (I/O: call it off the coordinator).
 
     A missing location is an error for a bounded source and an empty listing for an unbounded one
@@ -75,7 +116,12 @@ def list_files(url: str, *, bounded: bool, pattern: str | None = None) -> list[L
         if entry.type != pafs.FileType.File:
             continue
         relative = entry.path[len(root) :].lstrip("/")
-        if any(part.startswith((".", "_")) for part in relative.split("/")):
+        *directories, name = relative.split("/")
+        if any(_hidden(part) for part in relative.split("/")):
+            continue
+        if not recursive and not all("=" in directory for directory in directories):
+            continue
+        if name_glob is not None and not glob_matches(name, name_glob):
             continue
         if pattern is not None and not fnmatch.fnmatchcase(relative, pattern):
             continue
@@ -87,13 +133,14 @@ def list_files(url: str, *, bounded: bool, pattern: str | None = None) -> list[L
 def plan_file_splits(files: list[ListedFile], split_size: int | None) -> list[FileSplit]:
     """Cut files into splits: whole files, or ``split_size`` byte ranges of larger ones.
 
-    Empty files give no split. The result depends only on the input, so planning is repeatable.
+    Empty files give no split; compressed files are never cut. The result depends only on the
+    input, so planning is repeatable.
     """
     splits: list[FileSplit] = []
     for listed in files:
         if listed.size == 0:
             continue
-        if split_size is None or listed.size <= split_size:
+        if split_size is None or listed.size <= split_size or compression_of(listed.url):
             splits.append(
                 FileSplit(url=listed.url, start=0, length=listed.size, file_size=listed.size)
             )
@@ -120,6 +167,8 @@ class FileSplitEnumerator(SplitEnumerator):
         bounded: bool = True,
         discovery_interval: float = 10.0,
         pattern: str | None = None,
+        recursive: bool = True,
+        name_glob: str | None = None,
         retry_delay: float = 1.0,
         max_listing_failures: int = 3,
     ) -> None:
@@ -131,6 +180,8 @@ class FileSplitEnumerator(SplitEnumerator):
         self._split_size = split_size
         self._interval = discovery_interval
         self._pattern = pattern
+        self._recursive = recursive
+        self._name_glob = name_glob
         self._retry_delay = retry_delay
         self._max_listing_failures = max_listing_failures
         self._seen_files: set[str] = set()
@@ -148,6 +199,8 @@ class FileSplitEnumerator(SplitEnumerator):
         bounded: bool = True,
         discovery_interval: float = 10.0,
         pattern: str | None = None,
+        recursive: bool = True,
+        name_glob: str | None = None,
         retry_delay: float = 1.0,
         max_listing_failures: int = 3,
     ) -> CoordinatorProvider:
@@ -162,6 +215,8 @@ class FileSplitEnumerator(SplitEnumerator):
                 bounded=bounded,
                 discovery_interval=discovery_interval,
                 pattern=pattern,
+                recursive=recursive,
+                name_glob=name_glob,
                 retry_delay=retry_delay,
                 max_listing_failures=max_listing_failures,
             )
@@ -229,10 +284,14 @@ class FileSplitEnumerator(SplitEnumerator):
         self._schedule_listing(0.0, self._interval if not self.bounded else None)
 
     def _schedule_listing(self, delay: float, period: float | None) -> None:
-        url, bounded, pattern, split_size = self._url, self.bounded, self._pattern, self._split_size
+        url, bounded, split_size = self._url, self.bounded, self._split_size
+        pattern, recursive, name_glob = self._pattern, self._recursive, self._name_glob
 
         def work() -> list[FileSplit]:
-            return plan_file_splits(list_files(url, bounded=bounded, pattern=pattern), split_size)
+            listed = list_files(
+                url, bounded=bounded, pattern=pattern, recursive=recursive, name_glob=name_glob
+            )
+            return plan_file_splits(listed, split_size)
 
         self.context.call_async(work, self._on_listing, initial_delay=delay, period=period)
 

@@ -151,11 +151,13 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         quota = max(1, -(-total // parallelism))
         read = DeclaredRead(name, coordinator, parallelism, quota)
         self._reads[name] = read
-        settings = source._settings(name, self.endpoint.url, source.schema, None, cores)
-        cls = read_source_class(name, source.schema)
+        read_schema = source.reader_schema(source.schema)
+        settings = source._settings(name, self.endpoint.url, read_schema, None, cores)
+        cls = read_source_class(name, read_schema)
         self.spark.dataSource.register(cls)
         options = {**settings.to_options(self.token), "read": name, "slots": str(parallelism)}
-        return self.spark.read.format(cls.name()).options(**options).load()
+        frame = self.spark.read.format(cls.name()).options(**options).load()
+        return source.decode(frame, source.schema)
 
     def _resolve(self, source: Source, name: str) -> Source:
         """The source bound to this job; one naming input that is not there fails the job at

@@ -166,6 +166,16 @@ def _cases() -> dict[str, Case]:
             },
             {"pathGlobFilter": "*.{csv,tsv}"},
         ),
+        "csv-partition-directories": Case(
+            "csv",
+            "id int, name string, year int, month string",
+            {
+                "year=2024/month=01/a.csv": _lines("1,jan", "2,jan"),
+                "year=2024/month=02/b.csv": _lines("3,feb"),
+                "year=2025/month=a%3Ab/c.csv": _lines("4,escaped"),
+                "year=__HIVE_DEFAULT_PARTITION__/month=03/d.csv": _lines("5,no year"),
+            },
+        ),
         "csv-recursive-lookup": Case(
             "csv",
             "id int, name string",

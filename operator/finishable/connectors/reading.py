@@ -41,7 +41,7 @@ from finishable.connectors.fileformats import (
     json_records,
 )
 from finishable.coordinator.client import CoordinatorClient
-from finishable.coordinator.files import compression_of
+from finishable.coordinator.files import compression_of, partition_values
 from finishable.coordinator.splits import FileSplit, RangeSplit, SentinelSplit, Split
 
 logger = logging.getLogger(__name__)
@@ -75,6 +75,8 @@ class ReaderSettings:
     on_error: OnError = "fail"
     options: dict[str, str] = field(default_factory=dict)
     """Spark reader options, checked (``FileOptions.parse``)."""
+    root: str | None = None
+    """The source's URL, below which ``key=value`` directories give partition columns."""
     split_size: int | None = None
     """Bytes (files) or rows (range) per split, to translate row and byte read limits."""
     max_splits_per_batch: int = 256
@@ -289,15 +291,28 @@ def _read_parquet(
         return table
 
 
-def read_file_split(split: FileSplit, options: FileOptions, target: pa.Schema) -> pa.Table:
+def read_file_split(
+    split: FileSplit, options: FileOptions, target: pa.Schema, *, root: str | None = None
+) -> pa.Table:
     """Read one file split into a table of the reader's ``target`` schema (raises on any
-    problem): parquet rows, or the text of CSV and JSON records for Spark to parse."""
+    problem): parquet rows, or the text of CSV and JSON records for Spark to parse. Columns
+    named by a ``key=value`` directory below ``root`` hold that value, as in Spark."""
     filesystem, path = pafs.FileSystem.from_uri(split.url)
     if options.format == "parquet":
-        return conform(_read_parquet(split, filesystem, path, target), target)
-    if options.text:
-        return _records_table(_read_records(split, filesystem, path, options), target)
-    raise ValueError(f"unknown file format {options.format!r}")
+        table = conform(_read_parquet(split, filesystem, path, target), target)
+    elif options.text:
+        table = _records_table(_read_records(split, filesystem, path, options), target)
+    else:
+        raise ValueError(f"unknown file format {options.format!r}")
+    return _with_partition_values(table, partition_values(root, split.url) if root else {})
+
+
+def _with_partition_values(table: pa.Table, values: dict[str, str | None]) -> pa.Table:
+    for index, target_field in enumerate(table.schema):
+        if target_field.name in values:
+            value = pa.array([values[target_field.name]] * table.num_rows, type=pa.string())
+            table = table.set_column(index, target_field, value.cast(target_field.type))
+    return table
 
 
 def range_batches(
@@ -375,7 +390,7 @@ def _read_file(split: FileSplit, context: _ReadContext) -> Iterator[pa.RecordBat
     try:
         # A whole split is read before any row goes out, so a skipped split leaves no partial
         # rows behind and a replay reads exactly the same rows.
-        table = read_file_split(split, options, context.target)
+        table = read_file_split(split, options, context.target, root=settings.root)
     except Exception as error:
         reason = (
             f"cannot read {describe_split(split)} as {options.format}: "

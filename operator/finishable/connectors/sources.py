@@ -372,6 +372,7 @@ class Files(Source):
             format=cast(Literal["json", "csv", "parquet"], self.format),
             on_error=cast(Literal["fail", "skip"], self.on_error),
             options=dict(self.options.options),
+            root=self.url,
             split_size=self.split_size,
             max_splits_per_batch=self.max_splits_per_batch,
             max_partition_weight=self.max_partition_bytes,

@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import pyarrow.fs as pafs
 
@@ -83,6 +83,28 @@ def normalize_source_url(url: str) -> str:
             raise ValueError(f"{url!r} is not a URL")
         return url
     return "file://" + quote(os.path.abspath(url))
+
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+def partition_values(root_url: str, file_url: str) -> dict[str, str | None]:
+    """The ``key=value`` directories between a source's URL and one of its files.
+
+    Values are unescaped as Spark escapes them in partition paths; Hive's default partition is
+    null.
+    """
+    root = root_url.partition("?")[0].rstrip("/") + "/"
+    path = file_url.partition("?")[0]
+    if not path.startswith(root):
+        return {}
+    values: dict[str, str | None] = {}
+    for directory in unquote(path[len(root) :]).split("/")[:-1]:
+        key, equals, value = directory.partition("=")
+        if equals and key:
+            text = unquote(value)
+            values[unquote(key)] = None if text == HIVE_NULL else text
+    return values
 
 
 def list_files(

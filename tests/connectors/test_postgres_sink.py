@@ -1,7 +1,7 @@
 """The PostgreSQL example (``examples/streaming/postgres.py``) is exactly once: a real server on
-loopback, the example run by `finishable run`, its driver SIGKILLed at random moments and once in
-the middle of a commit's transaction, and the table compared with a pandas ground truth computed
-from the same input files.
+loopback, the example run by `finishable run`, its driver SIGKILLed at random moments, inside a
+commit's transaction and between the database's commit and its acknowledgement, and the table
+compared with a pandas ground truth computed from the same input files.
 
 The commit is the pattern for any database: the micro-batch's rows and its batch id in one
 transaction, the batch id's primary key letting only the first one in.
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -38,6 +40,7 @@ pytestmark = [
 EXAMPLES = ROOT / "examples" / "streaming"
 MANIFEST = EXAMPLES / "postgres.yaml"
 SINK = "page_views"
+log = logging.getLogger(__name__)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +115,8 @@ def query(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(statement, params or None).fetchall()
+        cursor = conn.execute(statement, params or None)
+        return cursor.fetchall() if cursor.description is not None else []
 
 
 def wait_db(
@@ -154,6 +158,40 @@ def table_counts(dsn: str) -> dict[tuple[datetime, str], int]:
     assert not duplicates, f"windows stored twice: {duplicates[:5]}"
     assert all(end - start == timedelta(minutes=1) for start, end, _page, _views in rows)
     return {(start.astimezone(UTC), page): int(views) for start, _end, page, views in rows}
+
+
+@contextlib.contextmanager
+def commits_wait_for_a_standby(dsn: str) -> Iterator[None]:
+    """While inside, every commit on the server is made durable and then waits for a synchronous
+    standby that does not exist, unseen by other sessions; leaving releases (commits) them."""
+
+    def configure(names: str) -> None:
+        statement = "RESET synchronous_standby_names"
+        if names:
+            statement = f"SET synchronous_standby_names = '{names}'"
+        query(dsn, f"ALTER SYSTEM {statement}")  # not in a transaction, so not with the next
+        query(dsn, "SELECT pg_reload_conf()")
+        wait_db(
+            dsn,
+            f"synchronous_standby_names = {names!r}",
+            lambda: query(dsn, "SHOW synchronous_standby_names") == [(names,)],
+        )
+
+    configure("nowhere")
+    try:
+        yield
+    finally:
+        configure("")
+
+
+def replayed_batches(job: Job) -> dict[int, int]:
+    """{attempt: the batch it replayed from stored offsets}, from the drivers' logs."""
+    replays: dict[int, int] = {}
+    for path in (job.state / job.name).glob("driver-*.log"):
+        found = re.search(r"batch (\d+) will replay from its stored offsets", path.read_text())
+        if found is not None:
+            replays[int(path.stem.split("-")[1])] = int(found[1])
+    return replays
 
 
 def assert_ledger_matches_table(dsn: str) -> list[tuple[int, int]]:
@@ -234,51 +272,45 @@ def test_the_shipped_example_fills_the_table_with_the_ground_truth(
     assert sum(n for _, n in batches) == len(truth)
 
 
-def test_driver_killed_at_random_moments_and_mid_transaction_is_exactly_once(
+def test_driver_killed_at_random_moments_and_inside_commits_is_exactly_once(
     tmp_path: Path, dsn: str, jobs: list[Job]
 ) -> None:
     import psycopg
 
     seed = int(os.environ.get("FINISHABLE_CRASH_SEED", time.time_ns() % 100_000))
     rng = random.Random(seed)
+    log.info("crash test seed %d (set FINISHABLE_CRASH_SEED to replay it)", seed)
     job = ExampleJob(tmp_path, "pg-crashes", dsn, "--files=0", "--unbounded", "--files-per-batch=1")
     jobs.append(job)
     files = 3
     for index in range(files):
         write_clicks(job.input, index)
     job.run()
-    kills = 0
+    in_database: list[int] = []  # per kill: how many batches PostgreSQL had committed
 
     def add_file() -> None:
         nonlocal files
         write_clicks(job.input, files)
         files += 1
 
-    # 1. Right after the first batch with rows is committed in PostgreSQL: Spark has most likely
-    # not recorded it yet, so the next attempt hands it over again and it must be skipped.
-    wait_db(dsn, "the first rows", lambda: bool(query(dsn, "SELECT 1 FROM page_views")), job)
-    killed = job.kill_driver_group()
-    kills += 1
-    committed = len(ledger(dsn))
-    job.wait_next_attempt(killed)
-
-    # 2. and 3. At a random moment once the new attempt committed more.
-    for _ in range(2):
-        add_file()
-        wait_db(
-            dsn,
-            f"a batch after {committed}",
-            lambda c=committed: len(ledger(dsn)) > c,
-            job,
-        )
-        time.sleep(rng.uniform(0.0, 2.0))  # mid-batch, mid-commit or between batches
+    def kill() -> None:
         killed = job.kill_driver_group()
-        kills += 1
-        committed = len(ledger(dsn))
+        in_database.append(len(ledger(dsn)))
         job.wait_next_attempt(killed)
 
-    # 4. Inside the commit's transaction: the test holds a lock that the COPY of the rows needs,
-    # so the commit stops after claiming its batch id, and the driver dies there.
+    # 1. Right after the first batch with rows is committed in PostgreSQL, likely before Spark
+    # recorded it: the next attempt replays it, and the sink's marker or the ledger skips it.
+    wait_db(dsn, "the first rows", lambda: bool(query(dsn, "SELECT 1 FROM page_views")), job)
+    kill()
+
+    # 2. At a random moment once the new attempt committed more.
+    add_file()
+    wait_db(dsn, "a batch of attempt 2", lambda: len(ledger(dsn)) > in_database[-1], job)
+    time.sleep(rng.uniform(0.0, 2.0))  # mid-batch, mid-commit or between batches
+    kill()
+
+    # 3. Inside the commit's transaction: the test holds a lock that the COPY of the rows needs,
+    # so the commit waits there with its batch id claimed but not committed, and the driver dies.
     with psycopg.connect(dsn) as blocker:
         blocker.execute("LOCK TABLE page_views IN EXCLUSIVE MODE")  # readers pass, COPY waits
         add_file()
@@ -287,13 +319,14 @@ def test_driver_killed_at_random_moments_and_mid_transaction_is_exactly_once(
             return query(
                 dsn,
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE 'COPY%%'",
+                "AND query LIKE 'COPY %%'",
             )
 
         wait_db(dsn, "a commit waiting to copy its rows", lambda: bool(blocked_copy()), job)
         (backend,) = blocked_copy()[0]
+        blocked_batch = len(ledger(dsn))  # ids are contiguous: the next one is the blocked one
         killed = job.kill_driver_group()
-        kills += 1
+        in_database.append(blocked_batch)
         blocker.rollback()  # release: the backend finds its client gone and rolls back
     wait_db(
         dsn,
@@ -301,6 +334,43 @@ def test_driver_killed_at_random_moments_and_mid_transaction_is_exactly_once(
         lambda: not query(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
     )
     job.wait_next_attempt(killed)
+    # The next attempt hands the blocked batch over again, and this time it is committed.
+    wait_db(dsn, f"batch {blocked_batch}", lambda: len(ledger(dsn)) > blocked_batch, job)
+    replays = replayed_batches(job)
+    assert replays.get(killed + 1) == blocked_batch, replays
+
+    # 4. After the database committed, before the driver heard of it: every commit waits for a
+    # synchronous standby that does not exist (committed and durable, not yet acknowledged).
+    with commits_wait_for_a_standby(dsn):
+        add_file()
+        waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+        wait_db(
+            dsn, "a commit waiting for its acknowledgement", lambda: bool(query(dsn, waiting)), job
+        )
+        (backend,) = query(dsn, waiting)[0]
+        unacknowledged = len(ledger(dsn))
+        killed = job.kill_driver_group()
+        in_database.append(unacknowledged + 1)
+        ((killed_at,),) = query(dsn, "SELECT clock_timestamp()")
+    wait_db(
+        dsn,
+        "the acknowledged-to-nobody commit's backend to end",
+        lambda: not query(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
+    )
+    # Its rows and claim are in: the replay that comes must be skipped.
+    ((claimed_at,),) = query(
+        dsn,
+        "SELECT committed_at FROM finishable_batches WHERE sink = %s AND batch_id = %s",
+        SINK,
+        unacknowledged,
+    )
+    assert claimed_at < killed_at
+    job.wait_next_attempt(killed)
+    add_file()
+    wait_db(
+        dsn, f"a batch after {unacknowledged}", lambda: len(ledger(dsn)) > unacknowledged + 1, job
+    )
+    assert replayed_batches(job).get(killed + 1) == unacknowledged
 
     # More input after the last kill, all of it read, then drained: every window fires.
     for _ in range(2):
@@ -311,7 +381,7 @@ def test_driver_killed_at_random_moments_and_mid_transaction_is_exactly_once(
     job.finish(timeout=600)
     status = job.status()
     assert status["phase"] == "Finished", status
-    assert status["restarts"] == kills == 4
+    assert status["restarts"] == len(in_database) == 4
 
     truth = ground_truth(job.input)
     stored = table_counts(dsn)
@@ -323,4 +393,18 @@ def test_driver_killed_at_random_moments_and_mid_transaction_is_exactly_once(
         f"extra {sorted(stored.keys() - truth.keys())[:5]}"
     )
     assert sum(stored.values()) == files * 300
-    assert_ledger_matches_table(dsn)
+    batches = assert_ledger_matches_table(dsn)
+    replays = replayed_batches(job)
+    for number, committed in enumerate(in_database, start=1):
+        replay = replays.get(number + 1)
+        log.info(
+            "kill %d: PostgreSQL had batches 0-%d; attempt %d replayed %s%s",
+            number,
+            committed - 1,
+            number + 1,
+            "no batch" if replay is None else f"batch {replay}",
+            " (already committed: skipped)" if replay is not None and replay < committed else "",
+        )
+    log.info(
+        "%d files, %d rows, %d batches, %d windows", files, files * 300, len(batches), len(stored)
+    )

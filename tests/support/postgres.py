@@ -112,6 +112,14 @@ class PostgresServer:
             group=self._gid,
             extra_groups=None if self._uid is None else [],
         )
+        # In the configuration file, not on the command line: a reload (the tests change
+        # settings with ALTER SYSTEM) would call a file that differs from the command line wrong.
+        with (data / "postgresql.conf").open("a") as conf:
+            conf.write(
+                "fsync = off\n"  # the server is never killed here, only its clients
+                "max_connections = 40\n"
+                "shared_buffers = 16MB\n"
+            )
         self.port = _free_port()
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
@@ -125,12 +133,6 @@ class PostgresServer:
                 str(self.port),
                 "-k",
                 str(self.root),
-                "-c",
-                "fsync=off",  # the server is never killed here, only its clients
-                "-c",
-                "max_connections=40",
-                "-c",
-                "shared_buffers=16MB",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -28,11 +28,12 @@ spec:
 
 
 def test_examples_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
-    # job, bounded and cluster (streaming); local, cluster, promote and top (batch)
-    assert len(EXAMPLES) == 7
+    # job, bounded, postgres and cluster (streaming); local, cluster, promote and top (batch)
+    assert len(EXAMPLES) == 8
     assert main(["validate", *map(str, EXAMPLES)]) == 0
     out = capsys.readouterr().out
     assert "Streaming job 'clickstream'" in out
+    assert "Streaming job 'clickstream-postgres'" in out
     assert "Batch job 'paid-totals'" in out
 
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install the Debian packages the tests run for real when they are missing: prometheus (the server
 # the e2e suite scrapes the operator with, and promtool, which checks and unit-tests the chart's
-# alerting rules) and shellcheck (the kind script's lint). Nothing happens when all are present.
+# alerting rules), shellcheck (the kind script's lint) and postgresql (the server the PostgreSQL
+# sink example's tests start on loopback). Nothing happens when all are present.
 #
 # usage: e2e/tools/install-system-tools.sh
 set -eu
@@ -13,11 +14,15 @@ for pair in prometheus:prometheus promtool:prometheus shellcheck:shellcheck; do
         case " $missing " in *" $package "*) ;; *) missing="$missing $package" ;; esac
     fi
 done
+# Debian keeps the server's programs off PATH, under /usr/lib/postgresql/VERSION/bin.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    missing="$missing postgresql"
+fi
 [ -z "$missing" ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then
     echo "install-system-tools: missing$missing and no apt-get here: install them with your" >&2
-    echo "  package manager (prometheus 2.x with promtool, shellcheck)" >&2
+    echo "  package manager (prometheus 2.x with promtool, shellcheck, postgresql)" >&2
     exit 1
 fi
 SUDO=""

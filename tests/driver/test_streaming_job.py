@@ -78,7 +78,9 @@ def ground_truth(directory: Path, seed_rows: int = 0) -> dict[tuple[datetime, st
             }
         )
         clicks = pd.concat([clicks[["page", "ts"]], seeds], ignore_index=True)
-    clicks["window_start"] = pd.to_datetime(clicks["ts"], utc=True).dt.floor("min")
+    # ISO8601: a click on a whole second is written without a fraction (isoformat()).
+    moments = pd.to_datetime(clicks["ts"], utc=True, format="ISO8601")
+    clicks["window_start"] = moments.dt.floor("min")
     counts = clicks.groupby(["window_start", "page"]).size()
     return {(ts.to_pydatetime(), page): int(n) for (ts, page), n in counts.items()}
 

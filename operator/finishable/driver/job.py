@@ -42,7 +42,13 @@ from finishable.api.jobconfig import (
     config_from_env,
 )
 from finishable.api.models import OBJECT_STORE_SCHEMES, JobMode
-from finishable.connectors.sinks import TransactionalCallback, TransactionalFiles, TransactionalSink
+from finishable.connectors.sinks import (
+    Iceberg,
+    IcebergConfigError,
+    TransactionalCallback,
+    TransactionalFiles,
+    TransactionalSink,
+)
 from finishable.connectors.sources import Source
 from finishable.connectors.streaming.commit_hook import HOOK_OPTION, BatchHookClient
 from finishable.coordinator.endpoint import CoordinatorEndpoint
@@ -198,11 +204,15 @@ class FinishableJob:
 
     def write(self, dataframe: DataFrame, sink: TransactionalSink) -> None:
         """Batch: the job's output, committed once on the final checkpoint."""
-        if not isinstance(sink, TransactionalFiles):
+        runtime = self._batch_runtime("write")
+        if isinstance(sink, Iceberg):
+            sink = self._prepared_iceberg(sink, dataframe)
+        elif not isinstance(sink, TransactionalFiles):
             raise ProgramError(
-                f"a Batch job writes to sinks.TransactionalFiles, got {type(sink).__name__}"
+                "a Batch job writes to sinks.TransactionalFiles or sinks.Iceberg, got "
+                f"{type(sink).__name__}"
             )
-        self._batch_runtime("write").write(dataframe, sink)
+        runtime.write(dataframe, sink)
 
     def _batch_runtime(self, what: str) -> BatchRuntime:
         if self._batch is None:
@@ -257,7 +267,9 @@ class FinishableJob:
                 "use 'complete', or add a watermark and use 'append'"
             )
         if isinstance(sink, TransactionalCallback):
-            sink = sink.with_defaults(staging_url=self._default_staging())
+            sink = sink.with_defaults(staging_url=self._default_staging(sink))
+        elif isinstance(sink, Iceberg):
+            sink = self._prepared_iceberg(sink, dataframe)
         elif isinstance(sink, TransactionalFiles):
             sink = sink.with_defaults()
         self._output = (dataframe, sink, output_mode)
@@ -385,18 +397,40 @@ class FinishableJob:
                     shutil.rmtree(child, ignore_errors=True)
         self._attempt_dir.mkdir(parents=True, exist_ok=True)
 
-    def _default_staging(self) -> str:
-        """Where a callback sink stages: next to the state in object storage, else locally."""
+    def _default_staging(self, sink: TransactionalSink) -> str:
+        """Where a callback or Iceberg sink stages: next to the state in object storage, else
+        locally."""
         url = self.config.state_url.rstrip("/")
         scheme = urlsplit(url).scheme.lower()
         if scheme in OBJECT_STORE_SCHEMES:
             return f"{url}/staging"
         if scheme == "configmap":
             raise ProgramError(
-                "TransactionalCallback needs staging_url when checkpoints are stored in "
+                f"{type(sink).__name__} needs staging_url when checkpoints are stored in "
                 "ConfigMaps: pass a location every executor and the driver can reach"
             )
         return str(Path(self.config.work_dir).parent / "staging")
+
+    def _prepared_iceberg(self, sink: Iceberg, dataframe: DataFrame) -> Iceberg:
+        """The sink with the runtime's defaults, its table created or checked against
+        ``dataframe`` now: a mistake is a permanent failure naming it, before anything runs.
+
+        The default warehouse (with its SQLite catalog) is the job's local directory, only
+        when the job keeps its state locally: a driver pod's disk would not outlive the pod.
+        """
+        scheme = urlsplit(self.config.state_url).scheme.lower()
+        local = scheme not in OBJECT_STORE_SCHEMES and scheme != "configmap"
+        warehouse = str(Path(self.config.work_dir).parent / "iceberg") if local else None
+        sink = sink.with_defaults(
+            staging_url=None if sink.staging_url else self._default_staging(sink),
+            warehouse=warehouse,
+            run=self.config.run_key,
+        )
+        try:
+            sink.prepare(dataframe)
+        except IcebergConfigError as error:
+            raise ProgramError(str(error)) from None
+        return sink
 
     def _report(self, state: DriverState, message: str, *, permanent: bool = False) -> None:
         try:

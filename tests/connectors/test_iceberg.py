@@ -219,22 +219,26 @@ def test_the_pause_point_holds_the_commit_until_released(
     import threading
 
     pause = tmp_path / "pause"
+    pause.mkdir()
     monkeypatch.setenv(PAUSE_ENV, str(pause))
     target = sink(tmp_path).target
     target.prepare(SCHEMA)
+    assert target.commit(0, rows(10, 1), overwrite=False)  # no hold file: no pause
+    hold = pause / "clicks-1.hold"
+    hold.touch()
     done = threading.Event()
     worker = threading.Thread(
-        target=lambda: (target.commit(0, rows(0, 3), overwrite=False), done.set())
+        target=lambda: (target.commit(1, rows(0, 3), overwrite=False), done.set())
     )
     worker.start()
-    marker = pause / "clicks-0"
+    marker = pause / "clicks-1.paused"
     deadline = datetime.now(UTC) + timedelta(seconds=60)
     while not marker.exists():
         assert datetime.now(UTC) < deadline, "the commit never reached the pause point"
         done.wait(0.05)
-    assert list((tmp_path / "wh" / "web" / "clicks" / "data").glob("*.parquet"))
-    assert sink(tmp_path).load_table().current_snapshot() is None
-    marker.unlink()
+    assert len(list((tmp_path / "wh" / "web" / "clicks" / "data").glob("*.parquet"))) == 2
+    assert sink(tmp_path).target.committed_batches() == [0]
+    hold.unlink()
     worker.join(60)
     assert done.is_set()
-    assert sink(tmp_path).read().num_rows == 3
+    assert sink(tmp_path).read().num_rows == 4

@@ -51,9 +51,10 @@ MODES: Final = ("append", "overwrite")
 DEFAULT_CATALOG_NAME: Final = "finishable"
 CATALOG_FILE: Final = "catalog.db"
 PAUSE_ENV: Final = "FINISHABLE_ICEBERG_PAUSE"
-"""A test fault point: a directory; the committer writes ``<sink>-<batch>`` there once the batch's
-data and manifest files are written and waits, before the catalog commit, until the file is gone
-(at most ``PAUSE_LIMIT`` seconds). Crash tests SIGKILL the driver in that window."""
+"""A test fault point: a directory. When ``<dir>/<sink>-<batch>.hold`` exists, the committer of
+that batch writes ``<sink>-<batch>.paused`` once the batch's data and manifest files are written,
+and waits before the catalog commit while the hold file is there (at most ``PAUSE_LIMIT``
+seconds). Crash tests SIGKILL the driver in that window, then remove the hold file."""
 PAUSE_LIMIT: Final = 300.0
 COMMIT_TRIES: Final = 5
 _NAME_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
@@ -403,10 +404,11 @@ def _pause_point(sink: str, batch_id: int) -> None:
     directory = os.environ.get(PAUSE_ENV)
     if not directory:
         return
-    marker = Path(directory) / f"{sink}-{batch_id}"
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(str(os.getpid()))
-    log.warning("%s: batch %d written, waiting before the catalog commit", PAUSE_ENV, batch_id)
+    hold = Path(directory) / f"{sink}-{batch_id}.hold"
+    if not hold.exists():
+        return
+    (Path(directory) / f"{sink}-{batch_id}.paused").write_text(str(os.getpid()))
+    log.warning("%s: batch %d written, held before the catalog commit", PAUSE_ENV, batch_id)
     deadline = time.monotonic() + PAUSE_LIMIT
-    while marker.exists() and time.monotonic() < deadline:
+    while hold.exists() and time.monotonic() < deadline:
         time.sleep(0.05)

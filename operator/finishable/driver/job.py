@@ -29,7 +29,6 @@ import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from finishable.api.control import DriverReport, DriverState
 from finishable.api.jobconfig import (
@@ -41,10 +40,9 @@ from finishable.api.jobconfig import (
     JobConfig,
     config_from_env,
 )
-from finishable.api.models import OBJECT_STORE_SCHEMES, JobMode
+from finishable.api.models import JobMode
 from finishable.connectors.sinks import (
     Iceberg,
-    IcebergConfigError,
     TransactionalCallback,
     TransactionalFiles,
     TransactionalSink,
@@ -57,6 +55,7 @@ from finishable.driver.failures import PermanentFailure, ProgramError, is_perman
 from finishable.driver.outcome import JobFailed, JobSuperseded, Outcome
 from finishable.driver.placement import check_placement
 from finishable.driver.runner_watch import watch_runner
+from finishable.driver.sink_defaults import default_staging, prepared_iceberg
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.streaming.checkpoints import (
     CheckpointKeeper,
@@ -206,7 +205,7 @@ class FinishableJob:
         """Batch: the job's output, committed once on the final checkpoint."""
         runtime = self._batch_runtime("write")
         if isinstance(sink, Iceberg):
-            sink = self._prepared_iceberg(sink, dataframe)
+            sink = prepared_iceberg(self.config, sink, dataframe)
         elif not isinstance(sink, TransactionalFiles):
             raise ProgramError(
                 "a Batch job writes to sinks.TransactionalFiles or sinks.Iceberg, got "
@@ -267,9 +266,9 @@ class FinishableJob:
                 "use 'complete', or add a watermark and use 'append'"
             )
         if isinstance(sink, TransactionalCallback):
-            sink = sink.with_defaults(staging_url=self._default_staging(sink))
+            sink = sink.with_defaults(staging_url=default_staging(self.config, sink))
         elif isinstance(sink, Iceberg):
-            sink = self._prepared_iceberg(sink, dataframe)
+            sink = prepared_iceberg(self.config, sink, dataframe)
         elif isinstance(sink, TransactionalFiles):
             sink = sink.with_defaults()
         self._output = (dataframe, sink, output_mode)
@@ -396,41 +395,6 @@ class FinishableJob:
                 if child.name.startswith("attempt-"):
                     shutil.rmtree(child, ignore_errors=True)
         self._attempt_dir.mkdir(parents=True, exist_ok=True)
-
-    def _default_staging(self, sink: TransactionalSink) -> str:
-        """Where a callback or Iceberg sink stages: next to the state in object storage, else
-        locally."""
-        url = self.config.state_url.rstrip("/")
-        scheme = urlsplit(url).scheme.lower()
-        if scheme in OBJECT_STORE_SCHEMES:
-            return f"{url}/staging"
-        if scheme == "configmap":
-            raise ProgramError(
-                f"{type(sink).__name__} needs staging_url when checkpoints are stored in "
-                "ConfigMaps: pass a location every executor and the driver can reach"
-            )
-        return str(Path(self.config.work_dir).parent / "staging")
-
-    def _prepared_iceberg(self, sink: Iceberg, dataframe: DataFrame) -> Iceberg:
-        """The sink with the runtime's defaults, its table created or checked against
-        ``dataframe`` now: a mistake is a permanent failure naming it, before anything runs.
-
-        The default warehouse (with its SQLite catalog) is the job's local directory, only
-        when the job keeps its state locally: a driver pod's disk would not outlive the pod.
-        """
-        scheme = urlsplit(self.config.state_url).scheme.lower()
-        local = scheme not in OBJECT_STORE_SCHEMES and scheme != "configmap"
-        warehouse = str(Path(self.config.work_dir).parent / "iceberg") if local else None
-        sink = sink.with_defaults(
-            staging_url=None if sink.staging_url else self._default_staging(sink),
-            warehouse=warehouse,
-            run=self.config.run_key,
-        )
-        try:
-            sink.prepare(dataframe)
-        except IcebergConfigError as error:
-            raise ProgramError(str(error)) from None
-        return sink
 
     def _report(self, state: DriverState, message: str, *, permanent: bool = False) -> None:
         try:

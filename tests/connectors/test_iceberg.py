@@ -21,6 +21,7 @@ from finishable.connectors.sinks import (
     IcebergConfigError,
     IcebergSchemaError,
 )
+from tests.state.conftest import BUCKET, S3Server
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 SCHEMA = pa.schema(
@@ -242,3 +243,26 @@ def test_the_pause_point_holds_the_commit_until_released(
     worker.join(60)
     assert done.is_set()
     assert sink(tmp_path).read().num_rows == 4
+
+
+def test_a_warehouse_in_object_storage_with_a_local_sqlite_catalog(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    catalog = {
+        "uri": f"sqlite:///{tmp_path}/catalog.db",
+        "warehouse": f"s3://{BUCKET}/wh-{tmp_path.name}",
+        "s3.endpoint": f"http://{s3_server.endpoint}",
+        "s3.region": "us-east-1",
+        "s3.access-key-id": "testing",
+        "s3.secret-access-key": "testing",
+    }
+    on_s3 = Iceberg("web.clicks", catalog=catalog, name="clicks", partition_by=["page"])
+    assert "testing" not in str(on_s3.fingerprint())
+    target = on_s3.target
+    target.prepare(SCHEMA)
+    assert target.commit(0, rows(0, 9), overwrite=False)
+    assert not target.commit(0, rows(0, 9), overwrite=False)
+    files = on_s3.load_table().inspect.files().column("file_path").to_pylist()
+    assert files and all(f.startswith(f"s3://{BUCKET}/wh-{tmp_path.name}/") for f in files)
+    assert sorted(on_s3.read().column("id").to_pylist()) == list(range(9))
+    assert not list(tmp_path.rglob("*.parquet")), "no data file on the local disk"

@@ -93,11 +93,9 @@ def table_files(warehouse: Path) -> set[str]:
 
 
 def referenced_files(sink: Iceberg) -> set[str]:
-    table = sink.load_table()
-    if table.current_snapshot() is None:
-        return set()
-    paths = table.inspect.files().column("file_path").to_pylist()
-    return {p.removeprefix("file://") for p in paths}
+    """The data files the table's current snapshot references."""
+    tasks = sink.load_table().scan().plan_files()
+    return {task.file.file_path.removeprefix("file://") for task in tasks}
 
 
 def wait_for(what: str, probe: Any, runner: Any, timeout: float = 300) -> Any:

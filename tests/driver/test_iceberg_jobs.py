@@ -98,16 +98,17 @@ def referenced_files(sink: Iceberg) -> set[str]:
     return {task.file.file_path.removeprefix("file://") for task in tasks}
 
 
-def wait_for(what: str, probe: Any, runner: Any, timeout: float = 300) -> Any:
+def wait_for(what: str, probe: Any, job: Job | BatchJob, timeout: float = 300) -> Any:
     """What ``probe`` returns once it is truthy; fails if the runner ended first."""
+    assert job.runner is not None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = probe()
         if found:
             return found
-        assert runner.poll() is None, f"the runner ended before {what}"
+        assert job.runner.poll() is None, f"the runner ended before {what}: {job.status()}"
         time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}: {job.status()}")
 
 
 def kill_group(pid: int) -> None:
@@ -216,7 +217,7 @@ def test_streaming_driver_killed_before_the_catalog_commit_and_at_random_moments
     assert job.runner is not None
 
     # 1. Batch 2's data and manifest files are written, the catalog commit is held: kill.
-    wait_for("the held commit", (pause / f"counts-{held}.paused").exists, job.runner)
+    wait_for("the held commit", (pause / f"counts-{held}.paused").exists, job)
     orphans = table_files(job.output) - referenced_files(job.sink)
     assert orphans, "the held batch's data files are in the warehouse"
     assert held not in per_batch_snapshots(job.sink)
@@ -227,7 +228,11 @@ def test_streaming_driver_killed_before_the_catalog_commit_and_at_random_moments
     # 2. Two kills at random moments, once the table has moved on.
     for _ in range(2):
         before = job.snapshot_count()
-        wait_for("a new snapshot", lambda b=before: job.snapshot_count() > b, job.runner)
+        wait_for(
+            "a new snapshot or the end",
+            lambda b=before: job.snapshot_count() > b or job.runner.poll() is not None,
+            job,
+        )
         time.sleep(rng.uniform(0.0, 2.0))  # mid-batch, mid-commit or between batches
         if job.runner.poll() is not None:
             break  # finished before this kill: the input is small
@@ -305,7 +310,7 @@ def test_batch_to_iceberg_survives_driver_kills_mid_run_and_before_the_commit(
     job.wait("the second attempt", lambda s: s.get("attempt", 0) >= 2)
 
     # Every stage done, the output's data files written, the catalog commit held: kill.
-    wait_for("the held commit", (pause / "totals-0.paused").exists, job.runner)
+    wait_for("the held commit", (pause / "totals-0.paused").exists, job)
     assert table_files(job.output), "the output's data files are in the warehouse"
     assert job.sink.target.load() is None or not per_batch_snapshots(job.sink)
     _attempt, pid = (job.home / "driver.pid").read_text().split()

@@ -256,3 +256,16 @@ def test_a_batch_job_writes_to_iceberg_in_the_jobs_directory_and_checks_the_sche
     message = str(raised.value)
     assert "column 'customer': the table has string, the DataFrame has bigint" in message
     assert "column 'status' (string) is not in the table (its columns: cents, customer)" in message
+
+
+def test_a_streaming_dataframe_that_does_not_fit_an_iceberg_table_is_refused_at_once(
+    spark: SparkSession, shuffle: LocalShuffle, tmp_path: Path
+) -> None:
+    warehouse = str(tmp_path / "wh")
+    sinks.Iceberg("shop.events", warehouse=warehouse).target.prepare(
+        pa.schema([("id", pa.int32()), ("note", pa.string())])
+    )
+    job = make_job(spark, tmp_path, shuffle, mode="Streaming")
+    expected = "column 'id': the table has int, the DataFrame has bigint"
+    with pytest.raises(ProgramError, match=expected):
+        job.write_stream(spark.range(1), sinks.Iceberg("shop.events", warehouse=warehouse))

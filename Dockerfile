@@ -36,7 +36,7 @@ RUN if [ -s /tmp/build-local/ca-certificates.crt ]; then \
         export PIP_CONSTRAINT=/tmp/build-local/constraints.txt; fi \
     && python3 -m venv /opt/finishable/venv \
     && /opt/finishable/venv/bin/pip install --upgrade pip \
-    && /opt/finishable/venv/bin/pip install /src \
+    && /opt/finishable/venv/bin/pip install '/src[iceberg]' \
     && find /opt/finishable/venv -name __pycache__ -prune -exec rm -rf {} +
 
 # -- the image ----------------------------------------------------------------------------------

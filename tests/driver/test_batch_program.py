@@ -263,3 +263,43 @@ def test_a_streaming_output_mode_the_sinks_cannot_publish_is_refused_before_anyt
     sink = sinks.TransactionalFiles(str(tmp_path / "out"), name="counts")
     with pytest.raises(ProgramError, match=r"output_mode='update'.*'append' or 'complete'"):
         job.write_stream(spark.range(1), sink, output_mode="update")
+
+
+def test_a_batch_job_writes_to_iceberg_in_the_jobs_directory_and_checks_the_schema(
+    spark: SparkSession, shuffle: LocalShuffle, orders: Path, tmp_path: Path
+) -> None:
+    job = make_job(spark, tmp_path, shuffle)
+    rows = job.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
+    paid = job.stage("paid", rows.where(F.col("status") == "paid").select("customer", "cents"))
+    totals = job.stage("totals", paid.groupBy("customer").agg(F.sum("cents").alias("cents")))
+    job.write(totals, sinks.Iceberg("shop.totals"))  # no warehouse: the job's own directory
+    job.run()
+    # The default warehouse and its SQLite catalog are beside the job's work directory.
+    table = sinks.Iceberg("shop.totals", warehouse=str(tmp_path / "iceberg"))
+    got = {r["customer"]: r["cents"] for r in table.read().to_pylist()}
+    assert got == paid_cents_per_customer(orders)
+    summary = table.load_table().current_snapshot().summary  # type: ignore[union-attr]
+    assert (summary.get(sinks.SINK_KEY), summary.get(sinks.BATCH_KEY)) == ("program", "0")
+
+    # A second job whose output does not fit that table is refused when it declares it.
+    again = make_job(spark, tmp_path / "again", shuffle)
+    wrong = again.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
+    staged = again.stage("wrong", wrong.select(F.col("cents").alias("customer"), "status"))
+    with pytest.raises(ProgramError) as raised:
+        again.write(staged, sinks.Iceberg("shop.totals", warehouse=str(tmp_path / "iceberg")))
+    message = str(raised.value)
+    assert "column 'customer': the table has string, the DataFrame has bigint" in message
+    assert "column 'status' (string) is not in the table (its columns: cents, customer)" in message
+
+
+def test_a_streaming_dataframe_that_does_not_fit_an_iceberg_table_is_refused_at_once(
+    spark: SparkSession, shuffle: LocalShuffle, tmp_path: Path
+) -> None:
+    warehouse = str(tmp_path / "wh")
+    sinks.Iceberg("shop.events", warehouse=warehouse).target.prepare(
+        pa.schema([("id", pa.int32()), ("note", pa.string())])
+    )
+    job = make_job(spark, tmp_path, shuffle, mode="Streaming")
+    expected = "column 'id': the table has int, the DataFrame has bigint"
+    with pytest.raises(ProgramError, match=expected):
+        job.write_stream(spark.range(1), sinks.Iceberg("shop.events", warehouse=warehouse))

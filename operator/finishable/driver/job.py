@@ -29,7 +29,6 @@ import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from finishable.api.control import DriverReport, DriverState
 from finishable.api.jobconfig import (
@@ -41,8 +40,13 @@ from finishable.api.jobconfig import (
     JobConfig,
     config_from_env,
 )
-from finishable.api.models import OBJECT_STORE_SCHEMES, JobMode
-from finishable.connectors.sinks import TransactionalCallback, TransactionalFiles, TransactionalSink
+from finishable.api.models import JobMode
+from finishable.connectors.sinks import (
+    Iceberg,
+    TransactionalCallback,
+    TransactionalFiles,
+    TransactionalSink,
+)
 from finishable.connectors.sources import Source
 from finishable.connectors.streaming.commit_hook import HOOK_OPTION, BatchHookClient
 from finishable.coordinator.endpoint import CoordinatorEndpoint
@@ -51,6 +55,7 @@ from finishable.driver.failures import PermanentFailure, ProgramError, is_perman
 from finishable.driver.outcome import JobFailed, JobSuperseded, Outcome
 from finishable.driver.placement import check_placement
 from finishable.driver.runner_watch import watch_runner
+from finishable.driver.sink_defaults import default_staging, prepared_iceberg
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.streaming.checkpoints import (
     CheckpointKeeper,
@@ -198,11 +203,15 @@ class FinishableJob:
 
     def write(self, dataframe: DataFrame, sink: TransactionalSink) -> None:
         """Batch: the job's output, committed once on the final checkpoint."""
-        if not isinstance(sink, TransactionalFiles):
+        runtime = self._batch_runtime("write")
+        if isinstance(sink, Iceberg):
+            sink = prepared_iceberg(self.config, sink, dataframe)
+        elif not isinstance(sink, TransactionalFiles):
             raise ProgramError(
-                f"a Batch job writes to sinks.TransactionalFiles, got {type(sink).__name__}"
+                "a Batch job writes to sinks.TransactionalFiles or sinks.Iceberg, got "
+                f"{type(sink).__name__}"
             )
-        self._batch_runtime("write").write(dataframe, sink)
+        runtime.write(dataframe, sink)
 
     def _batch_runtime(self, what: str) -> BatchRuntime:
         if self._batch is None:
@@ -257,7 +266,9 @@ class FinishableJob:
                 "use 'complete', or add a watermark and use 'append'"
             )
         if isinstance(sink, TransactionalCallback):
-            sink = sink.with_defaults(staging_url=self._default_staging())
+            sink = sink.with_defaults(staging_url=default_staging(self.config, sink))
+        elif isinstance(sink, Iceberg):
+            sink = prepared_iceberg(self.config, sink, dataframe)
         elif isinstance(sink, TransactionalFiles):
             sink = sink.with_defaults()
         self._output = (dataframe, sink, output_mode)
@@ -384,19 +395,6 @@ class FinishableJob:
                 if child.name.startswith("attempt-"):
                     shutil.rmtree(child, ignore_errors=True)
         self._attempt_dir.mkdir(parents=True, exist_ok=True)
-
-    def _default_staging(self) -> str:
-        """Where a callback sink stages: next to the state in object storage, else locally."""
-        url = self.config.state_url.rstrip("/")
-        scheme = urlsplit(url).scheme.lower()
-        if scheme in OBJECT_STORE_SCHEMES:
-            return f"{url}/staging"
-        if scheme == "configmap":
-            raise ProgramError(
-                "TransactionalCallback needs staging_url when checkpoints are stored in "
-                "ConfigMaps: pass a location every executor and the driver can reach"
-            )
-        return str(Path(self.config.work_dir).parent / "staging")
 
     def _report(self, state: DriverState, message: str, *, permanent: bool = False) -> None:
         try:

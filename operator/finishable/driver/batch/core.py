@@ -25,7 +25,7 @@ from finishable.api.status import (
     CoordinatorStatus,
     SavepointStatus,
 )
-from finishable.connectors.sinks import TransactionalFiles
+from finishable.connectors.sinks import Iceberg, TransactionalFiles
 from finishable.coordinator.contract import NO_CHECKPOINT
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.batch.plan import (
@@ -51,6 +51,9 @@ if TYPE_CHECKING:
     from finishable.driver.batch.promotion import Promotion
 
 log = logging.getLogger(__name__)
+
+BatchSink = TransactionalFiles | Iceberg
+"""What a Batch job may write to: both stage per task and commit once at the end."""
 
 EVENT_PREFIX = "batch-events"
 PROGRESS_SECONDS = 0.5
@@ -91,7 +94,7 @@ class DeclaredStage:
     inputs: tuple[str, ...]
     narrow: bool
     read: DeclaredRead | None = None
-    sink: TransactionalFiles | None = None
+    sink: BatchSink | None = None
     output_batch: int = 0
     """For the sink stage: the sink batch this run publishes as (``OutputPlanned``)."""
     promote: bool = False

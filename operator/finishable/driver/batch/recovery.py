@@ -21,9 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from finishable.connectors.sink_store import SinkError
-from finishable.connectors.sinks import TransactionalFiles
 from finishable.coordinator.contract import NO_CHECKPOINT
-from finishable.driver.batch.core import DeclaredRead, RuntimeCore
+from finishable.driver.batch.core import BatchSink, DeclaredRead, RuntimeCore
 from finishable.driver.batch.plan import (
     JobLog,
     Listed,
@@ -110,7 +109,7 @@ class RecoveryMixin(RuntimeCore):
         }
 
     @staticmethod
-    def _staged_exists_in(sink: TransactionalFiles, staged: Mapping[str, Any]) -> bool:
+    def _staged_exists_in(sink: BatchSink, staged: Mapping[str, Any]) -> bool:
         path = staged.get("path")
         if path is None:
             return True  # the task had no rows: nothing to lose

@@ -19,7 +19,8 @@ from finishable.connectors.batch.datasources import (
     stage_writer,
     staged_from_json,
 )
-from finishable.connectors.staging import publish_files, retire_replaced
+from finishable.connectors.sinks import Iceberg, TransactionalFiles
+from finishable.connectors.staging import publish_files, read_staged_parts, retire_replaced
 from finishable.connectors.streaming.sink import StagedMessage, _output_schema
 from finishable.driver.batch.core import DeclaredStage, JobSuspended, RuntimeCore
 from finishable.driver.batch.plan import OutputCommitted, StageInitialized, StageKind
@@ -91,12 +92,13 @@ class RoundsMixin(RuntimeCore):
         try:
             if stage.kind is StageKind.SINK:
                 assert stage.sink is not None
+                sink = stage.sink
                 writer = sink_writer(
                     self.endpoint.url,
                     self.token,
-                    stage.sink.url,
-                    stage.sink.sink_name,
-                    stage.sink.format,
+                    sink.store.url,
+                    sink.sink_name,
+                    sink.format if isinstance(sink, TransactionalFiles) else "arrow",
                     batch_id=stage.output_batch,
                 )
             else:
@@ -137,6 +139,17 @@ class RoundsMixin(RuntimeCore):
         for stage in self._stages:
             if stage.promote:
                 self.promotion.stage(stage)
+        if isinstance(sink, Iceberg):
+            rows = self._commit_iceberg(sink, sink_stage, parts)
+        else:
+            rows = self._publish_files(sink, sink_stage, parts)
+        self.events.append(OutputCommitted(sink.sink_name, rows), type="OutputCommitted")
+        self.events.flush(timeout=60)
+        self._log.committed = OutputCommitted(sink.sink_name, rows)
+
+    def _publish_files(
+        self, sink: TransactionalFiles, sink_stage: DeclaredStage, parts: list[StagedMessage]
+    ) -> int:
         manifest = publish_files(
             sink.store,
             sink_stage.output_batch,
@@ -149,10 +162,28 @@ class RoundsMixin(RuntimeCore):
         retired = retire_replaced(sink.store, sink_stage.output_batch)
         if retired:
             log.info("output of earlier runs retired from %s: batches %s", sink.sink_name, retired)
-        self.events.append(OutputCommitted(sink.sink_name, manifest.rows), type="OutputCommitted")
-        self.events.flush(timeout=60)
-        self._log.committed = OutputCommitted(sink.sink_name, manifest.rows)
         log.info("published %d row(s) to %s", manifest.rows, sink.store.display)
+        return manifest.rows
+
+    def _commit_iceberg(
+        self, sink: Iceberg, sink_stage: DeclaredStage, parts: list[StagedMessage]
+    ) -> int:
+        """One Iceberg commit of the job's output, recorded as the run's planned batch: a driver
+        that crashed after the catalog commit finds it in the table and commits nothing."""
+        store = sink.store
+        batch_id = sink_stage.output_batch
+        staged = [message.part for message in parts]
+        target = sink.target
+        if target.is_committed(batch_id):
+            rows = sum(part.rows for part in staged)
+            log.info("the output of run %s is already in %s", self.config.run_key, sink.table)
+        else:
+            table = read_staged_parts(store, staged, _output_schema(sink_stage.dataframe.schema))
+            target.commit(batch_id, table, overwrite=sink.mode == "overwrite")
+            rows = table.num_rows
+        store.delete_staging_up_to(batch_id)
+        log.info("committed %d row(s) to Iceberg table %s", rows, sink.table)
+        return rows
 
 
 def _ranges(tasks: list[int]) -> str:

@@ -24,12 +24,13 @@ from finishable.api.control import DriverState, RequestOutcome
 from finishable.api.jobconfig import JobConfig
 from finishable.api.status import ClusterPartitionStatus
 from finishable.connectors.batch.datasources import read_source_class, stage_source_class
-from finishable.connectors.sinks import TransactionalFiles
+from finishable.connectors.sinks import Iceberg, TransactionalFiles
 from finishable.connectors.sources import ClusterPartition, Source
 from finishable.coordinator.contract import NO_CHECKPOINT
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.batch.control import ControlMixin
 from finishable.driver.batch.core import (
+    BatchSink,
     DeclaredRead,
     DeclaredStage,
     Figures,
@@ -206,11 +207,12 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         }
         return self.spark.read.format(cls.name()).options(**options).load()
 
-    def write(self, dataframe: DataFrame, sink: TransactionalFiles) -> None:
+    def write(self, dataframe: DataFrame, sink: BatchSink) -> None:
         """The job's output: staged per task, published once on the final checkpoint."""
-        if not isinstance(sink, TransactionalFiles):
+        if not isinstance(sink, TransactionalFiles | Iceberg):
             raise ProgramError(
-                f"a Batch job writes to sinks.TransactionalFiles, got {type(sink).__name__}"
+                "a Batch job writes to sinks.TransactionalFiles or sinks.Iceberg, got "
+                f"{type(sink).__name__}"
             )
         if any(s.kind is StageKind.SINK for s in self._stages):
             raise ProgramError("this job already writes to a sink: a Batch job has one output")
@@ -225,7 +227,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
             if event.staged is None or not self._staged_exists_in(sink, event.staged):
                 del stage.finished[task]
 
-    def _plan_output(self, sink: TransactionalFiles) -> int:
+    def _plan_output(self, sink: BatchSink) -> int:
         """The sink batch this run publishes as: the one its log names, else the next free one.
 
         A run's output replaces what earlier runs published in the sink (an overwrite batch),
@@ -235,20 +237,22 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         planned = self._log.planned
         if planned is not None:
             return planned.batch_id
-        committed = sink.store.committed_batches()
-        batch_id = committed[-1] + 1 if committed else 0
+        last = sink.last_committed_batch()
+        batch_id = last + 1 if last is not None else 0
         event = OutputPlanned(sink.sink_name, batch_id)
         self.events.append(event, type="OutputPlanned")
         self.events.flush(timeout=60)
         self._log.planned = event
-        if committed:
+        if last is not None:
+            replaces = isinstance(sink, TransactionalFiles) or sink.mode == "overwrite"
             log.info(
                 "sink %s holds batches up to %d of earlier runs; run %s publishes batch %d, "
-                "which replaces them",
+                "which %s them",
                 sink.sink_name,
-                committed[-1],
+                last,
                 self.config.run_key,
                 batch_id,
+                "replaces" if replaces else "adds to",
             )
         return batch_id
 

@@ -17,6 +17,7 @@ from finishable.connectors.fileformats import (
     csv_records,
     decode_text,
     json_records,
+    records_array,
     split_lines,
 )
 from finishable.coordinator.files import (
@@ -156,3 +157,36 @@ def test_compressed_files_are_never_cut_into_ranges() -> None:
         ("file:///b.csv", False),
     ]
     assert len(splits) == 1 + 4
+
+
+_LINE = st.text(alphabet=st.sampled_from(list('ab ,"#[]{}\t\r\n\x00é')), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(_LINE, max_size=12),
+    file_start=st.booleans(),
+    bom=st.booleans(),
+    file_format=st.sampled_from(["csv", "json"]),
+    header=st.booleans(),
+    comment=st.booleans(),
+)
+def test_the_vectorised_records_are_the_reference_records(
+    *, lines: list[str], file_start: bool, bom: bool, file_format: str, header: bool, comment: bool
+) -> None:
+    given_options: dict[str, object] = {}
+    if file_format == "csv":
+        given_options = {"header": header, **({"comment": "#"} if comment else {})}
+    options = FileOptions.parse(file_format, given_options)
+    data = ("\ufeff" if bom else "").encode() + "\n".join(lines).encode("utf-8")
+    text = decode_text(data, "utf-8", file_start=file_start)
+    if file_format == "csv":
+        reference = csv_records(text, options, file_start=file_start)
+    else:
+        reference = json_records(text, options)
+    assert records_array(data, options, file_start=file_start).to_pylist() == reference
+
+
+def test_invalid_utf8_is_decoded_with_replacement_characters_as_spark_does() -> None:
+    records = records_array(b"1,\xff\n2,b\n", FileOptions("csv"), file_start=True)
+    assert records.to_pylist() == ["1,\ufffd", "2,b"]

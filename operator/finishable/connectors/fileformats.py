@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as sql
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -398,6 +400,43 @@ def array_objects(document: str) -> list[str] | None:
     return elements
 
 
+def records_array(data: bytes, options: FileOptions, *, file_start: bool) -> pa.Array:
+    """The records of a split's bytes as an Arrow string array: what ``csv_records`` and
+    ``json_records`` give, found with Arrow's vectorised string kernels on the common path (no
+    Python string per line), and by those functions where a record is not a line."""
+    if options.multi_line or options.line_sep is not None or options.encoding != "utf-8":
+        return pa.array(_python_records(data, options, file_start), type=pa.string())
+    if file_start and data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    offsets = pa.array([0, len(data)], type=pa.int64()).buffers()[1]
+    text = pa.LargeStringArray.from_buffers(1, offsets, pa.py_buffer(data))
+    try:
+        text.validate(full=True)  # zero-copy, unlike pa.array([data]), which costs ~80 ms/MB
+    except pa.ArrowInvalid:  # not valid UTF-8: Spark decodes with replacement characters
+        return pa.array(_python_records(data, options, file_start), type=pa.string())
+    if b"\r" in data:
+        text = pc.replace_substring(pc.replace_substring(text, "\r\n", "\n"), "\r", "\n")
+    lines = pc.split_pattern(text, "\n").flatten()
+    trimmed = pc.utf8_trim(lines, characters=_JAVA_TRIM)
+    keep = pc.greater(pc.utf8_length(trimmed), 0)
+    comment = options.comment
+    if comment is not None:
+        keep = pc.and_(keep, pc.invert(pc.starts_with(lines, comment)))
+    lines = lines.filter(keep)
+    if options.format == "json" and pc.any(pc.starts_with(trimmed.filter(keep), "[")).as_py():
+        return pa.array(_python_records(data, options, file_start), type=pa.string())
+    if options.header and file_start and len(lines):
+        lines = lines.slice(1)
+    return lines.cast(pa.string())
+
+
+def _python_records(data: bytes, options: FileOptions, file_start: bool) -> list[str]:
+    text = decode_text(data, options.encoding, file_start=file_start)
+    if options.format == "csv":
+        return csv_records(text, options, file_start=file_start)
+    return json_records(text, options)
+
+
 # ---------------------------------------------------------------------- Spark side
 
 
@@ -435,6 +474,12 @@ def parse_records(
         parsed = sql.from_csv(record, parse.toDDL(), parser_options)
     else:
         parsed = sql.from_json(record, parse, parser_options)
+    # A deliberate optimizer barrier: an always-true nondeterministic guard stops Catalyst from
+    # pushing the program's filters below the parse and from inlining the parse into every
+    # column that reads it, either of which parses each record once per reference (measured:
+    # 4.2 s against 2.5 s for one parse, and 2.1 s for spark.read.json, on the batch benchmark's
+    # orders).
+    parsed = sql.when(sql.spark_partition_id() >= 0, parsed)
     frame = frame.withColumn(_PARSED_COLUMN, parsed)
     if dropping:
         malformed = _column(_PARSED_COLUMN).getField(MALFORMED_COLUMN)

@@ -36,9 +36,7 @@ from finishable.connectors.fileformats import (
     RECORD_COLUMN,
     FileOptions,
     Format,
-    csv_records,
-    decode_text,
-    json_records,
+    records_array,
 )
 from finishable.coordinator.client import CoordinatorClient
 from finishable.coordinator.files import compression_of, partition_values
@@ -245,26 +243,20 @@ def _read_range(split: FileSplit, filesystem: pafs.FileSystem, path: str) -> byt
 
 def _read_records(
     split: FileSplit, filesystem: pafs.FileSystem, path: str, options: FileOptions
-) -> list[str]:
+) -> pa.Array:
     whole = options.whole_files or compression_of(path) is not None
     if whole and not split.whole_file:
         raise ValueError(
             "a byte range of a file that must be read whole (compressed, or multiLine, lineSep "
             "or a non-ASCII encoding); its splits were planned for other options"
         )
-    file_start = split.start == 0
     data = _read_range(split, filesystem, path)
-    text = decode_text(data, options.encoding, file_start=file_start)
-    if options.format == "csv":
-        return csv_records(text, options, file_start=file_start)
-    return json_records(text, options)
+    return records_array(data, options, file_start=split.start == 0)
 
 
-def _records_table(records: list[str], target: pa.Schema) -> pa.Table:
+def _records_table(records: pa.Array, target: pa.Schema) -> pa.Table:
     columns = [
-        pa.array(records, type=pa.string())
-        if target_field.name == RECORD_COLUMN
-        else pa.nulls(len(records), target_field.type)
+        records if target_field.name == RECORD_COLUMN else pa.nulls(len(records), target_field.type)
         for target_field in target
     ]
     return pa.Table.from_arrays(columns, schema=target)

@@ -266,3 +266,26 @@ def test_a_warehouse_in_object_storage_with_a_local_sqlite_catalog(
     assert files and all(f.startswith(f"s3://{BUCKET}/wh-{tmp_path.name}/") for f in files)
     assert sorted(on_s3.read().column("id").to_pylist()) == list(range(9))
     assert not list(tmp_path.rglob("*.parquet")), "no data file on the local disk"
+
+
+def test_a_sql_catalog_on_postgresql_recognises_a_replayed_batch(tmp_path: Path) -> None:
+    """A SQL catalog on a real PostgreSQL server (Debian's, on loopback), through SQLAlchemy."""
+    from pyiceberg.catalog import load_catalog
+
+    from tests.support.postgres import PostgresServer
+
+    with PostgresServer() as server:
+        uri = f"postgresql+psycopg://{server.user}@127.0.0.1:{server.port}/{server.database}"
+        catalog = {"name": "pg", "uri": uri, "warehouse": str(tmp_path / "wh")}
+        target = Iceberg("web.clicks", catalog=catalog, name="clicks").with_defaults(run="r1")
+        target.target.prepare(SCHEMA)
+        assert target.target.commit(0, rows(0, 10), overwrite=False) is True
+        assert target.target.commit(1, rows(10, 5), overwrite=False) is True
+        assert target.target.commit(1, rows(10, 5), overwrite=False) is False  # a replay
+
+        # A new process's view: a fresh catalog on the same database.
+        again = load_catalog("pg", uri=uri, warehouse=str(tmp_path / "wh"))
+        table = again.load_table("web.clicks")
+        assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(15))
+        assert [snapshots_of(table, b) for b in (0, 1)] == [1, 1]
+        assert Iceberg("web.clicks", catalog=catalog, name="clicks").last_committed_batch() == 1

@@ -74,11 +74,7 @@ def jobs() -> Iterator[list[Job]]:
     started: list[Job] = []
     yield started
     for job in started:
-        if job.runner is not None and job.runner.poll() is None:
-            job.runner.kill()
-            job.runner.wait(30)
-        with contextlib.suppress(OSError, ValueError):
-            os.killpg(job.driver_pid(), signal.SIGKILL)
+        job.cleanup()
 
 
 class ExampleJob(Job):

@@ -182,6 +182,18 @@ class BatchJob:
     def shuffle_pid(self, index: int) -> int:
         return int((self.home / "shuffle" / str(index) / "pid").read_text())
 
+    def cleanup(self) -> None:
+        """What a test leaves running: the runner, the driver's process group, the servers."""
+        if self.runner is not None and self.runner.poll() is None:
+            self.runner.kill()
+            self.runner.wait(30)
+        with contextlib.suppress(OSError, ValueError):
+            _attempt, pid = (self.home / "driver.pid").read_text().split()
+            os.killpg(int(pid), signal.SIGKILL)
+        for index in (0, 1):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(self.shuffle_pid(index), signal.SIGKILL)
+
     def logs(self) -> str:
         logs = sorted(self.home.glob("driver-*.log")) + sorted(self.home.glob("shuffle/*/*.log"))
         return "".join(f"\n--- {p}\n{p.read_text()[-4000:]}" for p in logs)
@@ -221,15 +233,7 @@ def jobs() -> Iterator[list[BatchJob]]:
     started: list[BatchJob] = []
     yield started
     for job in started:
-        if job.runner is not None and job.runner.poll() is None:
-            job.runner.kill()
-            job.runner.wait(30)
-        with contextlib.suppress(OSError, ValueError):
-            _attempt, pid = (job.home / "driver.pid").read_text().split()
-            os.killpg(int(pid), signal.SIGKILL)
-        for index in (0, 1):
-            with contextlib.suppress(OSError, ValueError):
-                os.kill(job.shuffle_pid(index), signal.SIGKILL)
+        job.cleanup()
 
 
 @pytest.fixture(scope="module")

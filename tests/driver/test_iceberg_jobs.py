@@ -175,11 +175,7 @@ def click_jobs() -> Iterator[list[ClickJob]]:
     started: list[ClickJob] = []
     yield started
     for job in started:
-        if job.runner is not None and job.runner.poll() is None:
-            job.runner.kill()
-            job.runner.wait(30)
-        with contextlib.suppress(OSError, ValueError):
-            kill_group(job.driver_pid())
+        job.cleanup()
 
 
 def test_streaming_to_iceberg_uninterrupted_equals_the_ground_truth(
@@ -281,15 +277,7 @@ def order_jobs() -> Iterator[list[OrdersJob]]:
     started: list[OrdersJob] = []
     yield started
     for job in started:
-        if job.runner is not None and job.runner.poll() is None:
-            job.runner.kill()
-            job.runner.wait(30)
-        with contextlib.suppress(OSError, ValueError):
-            _attempt, pid = (job.home / "driver.pid").read_text().split()
-            kill_group(int(pid))
-        for index in (0, 1):
-            with contextlib.suppress(OSError, ValueError):
-                os.kill(job.shuffle_pid(index), signal.SIGKILL)
+        job.cleanup()
 
 
 def test_batch_to_iceberg_survives_driver_kills_mid_run_and_before_the_commit(

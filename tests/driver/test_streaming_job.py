@@ -212,6 +212,14 @@ class Job:
         _attempt, pid = (self.state / self.name / "driver.pid").read_text().split()
         return int(pid)
 
+    def cleanup(self) -> None:
+        """What a test leaves running: the runner, and the driver with its JVM and workers."""
+        if self.runner is not None and self.runner.poll() is None:
+            self.runner.kill()
+            self.runner.communicate(timeout=30)
+        with contextlib.suppress(OSError, ValueError):
+            os.killpg(self.driver_pid(), signal.SIGKILL)
+
     def kill_driver(self) -> int:
         status = self.status()
         pid = self.driver_pid()

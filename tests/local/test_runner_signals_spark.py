@@ -6,8 +6,6 @@ nothing runs the job, and the next run continues exactly once from the last chec
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import sys
 from collections import Counter
@@ -30,11 +28,7 @@ def jobs() -> Iterator[list[Job]]:
     started: list[Job] = []
     yield started
     for job in started:
-        if job.runner is not None and job.runner.poll() is None:
-            job.runner.kill()
-            job.runner.communicate(timeout=30)
-        with contextlib.suppress(OSError, ValueError):
-            os.killpg(job.driver_pid(), signal.SIGKILL)
+        job.cleanup()
 
 
 def running_driver(job: Job) -> dict[int, str]:

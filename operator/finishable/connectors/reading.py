@@ -217,10 +217,11 @@ def conform(table: pa.Table, target: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=target)
 
 
-def _read_range(split: FileSplit, filesystem: pafs.FileSystem, path: str) -> bytes:
+def _read_range(
+    split: FileSplit, filesystem: pafs.FileSystem, path: str, compression: str | None
+) -> bytes:
     """The bytes of the lines that begin in the split's range (a compressed file is one split:
     all of it, decompressed)."""
-    compression = compression_of(path)
     if compression == "deflate":
         with filesystem.open_input_stream(path) as stream:
             return zlib.decompress(stream.read())
@@ -244,13 +245,14 @@ def _read_range(split: FileSplit, filesystem: pafs.FileSystem, path: str) -> byt
 def _read_records(
     split: FileSplit, filesystem: pafs.FileSystem, path: str, options: FileOptions
 ) -> pa.Array:
-    whole = options.whole_files or compression_of(path) is not None
+    compression = compression_of(path)
+    whole = options.whole_files or compression is not None
     if whole and not split.whole_file:
         raise ValueError(
             "a byte range of a file that must be read whole (compressed, or multiLine, lineSep "
             "or a non-ASCII encoding); its splits were planned for other options"
         )
-    data = _read_range(split, filesystem, path)
+    data = _read_range(split, filesystem, path, compression)
     return records_array(data, options, file_start=split.start == 0)
 
 

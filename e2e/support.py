@@ -202,6 +202,18 @@ class E2ECluster(abc.ABC):
     def logs(self, job: str) -> str:
         """The newest lines of the job's pod logs, for failure messages."""
 
+    def assert_executors_ran_tasks(self, pods: list[str]) -> None:
+        """Every executor pod joined its driver and the pods ran the job's tasks: the work was
+        not done in the driver. Which pod runs which task is Spark's choice (a stateful query
+        prefers the executor holding a partition's state store; a pod that registers late under
+        load may find every task taken), so one pod may run them all."""
+        logs = {pod: self.pod_log(pod) for pod in pods}
+        for pod, log in logs.items():
+            assert "KubernetesExecutorBackend" in log, f"{pod} never joined: {log[-2000:]}"
+        assert any("Running task" in log for log in logs.values()), {
+            pod: log[-1000:] for pod, log in logs.items()
+        }
+
 
 class LocalE2ECluster(E2ECluster):
     """The local cluster: pods are containers or processes of this machine."""

@@ -81,8 +81,8 @@ def test_a_driver_killed_half_way_recovers_without_re_running_finished_tasks(
     second = [pod["metadata"]["name"] for pod in cluster.executor_pods(name, 2)]
     assert len(second) == 2, second
     status = cluster.wait_phase(name, "Finished", RUN)
-    for pod in [*first, *second]:
-        assert "Running task" in cluster.pod_log(pod), f"{pod} ran no task"
+    cluster.assert_executors_ran_tasks(first)
+    cluster.assert_executors_ran_tasks(second)
 
     assert published(cluster, f"{name}/totals") == ground_truth(FILES, ROWS)
     assert status["restarts"] == 1 and status["attempt"] == 2

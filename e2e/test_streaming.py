@@ -55,13 +55,6 @@ def running_executors(cluster: E2ECluster, attempt: int) -> list[str]:
     return [pod["metadata"]["name"] for pod in pods]
 
 
-def ran_tasks(cluster: E2ECluster, pods: list[str]) -> None:
-    """Each executor pod ran tasks of the query: the work was not done in the driver."""
-    for pod in pods:
-        log = cluster.pod_log(pod)
-        assert "Running task" in log and "KubernetesExecutorBackend" in log, f"{pod}: {log[-2000:]}"
-
-
 def no_executors_left(cluster: E2ECluster, what: str) -> None:
     wait_for(
         lambda: cluster.executor_pods(NAME) == [],
@@ -91,7 +84,7 @@ def test_suspend_resume_and_drain_by_editing_the_state(cluster: E2ECluster) -> N
     assert savepoint["location"] and not savepoint.get("drained"), savepoint
     wait_for(lambda: cluster.pod(f"{NAME}-driver-1") is None, "the suspended driver is removed", 60)
     no_executors_left(cluster, "by the suspended job")
-    ran_tasks(cluster, first)
+    cluster.assert_executors_ran_tasks(first)
 
     cluster.set_state(NAME, "Running")
     resumed = cluster.wait_phase(NAME, "Running", START)
@@ -105,7 +98,7 @@ def test_suspend_resume_and_drain_by_editing_the_state(cluster: E2ECluster) -> N
     finished = cluster.wait_phase(NAME, "Finished", STOP)
     assert finished["savepoint"]["drained"] is True
     no_executors_left(cluster, "by the finished job")
-    ran_tasks(cluster, second)
+    cluster.assert_executors_ran_tasks(second)
 
     # Files are read in name order and a drain stops the sources where they are (files that
     # arrive later stay unread), then fires every window. So the published counts must be those

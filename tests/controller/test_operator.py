@@ -184,6 +184,62 @@ def test_savepoint_nonce_takes_a_savepoint_without_stopping(k8s: Cluster) -> Non
     wait_for(lambda: "SavepointCompleted" in k8s.event_reasons("nonce"), "SavepointCompleted")
 
 
+def driver_env(k8s: Cluster, pod_name: str) -> dict[str, str | None]:
+    pod = wait_for(lambda: k8s.get("pods", pod_name), f"the driver pod {pod_name}")
+    return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_an_upgrade_stops_with_a_savepoint_and_starts_the_new_program_from_it(
+    k8s: Cluster,
+) -> None:
+    k8s.start_running("upgraded", STREAMING)
+    old_pod = k8s.get("pods", "upgraded-driver-1")
+    assert old_pod is not None
+    k8s.edit("upgraded", application={"args": ["--fast", "--window=2m"]})
+    k8s.wait_phase("upgraded", "Savepointing")
+    request = k8s.request_for("upgraded", 1)
+    assert (request.action.value, request.drain) == ("stop", False)
+    savepoint = SavepointStatus(location="configmap:upgraded/savepoints/1", request_id=request.id)
+    k8s.answer("upgraded", 1, request, DriverState.SUSPENDED, savepoint=savepoint)
+    k8s.set_pod_phase("upgraded-driver-1", "Succeeded", missing_ok=True)
+    status = k8s.wait_phase("upgraded", "Submitted")
+    assert status["attempt"] == 2 and status["restarts"] == 0
+    env = driver_env(k8s, "upgraded-driver-2")
+    assert env["FINISHABLE_RESTORE_FROM"] == "configmap:upgraded/savepoints/1"
+    new_pod = k8s.get("pods", "upgraded-driver-2")
+    assert new_pod is not None
+    assert new_pod["spec"]["containers"][0] != old_pod["spec"]["containers"][0]
+    assert "--window=2m" in json.dumps(new_pod["spec"]) + json.dumps(
+        k8s.get("configmaps", "upgraded-config")
+    )
+    wait_for(lambda: k8s.get("pods", "upgraded-driver-1") is None, "the old driver pod is deleted")
+    wait_for(lambda: "UpgradeStarted" in k8s.event_reasons("upgraded"), "an UpgradeStarted Event")
+
+
+def test_a_last_state_upgrade_replaces_the_driver_without_a_stop(k8s: Cluster) -> None:
+    k8s.start_running("laststate", {**STREAMING, "upgradeMode": "last-state"})
+    k8s.edit("laststate", executor={"instances": 3})
+    status = k8s.wait_phase("laststate", "Submitted")
+    assert (status["attempt"], status["run"], status["restarts"]) == (2, 1, 0)
+    assert k8s.channel("laststate").read_request(1) is None, "no stop was asked"
+    driver_env(k8s, "laststate-driver-2")
+    wait_for(lambda: k8s.get("pods", "laststate-driver-1") is None, "the old driver is deleted")
+
+
+def test_periodic_savepoints_are_requested_while_the_job_runs(k8s: Cluster) -> None:
+    k8s.start_running("periodic", {**STREAMING, "savepoints": {"interval": "1s"}})
+    first = k8s.request_for("periodic", 1)
+    assert first.action.value == "savepoint" and first.id.startswith("savepoint-periodic-a1-")
+    assert k8s.status("periodic")["pendingRequest"]["trigger"] == "periodic"
+    k8s.answer("periodic", 1, first, DriverState.RUNNING, savepoint=SavepointStatus(location="p1"))
+    second = wait_for(
+        lambda: (r := k8s.channel("periodic").read_request(1)) and r.id != first.id and r,
+        "the next periodic savepoint",
+    )
+    assert second.id.startswith("savepoint-periodic-a1-")
+    assert k8s.status("periodic")["phase"] == "Running"
+
+
 def test_a_stop_past_its_timeout_is_cancelled_and_the_job_keeps_running(k8s: Cluster) -> None:
     k8s.start_running("slowstop", {**STREAMING, "stopTimeout": "1s"})
     k8s.edit("slowstop", state="Suspended")

@@ -545,18 +545,26 @@ observations = st.tuples(
     st.sampled_from(list(PodPhase)),
     st.none() | st.sampled_from(list(DriverState)),
     st.sampled_from([None, *RequestOutcome]),
-    st.sampled_from(["Running", "Suspended", "Finished", None]),
+    st.sampled_from(["Running", "Suspended", "Finished", "upgrade", None]),
     st.integers(min_value=0, max_value=400),
     st.booleans(),
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(mode=st.sampled_from(["Streaming", "Batch"]), steps=st.lists(observations, max_size=40))
-def test_random_observations_stay_in_the_table(mode: str, steps: list[Any]) -> None:
-    job = Job(mode=mode, stopTimeout="2m")
-    for pod, driver_state, outcome, desired, seconds, same_attempt in steps:
-        if desired is not None and desired != job.spec.state.value:
+@given(
+    mode=st.sampled_from(["Streaming", "Batch"]),
+    upgrade_mode=st.sampled_from(["savepoint", "last-state", "stateless"]),
+    steps=st.lists(observations, max_size=40),
+)
+def test_random_observations_stay_in_the_table(
+    mode: str, upgrade_mode: str, steps: list[Any]
+) -> None:
+    job = Job(mode=mode, stopTimeout="2m", upgradeMode=upgrade_mode)
+    for index, (pod, driver_state, outcome, desired, seconds, same_attempt) in enumerate(steps):
+        if desired == "upgrade":  # a new program: spec.upgradeMode applies it to a running job
+            job.edit(application={"file": "job.py", "args": [str(index)]})
+        elif desired is not None and desired != job.spec.state.value:
             job.edit(state=desired)
         report = None
         if driver_state is not None:

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
-from finishable.api.models import RequestAction
+from finishable.api.models import RequestAction, SavepointTrigger
 from finishable.api.status import CheckpointStatus, ControlRequest
 from finishable.kube.api import KubeApi
 from finishable.state.control import (
     ConfigMapControlChannel,
     ControlChannel,
     LocalControlChannel,
+    decode,
 )
 from tests.conftest import TOKEN
 from tests.support.k8s_emulator import EmulatorServer
@@ -151,3 +154,31 @@ def test_a_request_for_another_attempt_is_ignored(
     assert driver.read_request(attempt=2) is None
     received = driver.read_request(attempt=1)
     assert received is not None and received.id == "stop-a1"
+
+
+
+def test_drivers_and_operators_of_other_releases_read_each_other(
+    channels: tuple[ControlChannel, ControlChannel],
+) -> None:
+    """A job started before the operator was upgraded runs the old image: a request carries only
+    what a driver acts on, and each side skips the fields a newer release added."""
+    steering, driver = channels
+    request = ControlRequest(
+        id="savepoint-periodic-a1-g1-5",
+        attempt=1,
+        action=RequestAction.SAVEPOINT,
+        trigger=SavepointTrigger.PERIODIC,
+    )
+    steering.send(request)
+    sent = json.loads(driver._read_control()["request"])
+    assert "trigger" not in sent and sent["id"] == request.id
+    assert driver.read_request(1) == request.model_copy(update={"trigger": None})
+
+    steering._write_control({"request": json.dumps({**sent, "someFutureField": {"x": 1}})})
+    assert driver.read_request(1) == request.model_copy(update={"trigger": None})
+    report = {"attempt": 1, "state": "RUNNING", "anotherNewField": 3}
+    driver._write_state({"report": json.dumps(report)})
+    read = steering.read_report()
+    assert read is not None and (read.attempt, read.state) == (1, DriverState.RUNNING)
+    with pytest.raises(ValidationError, match="attempt"):  # what this release needs, it needs
+        decode(DriverReport, json.dumps({"state": "RUNNING", "anotherNewField": 3}))

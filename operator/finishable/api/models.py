@@ -72,6 +72,17 @@ class RestartFrom(StrEnum):
     SCRATCH = "Scratch"
 
 
+class UpgradeMode(StrEnum):
+    """How a change of what a Running job's driver runs (``spec_revision``) is applied."""
+
+    SAVEPOINT = "savepoint"
+    """Stop with a savepoint, then start the new spec from it: nothing lost, nothing twice."""
+    LAST_STATE = "last-state"
+    """Replace the driver without a stop: the new one resumes from the run's newest checkpoint."""
+    STATELESS = "stateless"
+    """Replace the driver by a new run that starts from nothing."""
+
+
 class RetainOnDelete(StrEnum):
     """Which of a job's state objects in ConfigMaps outlive the job when it is deleted."""
 
@@ -125,6 +136,21 @@ class RequestAction(StrEnum):
 
     STOP = "stop"
     SAVEPOINT = "savepoint"
+
+
+class SavepointTrigger(StrEnum):
+    """Why a savepoint was taken (Flink's manual and periodic, and the stops)."""
+
+    MANUAL = "manual"
+    """spec.savepointTriggerNonce, or ``finishable savepoint``."""
+    PERIODIC = "periodic"
+    """spec.savepoints.interval."""
+    STOP = "stop"
+    """spec.state: Suspended."""
+    DRAIN = "drain"
+    """spec.state: Finished."""
+    UPGRADE = "upgrade"
+    """A changed spec applied with spec.upgradeMode: savepoint."""
 
 
 def is_valid_job_name(name: str) -> bool:

@@ -9,6 +9,8 @@ what to write instead; the CRD's schema is generated from these models. The pods
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Self
 from urllib.parse import urlsplit
 
@@ -22,6 +24,7 @@ from finishable.api.models import (
     RestartFrom,
     RetainOnDelete,
     StorageType,
+    UpgradeMode,
 )
 from finishable.api.pods import DriverSpec, ExecutorSpec, PodSettings, WorkVolumeSpec, cpu_quantity
 from finishable.api.units import Duration, Quantity, positive
@@ -352,6 +355,23 @@ class ClusterPartitionsSpec(ApiModel):
         return None if value is None else positive(value)
 
 
+class SavepointsSpec(ApiModel):
+    """Savepoints the operator takes by itself while a Streaming job runs."""
+
+    interval: Duration | None = Field(
+        default=None,
+        description=(
+            "Take a savepoint this often while the job is Running (the first one an interval "
+            "after it starts running); unset: only on request, on a stop and before an upgrade."
+        ),
+    )
+
+    @field_validator("interval")
+    @classmethod
+    def _positive_interval(cls, value: Duration | None) -> Duration | None:
+        return None if value is None else positive(value)
+
+
 class FinishableSparkJobSpec(ApiModel):
     """The desired state of a FinishableSparkJob."""
 
@@ -410,6 +430,20 @@ class FinishableSparkJobSpec(ApiModel):
             "one (from restoreFrom's savepoint when one is named, else from nothing)."
         ),
     )
+    savepoints: SavepointsSpec = Field(
+        default_factory=SavepointsSpec,
+        description="Periodic savepoints (Streaming).",
+    )
+    upgrade_mode: UpgradeMode = Field(
+        default=UpgradeMode.SAVEPOINT,
+        description=(
+            "How a change to image, application, driver, executor, imagePullSecrets or "
+            "workVolume of a Running job is applied: savepoint (stop with savepoint, start the "
+            "new spec from it), last-state (a new driver resumes from the newest checkpoint, "
+            "without a stop) or stateless (a new run from nothing). A Batch run keeps the spec "
+            "it started with unless stateless."
+        ),
+    )
     checkpointing: CheckpointingSpec = Field(
         default_factory=CheckpointingSpec, description="Checkpoints and their storage."
     )
@@ -446,7 +480,38 @@ class FinishableSparkJobSpec(ApiModel):
             )
         return value
 
+    @model_validator(mode="after")
+    def _periodic_savepoints_only_in_streaming(self) -> Self:
+        if self.savepoints.interval is not None and self.mode is JobMode.BATCH:
+            raise ValueError(
+                "spec.savepoints.interval: a Batch job takes no savepoint while it runs (its job "
+                "event log and shuffle partitions are its state); remove it or set spec.mode: "
+                "Streaming"
+            )
+        return self
+
     @property
     def effective_shuffle(self) -> ShuffleSpec:
         """The shuffle settings a Batch job runs with (the defaults when unset)."""
         return self.shuffle if self.shuffle is not None else ShuffleSpec()
+
+    @property
+    def revision(self) -> str:
+        """A hash of what the driver pod and its program are built from (:data:`REVISION_FIELDS`):
+        when it changes on a Running job, only a new driver applies the change."""
+        fields = self.model_dump(by_alias=True, mode="json", include=set(REVISION_FIELDS))
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+REVISION_FIELDS = (
+    "image",
+    "application",
+    "driver",
+    "executor",
+    "image_pull_secrets",
+    "work_volume",
+)
+"""The spec fields a driver attempt is started with and cannot change while it runs. The others
+act on the running job (state, nonces, stopTimeout), on the next attempt's recovery or restore
+(recovery, restoreFrom, restartFrom) or on what the controller does (checkpoint health)."""

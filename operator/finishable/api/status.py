@@ -19,6 +19,7 @@ from finishable.api.models import (
     ConditionType,
     Phase,
     RequestAction,
+    SavepointTrigger,
 )
 
 
@@ -109,6 +110,9 @@ class ControlRequest(ApiModel):
         default=None, description="Where to write the savepoint; the job's storage when unset."
     )
     requested_at: datetime | None = Field(default=None, description="When it was sent.")
+    trigger: SavepointTrigger | None = Field(
+        default=None, description="Why: manual, periodic, stop, drain or upgrade."
+    )
 
 
 class Condition(ApiModel):
@@ -171,6 +175,18 @@ class FinishableSparkJobStatus(ApiModel):
         description=(
             "The savepoint the current run started from; a recovered attempt falls back to it "
             "when the run has no checkpoint yet."
+        ),
+    )
+    periodic_savepoint_due: datetime | None = Field(
+        default=None,
+        description="When the next periodic savepoint (spec.savepoints.interval) is taken.",
+    )
+    spec_revision: str | None = Field(
+        default=None,
+        description=(
+            "The revision (a hash of image, application, driver, executor, imagePullSecrets and "
+            "workVolume) of the spec the current driver attempt was started with; a Running job "
+            "whose spec has another one is upgraded as spec.upgradeMode says."
         ),
     )
     lifecycle: LifecycleStatus = Field(

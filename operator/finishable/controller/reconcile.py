@@ -64,7 +64,7 @@ from finishable.lifecycle.decisions import (
     PodPhase,
 )
 from finishable.lifecycle.phases import next_status, request_deadline
-from finishable.state.control import ConfigMapControlChannel
+from finishable.state.control import ConfigMapControlChannel, decode
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def parse_report(text: str | None) -> DriverReport | None:
     if not text:
         return None
     try:
-        return DriverReport.model_validate_json(text)
+        return decode(DriverReport, text)
     except ValidationError as error:
         log.warning("ignoring an unreadable driver report: %s", error)
         return None

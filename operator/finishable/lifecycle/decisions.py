@@ -25,7 +25,8 @@ TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
     P.PENDING: frozenset({P.SUBMITTED, P.SUSPENDED, P.FAILED}),
     P.SUBMITTED: frozenset({P.RUNNING, P.FINISHING, P.FINISHED, P.RECOVERING, P.FAILED}),
     P.RUNNING: frozenset(
-        {P.SAVEPOINTING, P.DRAINING, P.FINISHING, P.FINISHED, P.RECOVERING, P.FAILED}
+        # Submitted: an upgrade (last-state or stateless) starts a new driver attempt
+        {P.SAVEPOINTING, P.DRAINING, P.FINISHING, P.FINISHED, P.RECOVERING, P.FAILED, P.SUBMITTED}
     ),
     P.SAVEPOINTING: frozenset({P.SUSPENDED, P.RUNNING, P.RECOVERING, P.FAILED}),
     P.DRAINING: frozenset({P.FINISHED, P.RUNNING, P.RECOVERING, P.FAILED}),

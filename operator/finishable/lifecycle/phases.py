@@ -26,6 +26,8 @@ from finishable.api.models import (
     Phase,
     RequestAction,
     RestartFrom,
+    SavepointTrigger,
+    UpgradeMode,
 )
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import ControlRequest, FinishableSparkJobStatus, RecoveryStatus
@@ -96,8 +98,14 @@ class _Step:
     def act(self, action: Action) -> None:
         self.actions.append(action)
 
-    def request(self, action: RequestAction, drain: bool) -> None:
-        suffix = "-drain" if drain else ""
+    def request(self, action: RequestAction, trigger: SavepointTrigger) -> None:
+        drain = trigger is SavepointTrigger.DRAIN
+        # The id says why: stop-drain-…, stop-upgrade-…, savepoint-periodic-…
+        suffix = {
+            SavepointTrigger.DRAIN: "-drain",
+            SavepointTrigger.UPGRADE: "-upgrade",
+            SavepointTrigger.PERIODIC: "-periodic",
+        }.get(trigger, "")
         request = ControlRequest(
             id=f"{action.value}{suffix}-a{self.status.attempt}-g{self.obs.generation}-"
             f"{int(self.obs.now.timestamp())}",
@@ -105,6 +113,7 @@ class _Step:
             action=action,
             drain=drain,
             requested_at=self.obs.now,
+            trigger=trigger,
         )
         self.status.pending_request = request
         self.act(Action(ActionKind.SEND_REQUEST, attempt=self.status.attempt, request=request))
@@ -248,6 +257,8 @@ def _start(step: _Step, spec: FinishableSparkJobSpec, restore_from: str, message
     step.status.pending_request = None
     step.status.restore_from = restore_from
     step.status.savepoint_trigger_nonce = spec.savepoint_trigger_nonce
+    step.status.spec_revision = spec.revision
+    step.status.periodic_savepoint_due = None  # counted from when the new attempt runs
     _start_driver(step)
     step.move(P.SUBMITTED, message)
 
@@ -305,11 +316,13 @@ def _on_suspended(step: _Step, spec: FinishableSparkJobSpec) -> None:
         return
     savepoint = step.status.savepoint.location if step.status.savepoint else ""
     how = "to drain it" if spec.state is DesiredState.FINISHED else ""
+    upgrade = _upgrade_pending(step.status, spec)
+    what = "starting the upgraded spec" if upgrade else "resuming"
     _start(
         step,
         spec,
         savepoint or spec.restore_from.savepoint,
-        " ".join(filter(None, [f"resuming from savepoint {savepoint or '(none)'}", how])),
+        " ".join(filter(None, [f"{what} from savepoint {savepoint or '(none)'}", how])),
     )
 
 
@@ -397,6 +410,8 @@ def _on_recovering(step: _Step, spec: FinishableSparkJobSpec) -> None:
             return
         recovery.next_attempt_at = None
         status.attempt += 1
+        status.spec_revision = spec.revision  # the new attempt's pod is built from the spec now
+        status.periodic_savepoint_due = None
         _start_driver(step)
         step.move(P.RECOVERING, f"driver attempt {status.attempt} started after: {recovery.reason}")
         return
@@ -472,7 +487,8 @@ def _on_running(step: _Step, spec: FinishableSparkJobSpec) -> None:
         return
     if spec.state is not DesiredState.RUNNING and not _stop_failed_recently(step):
         drain = spec.state is DesiredState.FINISHED
-        step.request(RequestAction.STOP, drain=drain)
+        trigger = SavepointTrigger.DRAIN if drain else SavepointTrigger.STOP
+        step.request(RequestAction.STOP, trigger)
         if drain:
             step.move(P.DRAINING, "stop with savepoint and drain requested")
         else:
@@ -480,9 +496,76 @@ def _on_running(step: _Step, spec: FinishableSparkJobSpec) -> None:
         return
     if spec.savepoint_trigger_nonce != step.status.savepoint_trigger_nonce:
         step.status.savepoint_trigger_nonce = spec.savepoint_trigger_nonce
-        step.request(RequestAction.SAVEPOINT, drain=False)
+        step.request(RequestAction.SAVEPOINT, SavepointTrigger.MANUAL)
+        return
+    if _upgrade(step, spec):
+        return
+    if _periodic_savepoint(step, spec):
         return
     _watch_checkpoints(step, spec)
+
+
+def _periodic_savepoint(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+    """spec.savepoints.interval: a savepoint when one is due (True when it was asked for), else
+    a wake-up for when it will be. Counted from when the job started running, then from each
+    periodic request (a failed one is not retried before the next is due)."""
+    status, now = step.status, step.obs.now
+    interval = spec.savepoints.interval
+    if interval is None:
+        status.periodic_savepoint_due = None
+        return False
+    due = status.periodic_savepoint_due
+    if due is None or due > now + interval:  # newly set, or shortened
+        due = status.periodic_savepoint_due = now + interval
+    if now < due:
+        step.act(Action(ActionKind.REQUEUE, after=due - now))
+        return False
+    status.periodic_savepoint_due = now + interval
+    step.request(RequestAction.SAVEPOINT, SavepointTrigger.PERIODIC)
+    return True
+
+
+def _upgrade_pending(status: FinishableSparkJobStatus, spec: FinishableSparkJobSpec) -> bool:
+    """The spec asks for another driver than the current attempt runs (a status written before
+    revisions were recorded has none: its driver is taken to run the spec as it is)."""
+    return status.spec_revision is not None and status.spec_revision != spec.revision
+
+
+def _upgrade(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+    """Apply a changed spec to a Running job as spec.upgradeMode says; True when it started."""
+    status = step.status
+    if status.spec_revision is None:
+        status.spec_revision = spec.revision
+    if not _upgrade_pending(status, spec) or _stop_failed_recently(step):
+        return False
+    mode = spec.upgrade_mode
+    if spec.mode is JobMode.BATCH and mode is not UpgradeMode.STATELESS:
+        step.degraded = (
+            "UpgradeDeferred",
+            f"spec.upgradeMode {mode.value}: a Batch run keeps the spec it started with (its "
+            f"finished tasks were computed by it); the change applies when run {status.run} "
+            "restarts, or now as a new run with spec.upgradeMode: stateless",
+        )
+        return False
+    change = f"upgrade from spec revision {status.spec_revision} to {spec.revision}"
+    step.events.append(Event("Normal", "UpgradeStarted", f"{change} ({mode.value})"))
+    if mode is UpgradeMode.SAVEPOINT:
+        step.request(RequestAction.STOP, SavepointTrigger.UPGRADE)
+        step.move(P.SAVEPOINTING, f"{change}: stop with savepoint, then start from it")
+        return True
+    step.act(Action(ActionKind.DELETE_DRIVER, attempt=status.attempt))
+    if mode is UpgradeMode.LAST_STATE:
+        # Same run, same restore point: the new attempt resumes from the run's newest checkpoint,
+        # fenced against the old driver as a recovered attempt is.
+        message = f"{change}: driver attempt {status.attempt + 1} resumes from the last checkpoint"
+        _start(step, spec, status.restore_from, message)
+        return True
+    status.run += 1
+    if spec.mode is JobMode.BATCH:  # the new run gets fresh shuffle pods, as many as asked now
+        status.shuffle_replicas = spec.effective_shuffle.replicas
+        step.act(Action(ActionKind.DELETE_SHUFFLE))
+    _start(step, spec, "", f"{change}: run {status.run} starts from nothing (stateless)")
+    return True
 
 
 def _watch_checkpoints(step: _Step, spec: FinishableSparkJobSpec) -> None:

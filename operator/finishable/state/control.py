@@ -11,7 +11,10 @@ only the steering side writes the request, only the driver writes the report. Tw
   atomically (write a temporary file, then rename), so a reader never sees half a document.
 
 What is read is validated with the API models; a document that does not parse is logged and read
-as absent, so a broken writer can stall a job but never steer it wrongly.
+as absent, so a broken writer can stall a job but never steer it wrongly. The operator and a
+driver may run different releases (a job started before the operator was upgraded runs the old
+image): a reader skips top-level fields it does not know, and a request carries only what a driver
+acts on (its ``trigger`` is the operator's own bookkeeping, already spelt out in its id).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -39,8 +42,31 @@ CONTROL_SUFFIX = "-control"
 STATE_SUFFIX = "-state"
 
 
-def _encode(model: ControlRequest | DriverReport) -> str:
-    return json.dumps(model.model_dump(mode="json", by_alias=True, exclude_none=True))
+NOT_SENT_TO_DRIVERS = frozenset({"trigger"})
+"""Request fields the driver does not act on: left out, so drivers of older images read it."""
+
+Document = TypeVar("Document", ControlRequest, DriverReport)
+
+
+def _encode(model: ControlRequest | DriverReport, exclude: frozenset[str] = frozenset()) -> str:
+    fields = model.model_dump(mode="json", by_alias=True, exclude_none=True, exclude=set(exclude))
+    return json.dumps(fields)
+
+
+def decode(kind: type[Document], text: str) -> Document:
+    """The document as this release reads it: fields of a newer writer are skipped; a field this
+    release needs that is missing or wrong still fails (``ValidationError``)."""
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return kind.model_validate_json(text)  # the same error, as a ValidationError
+    if isinstance(raw, dict):
+        known = {field.alias or name for name, field in kind.model_fields.items()}
+        unknown = sorted(key for key in raw if key not in known and key not in kind.model_fields)
+        if unknown:
+            log.debug("skipping fields of a newer %s: %s", kind.__name__, ", ".join(unknown))
+            raw = {key: value for key, value in raw.items() if key not in unknown}
+    return kind.model_validate(raw)
 
 
 class ControlChannel(ABC):
@@ -54,7 +80,7 @@ class ControlChannel(ABC):
 
     def send(self, request: ControlRequest) -> None:
         """Ask the driver to stop or take a savepoint; replaces any earlier request."""
-        self._write_control({"request": _encode(request)})
+        self._write_control({"request": _encode(request, NOT_SENT_TO_DRIVERS)})
 
     def cancel(self, request_id: str) -> None:
         """Withdraw a request (a stop that took too long); the driver abandons it if it can."""
@@ -67,7 +93,7 @@ class ControlChannel(ABC):
         if not text:
             return None
         try:
-            return DriverReport.model_validate_json(text)
+            return decode(DriverReport, text)
         except ValidationError as error:
             log.warning("ignoring an unreadable driver report in %s: %s", self, error)
             return None
@@ -85,7 +111,7 @@ class ControlChannel(ABC):
         if not text:
             return None
         try:
-            request = ControlRequest.model_validate_json(text)
+            request = decode(ControlRequest, text)
         except ValidationError as error:
             log.warning("ignoring an unreadable control request in %s: %s", self, error)
             return None

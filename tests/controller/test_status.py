@@ -155,6 +155,62 @@ def test_metrics_of_a_batch_recovery() -> None:
     assert value(registry, "finishable_shuffle_pods_retained", **labels) == 0
 
 
+def transition_seconds(registry: CollectorRegistry, transition: str) -> tuple[float, float]:
+    """(count, sum) of the transition's histogram."""
+    labels = {"transition": transition}
+    return (
+        value(registry, "finishable_lifecycle_transition_duration_seconds_count", **labels),
+        value(registry, "finishable_lifecycle_transition_duration_seconds_sum", **labels),
+    )
+
+
+def test_lifecycle_transitions_are_timed_from_their_start_to_their_aim() -> None:
+    registry = CollectorRegistry()
+    job = Job(registry)
+    job.step(PodPhase.ABSENT)  # Pending -> Submitted: the submission starts
+    job.step(PodPhase.RUNNING, job.report(DriverState.STARTING), after=3)
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING), after=4)
+    assert transition_seconds(registry, "submission") == (1, 7)
+    assert job.status.transition is None
+
+    # an upgrade: stop with savepoint, a new attempt from it, Running with the new spec
+    job.spec = job.spec.model_copy(
+        update={"application": job.spec.application.model_copy(update={"args": ["--new"]})}
+    )
+    job.generation += 1
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    request = job.status.pending_request
+    assert request is not None and job.status.phase is Phase.SAVEPOINTING
+    done = job.report(
+        DriverState.SUSPENDED,
+        savepoint=SavepointStatus(location="sp-1"),
+        request=RequestReport(id=request.id, outcome=RequestOutcome.COMPLETED),
+    )
+    job.step(PodPhase.SUCCEEDED, done, after=5)
+    assert job.status.phase is Phase.SUBMITTED
+    assert transition_seconds(registry, "upgrade") == (0, 0), "under way"
+    assert transition_seconds(registry, "resume") == (0, 0), "an upgrade, not a resume"
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING), after=6)
+    assert transition_seconds(registry, "upgrade") == (1, 11)
+
+    # a stop that fails is abandoned, not timed; a lost driver's recovery is
+    job.spec = job.spec.model_copy(update={"state": DesiredState.SUSPENDED})
+    job.generation += 1
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    request = job.status.pending_request
+    assert request is not None
+    failed = RequestReport(id=request.id, outcome=RequestOutcome.FAILED, message="sink down")
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING, request=failed), after=2)
+    assert job.status.phase is Phase.RUNNING and job.status.transition is None
+    assert transition_seconds(registry, "suspend") == (0, 0)
+    job.step(PodPhase.FAILED)
+    assert job.status.phase is Phase.RECOVERING
+    job.step(PodPhase.ABSENT, after=10)
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING), after=5)
+    assert job.status.phase is Phase.RUNNING
+    assert transition_seconds(registry, "recovery") == (1, 15)
+
+
 def test_driver_pod_observation() -> None:
     failed = {
         "metadata": {"name": "j-driver-2", "labels": {"finishable.dev/attempt": "2"}},

@@ -138,6 +138,24 @@ class RequestAction(StrEnum):
     SAVEPOINT = "savepoint"
 
 
+class Transition(StrEnum):
+    """A change of the job that spans phases, timed from its start to the phase it aims at (the
+    Flink operator's lifecycle transitions)."""
+
+    SUBMISSION = "submission"
+    """A new run, or a Failed job restarted: to Running."""
+    RESUME = "resume"
+    """Suspended to Running."""
+    UPGRADE = "upgrade"
+    """A changed spec applied (spec.upgradeMode): to Running with the new spec."""
+    SUSPEND = "suspend"
+    """A stop with savepoint: to Suspended."""
+    DRAIN = "drain"
+    """A stop with savepoint and drain: to Finished."""
+    RECOVERY = "recovery"
+    """A lost driver: to Running again."""
+
+
 class SavepointTrigger(StrEnum):
     """Why a savepoint was taken (Flink's manual and periodic, and the stops)."""
 

@@ -1,10 +1,12 @@
 """The ``spec`` of a FinishableSparkJob: what the user asks for, as pydantic v2 models.
 
-The program and its resources, the desired state, where snapshots are stored, how a lost driver
-is recovered, and a Batch job's shuffle pods. Validators reject what can never run (an unknown
-URL scheme, a ConfigMap store with a URL, shuffle pods in Streaming mode) with a message that says
-what to write instead; the CRD's schema is generated from these models. The pods' own settings
-(driver, executors, the work volume) are :mod:`finishable.api.pods`.
+The program and its resources, the desired state, where snapshots are stored and when they are
+taken, how a lost driver is recovered and how an edit is applied (:attr:`revision`). Validators
+reject what can never run (an unknown URL scheme, a ConfigMap store with a URL, shuffle pods in
+Streaming mode) with a message that says what to write instead; the CRD's schema is generated
+from these models. The pods' own settings (driver, executors, the work volume) are
+:mod:`finishable.api.pods`, a Batch job's shuffle pods and cluster partitions
+:mod:`finishable.api.batchspec`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from finishable.api.batchspec import ClusterPartitionsSpec, ShuffleSpec
 from finishable.api.models import (
     OBJECT_STORE_SCHEMES,
     ApiModel,
@@ -26,7 +29,7 @@ from finishable.api.models import (
     StorageType,
     UpgradeMode,
 )
-from finishable.api.pods import DriverSpec, ExecutorSpec, PodSettings, WorkVolumeSpec, cpu_quantity
+from finishable.api.pods import DriverSpec, ExecutorSpec, WorkVolumeSpec
 from finishable.api.units import Duration, Quantity, positive
 from finishable.api.volumes import driver_volumes
 
@@ -262,97 +265,6 @@ class RecoverySpec(ApiModel):
     event_store: EventStoreSpec = Field(
         default_factory=EventStoreSpec, description="Batch: buffering of the job event log."
     )
-
-
-class ShuffleStorageSpec(ApiModel):
-    """The volume of each shuffle pod."""
-
-    size: Quantity = Field(
-        default=Quantity(10 * 1024**3), description="Volume size per shuffle pod, such as 10Gi."
-    )
-    storage_class_name: str | None = Field(
-        default=None, description="StorageClass of the volume; the cluster default when unset."
-    )
-
-    @field_validator("size")
-    @classmethod
-    def _positive_size(cls, value: Quantity) -> Quantity:
-        if value <= 0:
-            raise ValueError("must be larger than zero")
-        return value
-
-
-class ShuffleSpec(PodSettings):
-    """Shuffle pods that keep result partitions alive across driver crashes (Batch mode only)."""
-
-    replicas: int = Field(
-        default=2,
-        ge=1,
-        le=100,
-        description=(
-            "Number of shuffle pods. Partitions are placed by pod, so a run keeps the number it "
-            "started with: a change applies to the next run (status.shuffleReplicas)."
-        ),
-    )
-    cores: str = Field(default="500m", description="CPU request of a shuffle pod.")
-    memory: Quantity = Field(
-        default=Quantity(512 * 1024**2), description="Memory of a shuffle pod (request and limit)."
-    )
-    storage: ShuffleStorageSpec = Field(
-        default_factory=ShuffleStorageSpec, description="Volume of each shuffle pod."
-    )
-    retain_timeout: Duration = Field(
-        default=Duration(minutes=5),
-        description=(
-            "How long shuffle pods keep a job's partitions after its driver stopped "
-            "heartbeating; the reconnect window of a new driver attempt."
-        ),
-    )
-
-    @field_validator("cores")
-    @classmethod
-    def _cores(cls, value: str) -> str:
-        return cpu_quantity(value) or value
-
-    @field_validator("retain_timeout")
-    @classmethod
-    def _positive_timeout(cls, value: Duration) -> Duration:
-        return positive(value)
-
-
-class ClusterPartitionsSpec(ApiModel):
-    """Where the datasets a Batch job promotes (``job.stage(..., promote=True)``) are kept."""
-
-    storage: str | None = Field(
-        default=None,
-        description=(
-            "Partition storage: s3://bucket/prefix, gs://..., hdfs://... or file:///path (a "
-            "directory locally). Unset: <checkpoint storage url>/cluster-partitions when the "
-            "checkpoints are in object storage; a job that promotes without either fails."
-        ),
-    )
-    ttl: Duration | None = Field(
-        default=None,
-        description="How long a cluster partition is kept; unset, until it is deleted.",
-    )
-
-    @field_validator("storage")
-    @classmethod
-    def _storage_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        scheme = urlsplit(value).scheme
-        if scheme and len(scheme) > 1 and scheme not in (*OBJECT_STORE_SCHEMES, "local"):
-            raise ValueError(
-                f"{value!r} has the scheme {scheme!r}; partition storage accepts "
-                f"{', '.join(OBJECT_STORE_SCHEMES)} (or a directory in local runs)"
-            )
-        return value
-
-    @field_validator("ttl")
-    @classmethod
-    def _positive_ttl(cls, value: Duration | None) -> Duration | None:
-        return None if value is None else positive(value)
 
 
 class SavepointsSpec(ApiModel):

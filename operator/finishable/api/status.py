@@ -20,6 +20,7 @@ from finishable.api.models import (
     Phase,
     RequestAction,
     SavepointTrigger,
+    Transition,
 )
 
 
@@ -77,6 +78,13 @@ class CoordinatorStatus(ApiModel):
     snapshot: str | None = Field(default=None, description="Location of the newest snapshot.")
     splits_total: int = Field(default=0, ge=0, description="Splits discovered.")
     splits_finished: int = Field(default=0, ge=0, description="Splits fully read.")
+
+
+class TransitionStatus(ApiModel):
+    """The lifecycle transition under way."""
+
+    kind: Transition = Field(description="submission, resume, upgrade, suspend, drain or recovery.")
+    started_at: datetime = Field(description="When it began.")
 
 
 class RecoveryStatus(ApiModel):
@@ -211,6 +219,9 @@ class FinishableSparkJobStatus(ApiModel):
     )
     recovery: RecoveryStatus = Field(
         default_factory=RecoveryStatus, description="Crash recovery figures."
+    )
+    transition: TransitionStatus | None = Field(
+        default=None, description="The lifecycle transition under way, if any."
     )
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Progressing and Degraded."

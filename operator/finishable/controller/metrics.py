@@ -13,8 +13,9 @@ from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from finishable.api.models import ConditionStatus, ConditionType, Phase
+from finishable.api.models import ConditionStatus, ConditionType, Phase, Transition
 from finishable.api.status import FinishableSparkJobStatus
+from finishable.lifecycle.decisions import transition_outcome
 from finishable.lifecycle.health import STALLED_REASON
 
 JobKey = tuple[str, str]
@@ -44,6 +45,15 @@ class Metrics:
             "finishable_phase_duration_seconds",
             "How long a job stayed in a phase, observed when it left it.",
             ["phase"],
+            buckets=_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.lifecycle_transition = Histogram(
+            "finishable_lifecycle_transition_duration_seconds",
+            "How long a completed lifecycle transition took: submission, resume and upgrade "
+            "(to Running), suspend (to Suspended), drain (to Finished), recovery (a lost driver "
+            "to Running).",
+            ["transition"],
             buckets=_DURATION_BUCKETS,
             registry=registry,
         )
@@ -139,6 +149,8 @@ class Metrics:
             self.time_in_phase.labels(phase.value)
         for drain in ("true", "false"):
             self.stop_latency.labels(drain)
+        for transition in Transition:
+            self.lifecycle_transition.labels(transition.value)
         self._per_job_counters = (
             self.checkpoints,
             self.savepoints,
@@ -193,6 +205,7 @@ class Metrics:
             self.request_deadline.labels(*key).set(request_deadline.timestamp())
         if after.phase is not before.phase:
             self._record_transition(before, after, now)
+        self._record_lifecycle_transition(before, after, now)
         self._record_progress(key, before, after)
         retained = after.recovery.shuffle_retained_until is not None
         self.shuffle_retained.labels(*key).set(shuffle_replicas if retained else 0)
@@ -228,6 +241,16 @@ class Metrics:
         lost_at = before.recovery.driver_lost_at
         if before.phase is Phase.RECOVERING and after.phase is Phase.RUNNING and lost_at:
             self.recovery_duration.observe(max(0.0, (now - lost_at).total_seconds()))
+
+    def _record_lifecycle_transition(
+        self, before: FinishableSparkJobStatus, after: FinishableSparkJobStatus, now: datetime
+    ) -> None:
+        ongoing = before.transition
+        if ongoing is None or after.transition == ongoing:
+            return
+        if transition_outcome(ongoing.kind, before.phase, after.phase):
+            seconds = max(0.0, (now - ongoing.started_at).total_seconds())
+            self.lifecycle_transition.labels(ongoing.kind.value).observe(seconds)
 
     def _record_progress(
         self, key: JobKey, before: FinishableSparkJobStatus, after: FinishableSparkJobStatus

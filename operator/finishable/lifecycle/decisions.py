@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from finishable.api.control import DriverReport
-from finishable.api.models import DesiredState, Phase
+from finishable.api.models import DesiredState, Phase, Transition
 from finishable.api.status import ControlRequest, FinishableSparkJobStatus
 
 P = Phase
@@ -143,4 +143,24 @@ def illegal_state_change(
             "the bounded input has ended and the final checkpoint is in progress; "
             "the job can no longer be Suspended and will be Finished"
         )
+    return None
+
+
+_STARTING = frozenset({P.SUBMITTED, P.RECOVERING})
+_DRIVER_UP = frozenset({P.RUNNING, P.FINISHING, P.FINISHED})
+
+
+def transition_outcome(kind: Transition, before: Phase, after: Phase) -> bool | None:
+    """Whether a step from ``before`` to ``after`` completed a transition (True), abandoned it
+    (False: the job failed, or a stop failed and the job runs on), or left it under way (None)."""
+    if after is P.FAILED:
+        return False
+    if kind is Transition.SUSPEND:
+        return True if after is P.SUSPENDED else (False if after is P.RUNNING else None)
+    if kind is Transition.DRAIN:
+        return True if after is P.FINISHED else (False if after is P.RUNNING else None)
+    if before in _STARTING and after in _DRIVER_UP:
+        return True
+    if before in STOPPING_PHASES and after is P.RUNNING:  # an upgrade's stop failed
+        return False
     return None

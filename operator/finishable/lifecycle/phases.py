@@ -27,10 +27,16 @@ from finishable.api.models import (
     RequestAction,
     RestartFrom,
     SavepointTrigger,
+    Transition,
     UpgradeMode,
 )
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.api.status import ControlRequest, FinishableSparkJobStatus, RecoveryStatus
+from finishable.api.status import (
+    ControlRequest,
+    FinishableSparkJobStatus,
+    RecoveryStatus,
+    TransitionStatus,
+)
 from finishable.lifecycle.budget import (
     counted_losses,
     describe_interval,
@@ -49,6 +55,7 @@ from finishable.lifecycle.decisions import (
     Observation,
     PodPhase,
     illegal_state_change,
+    transition_outcome,
 )
 from finishable.lifecycle.health import STALLED_REASON, checkpoint_health
 from finishable.lifecycle.table import LifecycleMode
@@ -98,6 +105,12 @@ class _Step:
     def act(self, action: Action) -> None:
         self.actions.append(action)
 
+    def begin(self, kind: Transition) -> None:
+        """A lifecycle transition starts (one under way of the same kind goes on)."""
+        current = self.status.transition
+        if current is None or current.kind is not kind:
+            self.status.transition = TransitionStatus(kind=kind, started_at=self.obs.now)
+
     def request(self, action: RequestAction, trigger: SavepointTrigger) -> None:
         drain = trigger is SavepointTrigger.DRAIN
         # The id says why: stop-drain-…, stop-upgrade-…, savepoint-periodic-…
@@ -135,12 +148,23 @@ def next_status(
         _release_executors_on_end(step)
         _count_restart_budget(step, spec)
         step.status.observed_generation = observation.generation
+    _settle_transition(step)
     _set_conditions(step)
     return Decision(step.status, tuple(step.actions), tuple(step.events))
 
 
 # ---------------------------------------------------------------------------------------------
 # the steps
+
+
+def _settle_transition(step: _Step) -> None:
+    """A transition that completed or was abandoned in this step is over (metrics time it)."""
+    transition = step.status.transition
+    if (
+        transition is not None
+        and transition_outcome(transition.kind, step.before.phase, step.status.phase) is not None
+    ):
+        step.status.transition = None
 
 
 def _invalid_spec(step: _Step) -> None:
@@ -250,8 +274,15 @@ def _start_driver(step: _Step) -> None:
     )
 
 
-def _start(step: _Step, spec: FinishableSparkJobSpec, restore_from: str, message: str) -> None:
+def _start(
+    step: _Step,
+    spec: FinishableSparkJobSpec,
+    restore_from: str,
+    message: str,
+    transition: Transition = Transition.SUBMISSION,
+) -> None:
     """A new attempt: of a new run, or of this run resumed (from its savepoint or checkpoint)."""
+    step.begin(transition)
     step.status.run = max(step.status.run, 1)
     step.status.attempt += 1
     step.status.pending_request = None
@@ -323,6 +354,7 @@ def _on_suspended(step: _Step, spec: FinishableSparkJobSpec) -> None:
         spec,
         savepoint or spec.restore_from.savepoint,
         " ".join(filter(None, [f"{what} from savepoint {savepoint or '(none)'}", how])),
+        Transition.UPGRADE if upgrade else Transition.RESUME,
     )
 
 
@@ -380,6 +412,7 @@ def _crash(step: _Step, spec: FinishableSparkJobSpec, reason: str) -> None:
     retained = None
     if spec.mode is JobMode.BATCH:
         retained = now + spec.effective_shuffle.retain_timeout
+    step.begin(Transition.RECOVERY)
     status.recovery = RecoveryStatus(
         reason=reason,
         driver_lost_at=now,
@@ -489,6 +522,7 @@ def _on_running(step: _Step, spec: FinishableSparkJobSpec) -> None:
         drain = spec.state is DesiredState.FINISHED
         trigger = SavepointTrigger.DRAIN if drain else SavepointTrigger.STOP
         step.request(RequestAction.STOP, trigger)
+        step.begin(Transition.DRAIN if drain else Transition.SUSPEND)
         if drain:
             step.move(P.DRAINING, "stop with savepoint and drain requested")
         else:
@@ -549,6 +583,7 @@ def _upgrade(step: _Step, spec: FinishableSparkJobSpec) -> bool:
         return False
     change = f"upgrade from spec revision {status.spec_revision} to {spec.revision}"
     step.events.append(Event("Normal", "UpgradeStarted", f"{change} ({mode.value})"))
+    step.begin(Transition.UPGRADE)
     if mode is UpgradeMode.SAVEPOINT:
         step.request(RequestAction.STOP, SavepointTrigger.UPGRADE)
         step.move(P.SAVEPOINTING, f"{change}: stop with savepoint, then start from it")
@@ -558,13 +593,14 @@ def _upgrade(step: _Step, spec: FinishableSparkJobSpec) -> bool:
         # Same run, same restore point: the new attempt resumes from the run's newest checkpoint,
         # fenced against the old driver as a recovered attempt is.
         message = f"{change}: driver attempt {status.attempt + 1} resumes from the last checkpoint"
-        _start(step, spec, status.restore_from, message)
+        _start(step, spec, status.restore_from, message, Transition.UPGRADE)
         return True
     status.run += 1
     if spec.mode is JobMode.BATCH:  # the new run gets fresh shuffle pods, as many as asked now
         status.shuffle_replicas = spec.effective_shuffle.replicas
         step.act(Action(ActionKind.DELETE_SHUFFLE))
-    _start(step, spec, "", f"{change}: run {status.run} starts from nothing (stateless)")
+    stateless = f"{change}: run {status.run} starts from nothing (stateless)"
+    _start(step, spec, "", stateless, Transition.UPGRADE)
     return True
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from finishable.api.crd import CRD_FILE
+from finishable.api.crd import CRD_FILE, SNAPSHOT_CRD_FILE
 from finishable.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,6 +106,8 @@ def test_multi_document_file_names_the_document(
 def test_crd_command_prints_the_committed_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["crd"]) == 0
     assert capsys.readouterr().out == (ROOT / CRD_FILE).read_text()
+    assert main(["crd", "--snapshot"]) == 0
+    assert capsys.readouterr().out == (ROOT / SNAPSHOT_CRD_FILE).read_text()
 
 
 def test_describe_fills_defaults(capsys: pytest.CaptureFixture[str]) -> None:

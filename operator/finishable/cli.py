@@ -65,9 +65,12 @@ def _package_version(package: str) -> str:
 
 def _crd(args: argparse.Namespace, out: TextIO) -> int:
     """Print the CustomResourceDefinition generated from the models."""
-    from finishable.api.crd import render_crd  # noqa: PLC0415 - keeps `finishable --help` fast
+    from finishable.api.crd import (  # noqa: PLC0415 - keeps `finishable --help` fast
+        render_crd,
+        render_snapshot_crd,
+    )
 
-    out.write(render_crd())
+    out.write(render_snapshot_crd() if args.snapshot else render_crd())
     return 0
 
 
@@ -356,7 +359,12 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     add("version", _version, "print the versions of finishable and its main dependencies")
-    add("crd", _crd, "print the FinishableSparkJob CustomResourceDefinition (YAML)")
+    crd = add("crd", _crd, "print the FinishableSparkJob CustomResourceDefinition (YAML)")
+    crd.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="print the FinishableSparkSnapshot CustomResourceDefinition instead",
+    )
     validate = add("validate", _validate, "check FinishableSparkJob manifests")
     validate.add_argument("files", nargs="+", metavar="FILE", help="manifest files")
     describe = add(

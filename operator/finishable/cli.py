@@ -65,12 +65,9 @@ def _package_version(package: str) -> str:
 
 def _crd(args: argparse.Namespace, out: TextIO) -> int:
     """Print the CustomResourceDefinition generated from the models."""
-    from finishable.api.crd import (  # noqa: PLC0415 - keeps `finishable --help` fast
-        render_crd,
-        render_snapshot_crd,
-    )
+    from finishable.api import crd  # noqa: PLC0415 - keeps `finishable --help` fast
 
-    out.write(render_snapshot_crd() if args.snapshot else render_crd())
+    out.write(crd.render_snapshot_crd() if args.snapshot else crd.render_crd())
     return 0
 
 
@@ -360,11 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("version", _version, "print the versions of finishable and its main dependencies")
     crd = add("crd", _crd, "print the FinishableSparkJob CustomResourceDefinition (YAML)")
-    crd.add_argument(
-        "--snapshot",
-        action="store_true",
-        help="print the FinishableSparkSnapshot CustomResourceDefinition instead",
-    )
+    crd.add_argument("--snapshot", action="store_true", help="the FinishableSparkSnapshot CRD")
     validate = add("validate", _validate, "check FinishableSparkJob manifests")
     validate.add_argument("files", nargs="+", metavar="FILE", help="manifest files")
     describe = add(

@@ -61,24 +61,25 @@ def test_the_object_records_the_savepoint_owned_by_the_job() -> None:
 
 
 def test_the_name_is_deterministic_and_tells_savepoints_apart() -> None:
-    name = snapshot_name(JOB, SnapshotTrigger.STOP, SAVEPOINT)
-    assert name == snapshot_name(JOB, SnapshotTrigger.STOP, SAVEPOINT)
-    assert name.startswith("clicks-stop-7-") and DNS_LABEL.match(name)
+    name = snapshot_name(JOB, SAVEPOINT)
+    assert name == snapshot_name(JOB, SAVEPOINT)
+    assert name.startswith("clicks-savepoint-7-") and DNS_LABEL.match(name)
     other = SAVEPOINT.model_copy(update={"location": "configmap:clicks/savepoints/7b"})
-    assert snapshot_name(JOB, SnapshotTrigger.STOP, other) != name
+    assert snapshot_name(JOB, other) != name
     recreated = JobRef(name="clicks", namespace="jobs", uid="another-uid")
-    assert snapshot_name(recreated, SnapshotTrigger.STOP, SAVEPOINT) != name
-    assert snapshot_name(JOB, SnapshotTrigger.MANUAL, SAVEPOINT) != name
+    assert snapshot_name(recreated, SAVEPOINT) != name
+    drained = SAVEPOINT.model_copy(update={"drained": True})
+    assert snapshot_name(JOB, drained).startswith("clicks-drain-7-")
     unknown_id = SAVEPOINT.model_copy(update={"id": None})
-    assert DNS_LABEL.match(snapshot_name(JOB, SnapshotTrigger.DRAIN, unknown_id))
+    assert DNS_LABEL.match(snapshot_name(JOB, unknown_id))
 
 
 def test_a_long_job_name_is_shortened_to_a_dns_label() -> None:
     job = JobRef(name="a" * 39 + "-b", namespace="jobs", uid="u")
     savepoint = SAVEPOINT.model_copy(update={"id": 10**18})
-    name = snapshot_name(job, SnapshotTrigger.PERIODIC, savepoint)
+    name = snapshot_name(job, savepoint)
     assert len(name) <= 63 and DNS_LABEL.match(name)
-    assert name.endswith(f"-periodic-{10**18}-" + name.rsplit("-", 1)[1])
+    assert name.endswith(f"-savepoint-{10**18}-" + name.rsplit("-", 1)[1])
 
 
 def test_a_drained_savepoint_is_a_drain_snapshot() -> None:

@@ -25,6 +25,7 @@ from finishable.controller.reconcile import (
     Controller,
     DriverPod,
     JobLoop,
+    SnapshotRefUnusable,
     StatusUnreadable,
     driver_pod_of,
 )
@@ -204,6 +205,8 @@ async def reconcile(
     try:
         await loop.run(stopped)
     except BackendError as error:
+        raise kopf.TemporaryError(f"{error}; retrying", delay=RETRY_SECONDS) from None
+    except SnapshotRefUnusable as error:
         raise kopf.TemporaryError(f"{error}; retrying", delay=RETRY_SECONDS) from None
 
 

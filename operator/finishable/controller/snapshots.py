@@ -5,8 +5,9 @@ snapshot in the job's namespace, owned by the job, and resolves ``spec.restoreFr
 to the location a snapshot holds. Everything here is pure: the loop does the API calls.
 
 A snapshot's name is deterministic, so recording the same savepoint again (a retried step, a
-restarted operator) creates nothing new: ``<job>-<trigger>-<checkpoint id>-<hash>``, the hash (of
-the job's uid and the savepoint's location) telling apart two savepoints of the same batch.
+restarted operator) creates nothing new: ``<job>-<kind>-<checkpoint id>-<hash>`` (kind
+``savepoint`` or ``drain``), the hash (of the job's uid and the savepoint's location) telling
+apart two savepoints of the same batch.
 """
 
 from __future__ import annotations
@@ -55,11 +56,18 @@ def trigger_of(
     return SnapshotTrigger.MANUAL
 
 
-def snapshot_name(job: JobRef, trigger: SnapshotTrigger, savepoint: SavepointStatus) -> str:
-    """``<job>-<trigger>-<id>-<hash>``, a DNS label of at most 63 characters (the job's name is
-    shortened when the rest needs the room)."""
+def snapshot_kind(savepoint: SavepointStatus) -> SnapshotKind:
+    return SnapshotKind.DRAIN if savepoint.drained else SnapshotKind.SAVEPOINT
+
+
+def snapshot_name(job: JobRef, savepoint: SavepointStatus) -> str:
+    """``<job>-<kind>-<id>-<hash>``, a DNS label of at most 63 characters (the job's name is
+    shortened when the rest needs the room). Only what the savepoint itself says goes into it
+    (not the trigger, which a restarted operator may no longer know), so the same savepoint
+    always gets the same name."""
     digest = hashlib.sha256(f"{job.uid}\n{savepoint.location}".encode()).hexdigest()
-    parts = [trigger.value, *([str(savepoint.id)] if savepoint.id is not None else [])]
+    kind = snapshot_kind(savepoint).value
+    parts = [kind, *([str(savepoint.id)] if savepoint.id is not None else [])]
     suffix = "-" + "-".join([*parts, digest[:HASH_LENGTH]])
     prefix = job.name[: NAME_MAX_LENGTH - len(suffix)].rstrip("-")
     name = re.sub(r"[^a-z0-9-]", "-", (prefix + suffix).lower())
@@ -79,7 +87,7 @@ def snapshot_object(
         state=SnapshotState.COMPLETED,
         message="savepoint completed",
         location=savepoint.location,
-        kind=SnapshotKind.DRAIN if savepoint.drained else SnapshotKind.SAVEPOINT,
+        kind=snapshot_kind(savepoint),
         trigger=trigger,
         checkpoint_id=savepoint.id,
         drained=savepoint.drained,
@@ -93,7 +101,7 @@ def snapshot_object(
         "apiVersion": SNAPSHOT_API_VERSION,
         "kind": SNAPSHOT_KIND,
         "metadata": {
-            "name": snapshot_name(job, trigger, savepoint),
+            "name": snapshot_name(job, savepoint),
             "namespace": job.namespace,
             "labels": {LABEL_JOB: job_label_value(job.name)},
             "ownerReferences": [owner_reference(job)],

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+import yaml
 
 from finishable.api.models import Phase, RequestAction
 from finishable.api.snapshot import FinishableSparkSnapshotStatus, SnapshotTrigger
@@ -17,7 +19,9 @@ from finishable.controller.snapshots import (
     snapshot_object,
     trigger_of,
 )
+from finishable.kube.api import KubeApi
 from finishable.kube.objects import JobRef
+from tests.support.k8s_emulator import EmulatorServer
 
 JOB = JobRef(name="clicks", namespace="jobs", uid="0b5e-uid")
 SAVEPOINT = SavepointStatus(
@@ -137,3 +141,58 @@ def test_an_unusable_snapshot_is_refused_naming_field_name_and_state(
         restore_location("snap", snapshot)
     for word in words:
         assert word in str(caught.value)
+
+
+# -- against the API emulator, as strict as a real API server -------------------------------------
+
+CHART_CRDS = Path(__file__).resolve().parents[2] / "charts" / "finishable-spark-operator" / "crds"
+
+
+def test_the_chart_crds_serve_the_snapshot_as_built_and_refuse_a_bad_one() -> None:
+    """The chart's crds/ (what helm installs) with schema validation on: the builder's object
+    and its status are stored as built, field for field; an unknown state is refused."""
+    with EmulatorServer(validate_schemas=True) as server:
+        api = KubeApi.for_url(server.url, namespace="jobs", user_agent="tests")
+        crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        for path in sorted(CHART_CRDS.glob("*.yaml")):
+            assert api.request("POST", crds, body=yaml.safe_load(path.read_text())).status == 201
+        assert api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "jobs"}})
+        jobs = api.path("finishablesparkjobs", api_version="finishable.dev/v1alpha1")
+        manifest = {
+            "apiVersion": "finishable.dev/v1alpha1",
+            "kind": "FinishableSparkJob",
+            "metadata": {"name": "clicks"},
+            "spec": {"application": {"file": "job.py"}, "restoreFrom": {"snapshotRef": "x"}},
+        }
+        created = api.request("POST", jobs, body=manifest, query={"fieldValidation": "Strict"})
+        assert created.status == 201, created.body
+        job = JobRef(name="clicks", namespace="jobs", uid=created.body["metadata"]["uid"])
+        body = snapshot_object(job, SAVEPOINT, SnapshotTrigger.STOP, run=1)
+        name = body["metadata"]["name"]
+        snaps = api.path("finishablesparksnapshots", api_version="finishable.dev/v1alpha1")
+        answer = api.request("POST", snaps, body=body, query={"fieldValidation": "Strict"})
+        assert answer.status == 201, answer.body
+        assert "status" not in answer.body, "the status subresource: status is not created"
+        status_path = api.path(
+            "finishablesparksnapshots",
+            name,
+            api_version="finishable.dev/v1alpha1",
+            subresource="status",
+        )
+        patched = api.request(
+            "PATCH",
+            status_path,
+            body={"status": body["status"]},
+            content_type="application/merge-patch+json",
+            query={"fieldValidation": "Strict"},
+        )
+        assert patched.status == 200, patched.body
+        assert patched.body["status"] == body["status"]
+        assert patched.body["spec"] == body["spec"]
+        bad = api.request(
+            "PATCH",
+            status_path,
+            body={"status": {"state": "Done"}},
+            content_type="application/merge-patch+json",
+        )
+        assert bad.status == 422 and "status.state" in str(bad.body), bad.body

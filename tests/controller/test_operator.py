@@ -493,8 +493,34 @@ def test_deletion_stops_the_driver_removes_children_and_state_by_policy(
         kind: state_configmap(k8s, name, object_name)["metadata"]["name"]
         for kind, object_name in STATE_OBJECTS.items()
     }
+    snapshot = {
+        "apiVersion": JOBS,
+        "kind": "FinishableSparkSnapshot",
+        "metadata": {
+            "name": f"{name}-savepoint-1",
+            "labels": {"finishable.dev/job": name},
+            "ownerReferences": [
+                {
+                    "apiVersion": JOBS,
+                    "kind": "FinishableSparkJob",
+                    "name": name,
+                    "uid": k8s.job(name)["metadata"]["uid"],  # type: ignore[index]
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"jobName": name},
+    }
+    created = k8s.api.request("POST", k8s.api.path(SNAPSHOTS, api_version=JOBS), body=snapshot)
+    assert created.status == 201, created.body
     k8s.delete_job(name)
     wait_for(lambda: k8s.job(name) is None, f"{name} is deleted")
+    found = k8s.get(SNAPSHOTS, f"{name}-savepoint-1", JOBS)
+    if policy == "Nothing":
+        wait_for(lambda: k8s.get(SNAPSHOTS, f"{name}-savepoint-1", JOBS) is None, "snapshot goes")
+    else:
+        assert found is not None, "the job's snapshots are kept"
+        assert not found["metadata"].get("ownerReferences"), "and no longer owned"
     for plural, child in (
         ("pods", f"{name}-driver-1"),
         ("services", f"{name}-driver"),

@@ -146,3 +146,20 @@ def test_lifecycle_prints_the_tables(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["lifecycle", "--kind", "SOURCE", "--mode", "STOP_WITH_SAVEPOINT"]) == 0
     only = capsys.readouterr().out
     assert "NON_SOURCE" not in only and "EMIT_END_OF_DATA_NOT_FINISHED" in only
+
+
+def test_run_refuses_a_snapshot_ref_which_only_the_operator_resolves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(
+        "apiVersion: finishable.dev/v1alpha1\nkind: FinishableSparkJob\n"
+        "metadata: {name: clicks}\n"
+        "spec: {application: {file: job.py}, restoreFrom: {snapshotRef: clicks-savepoint-7}}\n"
+    )
+    assert main(["validate", str(manifest)]) == 0  # a valid manifest for a cluster
+    capsys.readouterr()
+    assert main(["run", str(manifest), "--state-dir", str(tmp_path / "state")]) == 1
+    err = capsys.readouterr().err
+    assert "spec.restoreFrom.snapshotRef" in err and "restoreFrom.savepoint" in err
+    assert "Traceback" not in err

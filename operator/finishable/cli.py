@@ -157,7 +157,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
     manifest = Path(args.file)
     try:
-        job = load_job(manifest)
+        job = load_job(manifest, local=True)
     except InvalidManifest as error:
         _print_problems(error)
         return 1

@@ -309,6 +309,56 @@ def test_a_missing_snapshot_ref_holds_the_job_with_a_clear_error_until_it_exists
     assert env["FINISHABLE_RESTORE_FROM"] == "s3://bucket/sp/later"
 
 
+def hand_made_snapshot(k8s: Cluster, name: str, job: str) -> None:
+    body = {
+        "apiVersion": JOBS,
+        "kind": "FinishableSparkSnapshot",
+        "metadata": {"name": name},
+        "spec": {"jobName": job},
+    }
+    created = k8s.api.request("POST", k8s.api.path(SNAPSHOTS, api_version=JOBS), body=body)
+    assert created.status == 201, created.body
+
+
+def snapshot_state(k8s: Cluster, name: str, state: str) -> dict[str, Any]:
+    return wait_for(
+        lambda: (
+            (status := (k8s.get(SNAPSHOTS, name, JOBS) or {}).get("status") or {}).get("state")
+            == state
+            and status
+        ),
+        f"snapshot {name} is {state}",
+    )
+
+
+def test_a_snapshot_created_by_hand_takes_a_savepoint_of_its_running_job(k8s: Cluster) -> None:
+    k8s.start_running("byhand", STREAMING)
+    uid = k8s.job("byhand")["metadata"]["uid"]  # type: ignore[index]
+    hand_made_snapshot(k8s, "before-upgrade", "byhand")
+    request = k8s.request_for("byhand", 1)  # as if spec.savepointTriggerNonce had been bumped
+    assert request.action.value == "savepoint"
+    assert k8s.job("byhand")["spec"]["savepointTriggerNonce"] == 1  # type: ignore[index]
+    in_progress = snapshot_state(k8s, "before-upgrade", "InProgress")
+    assert in_progress["triggerNonce"] == 1
+    saved = SavepointStatus(location="configmap:byhand/sp-12", request_id=request.id, id=12)
+    k8s.answer("byhand", 1, request, DriverState.RUNNING, savepoint=saved)
+    status = snapshot_state(k8s, "before-upgrade", "Completed")
+    assert (status["location"], status["checkpointId"]) == ("configmap:byhand/sp-12", 12)
+    assert (status["trigger"], status["jobUid"], status["triggerNonce"]) == ("manual", uid, 1)
+    assert k8s.status("byhand")["phase"] == "Running"
+    assert snapshots_of(k8s, "byhand") == [], "the snapshot made by hand is the only record"
+    # one asked of a job that has ended fails at once, saying why
+    k8s.create_job("ended", STREAMING)
+    k8s.edit("ended", state="Finished")
+    k8s.set_pod_phase("ended-driver-1", "Running")
+    k8s.report("ended", 1, DriverState.RUNNING)
+    request = k8s.request_for("ended", 1)
+    k8s.answer("ended", 1, request, DriverState.FINISHED)
+    k8s.wait_phase("ended", "Finished")
+    hand_made_snapshot(k8s, "too-late", "ended")
+    assert "Finished" in snapshot_state(k8s, "too-late", "Failed")["message"]
+
+
 def test_a_stop_past_its_timeout_is_cancelled_and_the_job_keeps_running(k8s: Cluster) -> None:
     k8s.start_running("slowstop", {**STREAMING, "stopTimeout": "1s"})
     k8s.edit("slowstop", state="Suspended")

@@ -14,6 +14,8 @@ from finishable.api.snapshot import FinishableSparkSnapshotStatus, SnapshotTrigg
 from finishable.api.status import ControlRequest, SavepointStatus
 from finishable.controller.snapshots import (
     SnapshotUnusable,
+    completed_status,
+    is_requested,
     restore_location,
     snapshot_name,
     snapshot_object,
@@ -196,3 +198,22 @@ def test_the_chart_crds_serve_the_snapshot_as_built_and_refuse_a_bad_one() -> No
             content_type="application/merge-patch+json",
         )
         assert bad.status == 422 and "status.state" in str(bad.body), bad.body
+
+
+def test_a_request_is_a_snapshot_made_by_hand_that_is_not_done() -> None:
+    def body(status: dict[str, object] | None = None, **meta: object) -> dict[str, object]:
+        return {"metadata": meta, "spec": {"jobName": "clicks"}, "status": status or {}}
+
+    assert is_requested(body())
+    assert is_requested(body({"state": "InProgress"}))
+    assert not is_requested(body({"state": "Completed"}))
+    assert not is_requested(body({"state": "Failed"}))
+    assert not is_requested(body(ownerReferences=[{"uid": "u"}])), "the operator made it"
+    assert not is_requested({"metadata": {}, "spec": {}}), "no job named"
+
+
+def test_a_request_is_filled_in_as_a_manual_completed_snapshot() -> None:
+    status = completed_status(JOB, SAVEPOINT, run=2, trigger_nonce=4)
+    assert (status["state"], status["trigger"]) == ("Completed", "manual")
+    assert status["triggerNonce"] == 4
+    assert (status["location"], status["checkpointId"], status["run"]) == (SAVEPOINT.location, 7, 2)

@@ -53,7 +53,8 @@ class SnapshotTrigger(StrEnum):
 
 
 class FinishableSparkSnapshotSpec(ApiModel):
-    """What the snapshot is of."""
+    """What the snapshot is of. Created by hand with only jobName (no status), it asks the
+    operator for a savepoint of that running job, recorded here when it completes."""
 
     job_name: str | None = Field(
         default=None, description="The FinishableSparkJob (same namespace) it is a snapshot of."
@@ -88,4 +89,12 @@ class FinishableSparkSnapshotStatus(ApiModel):
     job_uid: str = Field(default="", description="The uid of the job that took it.")
     run: int | None = Field(default=None, ge=0, description="The job's run it belongs to.")
     request_id: str | None = Field(default=None, description="The request that produced it.")
+    trigger_nonce: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "A snapshot created by hand: the job's spec.savepointTriggerNonce the operator set to "
+            "take it."
+        ),
+    )
     time: datetime | None = Field(default=None, description="When it completed.")

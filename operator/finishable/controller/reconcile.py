@@ -47,6 +47,7 @@ from finishable.controller import builders, naming, snapshots, snapshotstore
 from finishable.controller.driverconf import with_operator_defaults
 from finishable.controller.kube import Conflict, Kube
 from finishable.controller.metrics import JobKey, Metrics
+from finishable.controller.requests import SnapshotRequests
 from finishable.controller.status import EventPoster, StatusWriter
 from finishable.kube.objects import (
     LABEL_ATTEMPT,
@@ -236,6 +237,7 @@ class JobLoop:
         # The savepoint to record as a FinishableSparkSnapshot: the stored one when the loop
         # starts (a create that answers 409 is a success), then each new one.
         self._unrecorded: SavepointStatus | None = self.status.savepoint
+        self.requests = SnapshotRequests(self.kube, self.job)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -309,6 +311,8 @@ class JobLoop:
             self._unrecorded = saved
         requeue = await self.perform(decision, spec, pods)
         await self.record_snapshot(before)
+        if spec is not None:
+            await self.requests.serve(spec, self.status, recording=self._unrecorded is not None)
         return requeue
 
     async def refresh(self) -> None:
@@ -329,9 +333,8 @@ class JobLoop:
         self, spec: FinishableSparkJobSpec, generation: int
     ) -> FinishableSparkJobSpec:
         """``spec`` with ``restoreFrom.savepoint`` set to the location of the snapshot that
-        ``restoreFrom.snapshotRef`` names, when the job may start a driver from it now (a new
-        run, a changed Failed job, a Suspended job without a savepoint of its own that resumes).
-        :class:`SnapshotRefUnusable` when the snapshot is missing or not Completed."""
+        ``restoreFrom.snapshotRef`` names when the job may start a driver from it now (a new run,
+        a changed Failed job, a resuming Suspended job without a savepoint of its own)."""
         ref = spec.restore_from.snapshot_ref
         phase = self.status.phase
         if not ref or spec.state is DesiredState.SUSPENDED:
@@ -352,16 +355,17 @@ class JobLoop:
         return spec.model_copy(update={"restore_from": restore})
 
     async def record_snapshot(self, before: FinishableSparkJobStatus) -> None:
-        """Record the newest completed savepoint as a FinishableSparkSnapshot owned by the job:
-        create it (409: it exists), then write its status unless it has one. A failure is
-        logged and tried again on the next step; it never holds up the job."""
+        """Record the newest completed savepoint as a FinishableSparkSnapshot (or fill in the
+        ones created by hand that asked for it); a failure is retried on the next step."""
         savepoint = self._unrecorded
         if savepoint is None or not savepoint.location:
             self._unrecorded = None
             return
         trigger = snapshots.trigger_of(savepoint, before.pending_request, self.status.phase)
+        run = self.status.run
         try:
-            await snapshotstore.record(self.kube, self.job, savepoint, trigger, run=self.status.run)
+            if not await self.requests.fill(savepoint, self.status, trigger):
+                await snapshotstore.record(self.kube, self.job, savepoint, trigger, run=run)
         except BackendError as error:
             log.warning(
                 "%s: savepoint %s not recorded yet: %s", self.key, savepoint.location, error

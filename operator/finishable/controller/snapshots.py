@@ -141,3 +141,30 @@ def restore_location(name: str, snapshot: Mapping[str, Any] | None) -> str:
             f"{field}: the FinishableSparkSnapshot {name!r} is Completed but has no location"
         )
     return status.location
+
+
+OPEN_STATES = frozenset({"", SnapshotState.PENDING.value, SnapshotState.IN_PROGRESS.value})
+
+
+def is_requested(body: Mapping[str, Any]) -> bool:
+    """A snapshot created by hand to ask for a savepoint: it names a job, no owner made it, and
+    it is not done yet (no status, Pending or InProgress)."""
+    meta = body.get("metadata") or {}
+    job_name = (body.get("spec") or {}).get("jobName")
+    state = str((body.get("status") or {}).get("state") or "")
+    return bool(job_name) and not meta.get("ownerReferences") and state in OPEN_STATES
+
+
+def completed_status(
+    job: JobRef,
+    savepoint: SavepointStatus,
+    *,
+    run: int | None,
+    trigger_nonce: int | None,
+) -> dict[str, Any]:
+    """The status that fills in a snapshot created by hand once its savepoint completed."""
+    body = snapshot_object(job, savepoint, SnapshotTrigger.MANUAL, run=run)
+    status: dict[str, Any] = body["status"]
+    if trigger_nonce is not None:
+        status["triggerNonce"] = trigger_nonce
+    return status

@@ -29,6 +29,7 @@ from finishable.controller.kube import MERGE_PATCH, Kube
 from finishable.kube.api import KubeApiError
 from finishable.kube.objects import JobRef
 from finishable.lifecycle.decisions import TERMINAL_PHASES
+from finishable.state.errors import BackendError
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,25 @@ class SnapshotRequests:
         recording: bool,
     ) -> None:
         """Start what is Pending, fail what cannot or did not produce a savepoint.
-        ``recording``: a completed savepoint is still to be recorded (nothing is failed yet)."""
+        ``recording``: a completed savepoint is still to be recorded (nothing is failed yet).
+        An API failure is logged and tried again on the next step; it never holds the job up."""
+        try:
+            await self._serve(spec, status, recording=recording)
+        except BackendError as error:
+            log.warning(
+                "%s/%s: snapshots created by hand not served yet: %s",
+                self.job.namespace,
+                self.job.name,
+                error,
+            )
+
+    async def _serve(
+        self,
+        spec: FinishableSparkJobSpec,
+        status: FinishableSparkJobStatus,
+        *,
+        recording: bool,
+    ) -> None:
         failed = (c.message for c in status.conditions if c.reason == "SavepointFailed")
         message = next(failed, "")
         bumped: int | None = None

@@ -48,7 +48,9 @@ image:
 
 crd: $(STAMP)
 	$(BIN)/finishable crd > crds/finishablesparkjobs.finishable.dev.yaml
-	cp crds/finishablesparkjobs.finishable.dev.yaml charts/finishable-spark-operator/crds/
+	$(BIN)/finishable crd --snapshot > crds/finishablesparksnapshots.finishable.dev.yaml
+	cp crds/finishablesparkjobs.finishable.dev.yaml crds/finishablesparksnapshots.finishable.dev.yaml \
+		charts/finishable-spark-operator/crds/
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 from event_store import free_port, k8s_emulator  # the sibling benchmark's helpers
 
-from finishable.api.crd import build_crd
+from finishable.api.crd import build_crd, build_snapshot_crd
 from finishable.kube.api import KubeApi
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,7 +105,8 @@ def job_body(index: int) -> dict[str, Any]:
 def run(jobs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as temp, k8s_emulator() as url:
         api = KubeApi.for_url(url, namespace=NAMESPACE, user_agent="bench")
-        crds = [build_crd(), *yaml.safe_load_all((ROOT / "crds" / "kopf-peering.yaml").read_text())]
+        peering = yaml.safe_load_all((ROOT / "crds" / "kopf-peering.yaml").read_text())
+        crds = [build_crd(), build_snapshot_crd(), *peering]
         for crd in filter(None, crds):
             api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
         api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NAMESPACE}})

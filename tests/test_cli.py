@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from finishable.api.crd import CRD_FILE
+from finishable.api.crd import CRD_FILE, SNAPSHOT_CRD_FILE
 from finishable.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,6 +106,8 @@ def test_multi_document_file_names_the_document(
 def test_crd_command_prints_the_committed_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["crd"]) == 0
     assert capsys.readouterr().out == (ROOT / CRD_FILE).read_text()
+    assert main(["crd", "--snapshot"]) == 0
+    assert capsys.readouterr().out == (ROOT / SNAPSHOT_CRD_FILE).read_text()
 
 
 def test_describe_fills_defaults(capsys: pytest.CaptureFixture[str]) -> None:
@@ -144,3 +146,20 @@ def test_lifecycle_prints_the_tables(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["lifecycle", "--kind", "SOURCE", "--mode", "STOP_WITH_SAVEPOINT"]) == 0
     only = capsys.readouterr().out
     assert "NON_SOURCE" not in only and "EMIT_END_OF_DATA_NOT_FINISHED" in only
+
+
+def test_run_refuses_a_snapshot_ref_which_only_the_operator_resolves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(
+        "apiVersion: finishable.dev/v1alpha1\nkind: FinishableSparkJob\n"
+        "metadata: {name: clicks}\n"
+        "spec: {application: {file: job.py}, restoreFrom: {snapshotRef: clicks-savepoint-7}}\n"
+    )
+    assert main(["validate", str(manifest)]) == 0  # a valid manifest for a cluster
+    capsys.readouterr()
+    assert main(["run", str(manifest), "--state-dir", str(tmp_path / "state")]) == 1
+    err = capsys.readouterr().err
+    assert "spec.restoreFrom.snapshotRef" in err and "restoreFrom.savepoint" in err
+    assert "Traceback" not in err

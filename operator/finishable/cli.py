@@ -65,9 +65,9 @@ def _package_version(package: str) -> str:
 
 def _crd(args: argparse.Namespace, out: TextIO) -> int:
     """Print the CustomResourceDefinition generated from the models."""
-    from finishable.api.crd import render_crd  # noqa: PLC0415 - keeps `finishable --help` fast
+    from finishable.api import crd  # noqa: PLC0415 - keeps `finishable --help` fast
 
-    out.write(render_crd())
+    out.write(crd.render_snapshot_crd() if args.snapshot else crd.render_crd())
     return 0
 
 
@@ -157,7 +157,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
     manifest = Path(args.file)
     try:
-        job = load_job(manifest)
+        job = load_job(manifest, local=True)
     except InvalidManifest as error:
         _print_problems(error)
         return 1
@@ -356,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     add("version", _version, "print the versions of finishable and its main dependencies")
-    add("crd", _crd, "print the FinishableSparkJob CustomResourceDefinition (YAML)")
+    crd = add("crd", _crd, "print the FinishableSparkJob CustomResourceDefinition (YAML)")
+    crd.add_argument("--snapshot", action="store_true", help="the FinishableSparkSnapshot CRD")
     validate = add("validate", _validate, "check FinishableSparkJob manifests")
     validate.add_argument("files", nargs="+", metavar="FILE", help="manifest files")
     describe = add(

@@ -5,7 +5,14 @@ from typing import Any
 
 import yaml
 
-from finishable.api.crd import CRD_FILE, build_crd, render_crd
+from finishable.api.crd import (
+    CRD_FILE,
+    SNAPSHOT_CRD_FILE,
+    build_crd,
+    build_snapshot_crd,
+    render_crd,
+    render_snapshot_crd,
+)
 from finishable.api.models import Phase
 from finishable.api.spec import FinishableSparkJobSpec
 
@@ -16,6 +23,10 @@ def test_committed_crd_equals_generated() -> None:
     committed = (ROOT / CRD_FILE).read_text(encoding="utf-8")
     assert committed == render_crd(), (
         "crds/ drifted from finishable.api.models: run `make crd` and commit the result"
+    )
+    committed = (ROOT / SNAPSHOT_CRD_FILE).read_text(encoding="utf-8")
+    assert committed == render_snapshot_crd(), (
+        "crds/ drifted from finishable.api.snapshot: run `make crd` and commit the result"
     )
 
 
@@ -105,3 +116,33 @@ def test_schema_defaults_parse_with_the_models() -> None:
 
 def test_rendered_yaml_parses_back() -> None:
     assert yaml.safe_load(render_crd()) == build_crd()
+
+
+def snapshot_schema() -> dict[str, Any]:
+    version = build_snapshot_crd()["spec"]["versions"][0]
+    return version["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
+
+
+def test_snapshot_crd_names_columns_and_schema() -> None:
+    crd = build_snapshot_crd()
+    assert crd["metadata"]["name"] == "finishablesparksnapshots.finishable.dev"
+    names = crd["spec"]["names"]
+    assert (names["kind"], names["shortNames"]) == ("FinishableSparkSnapshot", ["fsjsnap"])
+    assert crd["spec"]["group"] == build_crd()["spec"]["group"]
+    assert crd["spec"]["scope"] == "Namespaced"
+    version = crd["spec"]["versions"][0]
+    assert version["name"] == build_crd()["spec"]["versions"][0]["name"]
+    assert version["subresources"] == {"status": {}}
+    shown = [column["name"] for column in version["additionalPrinterColumns"]]
+    assert shown == ["Job", "Trigger", "State", "Id", "Drained", "Location", "Age"]
+    forbidden = {"$ref", "anyOf", "allOf", "oneOf", "$defs", "title"}
+    for path, node in walk(snapshot_schema()):
+        assert "type" in node, f"{path} has no type"
+        assert not forbidden & node.keys(), f"{path} uses {forbidden & node.keys()}"
+        if path.startswith((".spec", ".status")) and not path.endswith(("[]", "{}")):
+            assert node.get("description"), f"{path} has no description"
+    for path, node in walk(snapshot_schema()["properties"]["status"]):
+        assert "default" not in node, f"status{path} has a default; status is operator-written"
+    status = snapshot_schema()["properties"]["status"]["properties"]
+    assert status["state"]["enum"] == ["Pending", "InProgress", "Completed", "Failed", "Abandoned"]
+    assert yaml.safe_load(render_snapshot_crd()) == crd

@@ -120,3 +120,10 @@ def test_application_scheme_is_checked() -> None:
 )
 def test_job_names(name: str, valid: bool) -> None:
     assert is_valid_job_name(name) is valid
+
+
+def test_restore_from_takes_a_savepoint_or_a_snapshot_ref_not_both() -> None:
+    assert parse_spec(spec(restoreFrom={"snapshotRef": "clicks-stop-7"})).restore_from.snapshot_ref
+    found = problems(spec(restoreFrom={"savepoint": "s3://b/sp", "snapshotRef": "clicks-stop-7"}))
+    message = " ".join(f"{path}: {text}" for path, text in found.items())
+    assert "restoreFrom.savepoint" in message and "restoreFrom.snapshotRef" in message

@@ -36,6 +36,10 @@ def test_the_chart_carries_the_same_crds_as_crds_dir() -> None:
     """helm installs crds/ as it is: a regenerated CRD must be copied into the chart too."""
     for chart_copy, original in (
         ("crds/finishablesparkjobs.finishable.dev.yaml", "finishablesparkjobs.finishable.dev.yaml"),
+        (
+            "crds/finishablesparksnapshots.finishable.dev.yaml",
+            "finishablesparksnapshots.finishable.dev.yaml",
+        ),
         ("files/kopf-peering.yaml", "kopf-peering.yaml"),
     ):
         assert (CHART / chart_copy).read_text() == (ROOT / "crds" / original).read_text(), (

@@ -120,6 +120,28 @@ def drive_a_job_through_its_lifecycle(k8s: Cluster) -> None:
     drained = SavepointStatus(location="configmap:etl/final", drained=True, request_id=request.id)
     k8s.answer("etl", 2, request, DriverState.FINISHED, savepoint=drained)
     k8s.wait_phase("etl", "Finished")
+    # a new job starts from the first savepoint, by the FinishableSparkSnapshot that records it
+    snapshot = wait_for(
+        lambda: next(
+            (
+                item
+                for item in k8s.list(
+                    "finishablesparksnapshots",
+                    "finishable.dev/job=etl",
+                    f"{API_GROUP}/{API_VERSION}",
+                )
+                if (item.get("status") or {}).get("location") == "configmap:etl/savepoints/1"
+            ),
+            None,
+        ),
+        "the savepoint recorded as a snapshot",
+    )
+    k8s.create_job(
+        "etl-again", {**BATCH, "restoreFrom": {"snapshotRef": snapshot["metadata"]["name"]}}
+    )
+    k8s.wait_phase("etl-again", "Submitted")
+    k8s.delete_job("etl-again")
+    wait_for(lambda: k8s.job("etl-again") is None, "the second job is deleted")
     for object_name in ("snapshots/sp-000000000001.meta", "events/etl-r1/seg-000000000000"):
         k8s.create(  # state the driver wrote: the savepoint is orphaned, the log deleted
             "configmaps",

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import yaml
 
 from finishable.api.control import DriverReport, DriverState, RequestReport
-from finishable.api.crd import build_crd
+from finishable.api.crd import build_crd, build_snapshot_crd
 from finishable.api.status import ControlRequest
 from finishable.kube.api import KubeApi
 from finishable.state.control import ConfigMapControlChannel
@@ -65,7 +65,11 @@ def wait_for(
 
 def install(api: KubeApi, namespaces: list[str]) -> None:
     """What `kubectl apply -f crds/` and `kubectl create namespace` would do."""
-    crds = [build_crd(), *yaml.safe_load_all((ROOT / "crds" / "kopf-peering.yaml").read_text())]
+    crds = [
+        build_crd(),
+        build_snapshot_crd(),
+        *yaml.safe_load_all((ROOT / "crds" / "kopf-peering.yaml").read_text()),
+    ]
     for crd in filter(None, crds):
         response = api.request(
             "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from finishable.api.control import DriverState
 from finishable.api.status import CheckpointStatus, SavepointStatus
 from tests.charts.test_rbac import OPERATOR_CLIENTS
-from tests.controller.cluster import Cluster, OperatorProcess, install, wait_for
+from tests.controller.cluster import JOBS, MERGE, Cluster, OperatorProcess, install, wait_for
 from tests.support.k8s_emulator import CALLS_PATH, REFUSALS_PATH, EmulatorServer
 
 TOKEN = "operator-tests"
@@ -240,6 +240,181 @@ def test_periodic_savepoints_are_requested_while_the_job_runs(k8s: Cluster) -> N
     assert k8s.status("periodic")["phase"] == "Running"
 
 
+SNAPSHOTS = "finishablesparksnapshots"
+
+
+def snapshots_of(k8s: Cluster, job: str) -> list[dict[str, Any]]:
+    return k8s.list(SNAPSHOTS, f"finishable.dev/job={job}", JOBS)
+
+
+def completed_snapshot(k8s: Cluster, job: str, location: str) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        for snapshot in snapshots_of(k8s, job):
+            status = snapshot.get("status") or {}
+            if status.get("location") == location and status.get("state") == "Completed":
+                return snapshot
+        return None
+
+    return wait_for(probe, f"a Completed FinishableSparkSnapshot of {job} at {location}")
+
+
+def test_each_completed_savepoint_is_recorded_as_a_snapshot_owned_by_the_job(
+    k8s: Cluster,
+) -> None:
+    job = k8s.start_running("snapped", STREAMING)
+    uid = k8s.job("snapped")["metadata"]["uid"]  # type: ignore[index]
+    assert job["phase"] == "Running"
+    # a savepoint without stopping (spec.savepointTriggerNonce): trigger manual
+    k8s.edit("snapped", savepointTriggerNonce=1)
+    request = k8s.request_for("snapped", 1)
+    manual = SavepointStatus(location="configmap:snapped/sp-5", request_id=request.id, id=5)
+    k8s.answer("snapped", 1, request, DriverState.RUNNING, savepoint=manual)
+    first = completed_snapshot(k8s, "snapped", "configmap:snapped/sp-5")
+    assert first["status"]["trigger"] == "manual" and first["status"]["checkpointId"] == 5
+    # stop with savepoint (spec.state: Suspended): trigger stop
+    k8s.edit("snapped", state="Suspended")
+    k8s.wait_phase("snapped", "Savepointing")
+    request = k8s.request_for("snapped", 1)
+    stop = SavepointStatus(
+        location="configmap:snapped/sp-9", request_id=request.id, id=9, size_bytes=4096
+    )
+    k8s.answer("snapped", 1, request, DriverState.SUSPENDED, savepoint=stop)
+    k8s.set_pod_phase("snapped-driver-1", "Succeeded", missing_ok=True)
+    k8s.wait_phase("snapped", "Suspended")
+    snapshot = completed_snapshot(k8s, "snapped", "configmap:snapped/sp-9")
+    meta, spec, status = snapshot["metadata"], snapshot["spec"], snapshot["status"]
+    assert meta["name"].startswith("snapped-savepoint-9-")
+    assert [(ref["kind"], ref["name"], ref["uid"]) for ref in meta["ownerReferences"]] == [
+        ("FinishableSparkJob", "snapped", uid)
+    ]
+    assert spec == {"jobName": "snapped"}
+    assert (status["trigger"], status["kind"], status["drained"]) == ("stop", "savepoint", False)
+    assert (status["checkpointId"], status["sizeBytes"], status["jobUid"]) == (9, 4096, uid)
+    assert status["requestId"] == request.id
+    # one snapshot per savepoint, however often the loop steps
+    assert sorted(s["status"]["location"] for s in snapshots_of(k8s, "snapped")) == [
+        "configmap:snapped/sp-5",
+        "configmap:snapped/sp-9",
+    ]
+
+
+def test_a_drain_is_recorded_as_a_drained_snapshot(k8s: Cluster) -> None:
+    k8s.start_running("drained", STREAMING)
+    k8s.edit("drained", state="Finished")
+    k8s.wait_phase("drained", "Draining")
+    request = k8s.request_for("drained", 1)
+    final = SavepointStatus(location="configmap:drained/final", drained=True, request_id=request.id)
+    k8s.answer("drained", 1, request, DriverState.FINISHED, savepoint=final)
+    k8s.wait_phase("drained", "Finished")
+    status = completed_snapshot(k8s, "drained", "configmap:drained/final")["status"]
+    assert (status["trigger"], status["kind"], status["drained"]) == ("drain", "drain", True)
+
+
+def test_a_job_starts_from_the_snapshot_its_restore_from_names(k8s: Cluster) -> None:
+    k8s.start_running("origin", STREAMING)
+    k8s.edit("origin", state="Suspended")
+    request = k8s.request_for("origin", 1)
+    saved = SavepointStatus(location="configmap:origin/sp-3", request_id=request.id, id=3)
+    k8s.answer("origin", 1, request, DriverState.SUSPENDED, savepoint=saved)
+    k8s.set_pod_phase("origin-driver-1", "Succeeded", missing_ok=True)
+    name = completed_snapshot(k8s, "origin", "configmap:origin/sp-3")["metadata"]["name"]
+    k8s.create_job("follower", {**STREAMING, "restoreFrom": {"snapshotRef": name}})
+    pod = wait_for(lambda: k8s.get("pods", "follower-driver-1"), "the follower's driver")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["FINISHABLE_RESTORE_FROM"] == "configmap:origin/sp-3"
+    assert k8s.status("follower")["restoreFrom"] == "configmap:origin/sp-3"
+
+
+def test_a_missing_snapshot_ref_holds_the_job_with_a_clear_error_until_it_exists(
+    k8s: Cluster,
+) -> None:
+    k8s.create_job("waiting", {**STREAMING, "restoreFrom": {"snapshotRef": "later"}})
+
+    def refusal() -> str | None:
+        events = [e for e in k8s.events("waiting") if e["reason"] == "SnapshotRefUnusable"]
+        return str(events[-1]["message"]) if events else None
+
+    message = wait_for(refusal, "a Warning naming the missing snapshot")
+    assert "spec.restoreFrom.snapshotRef" in message and "'later'" in message
+    assert "does not exist" in message
+    assert k8s.get("pods", "waiting-driver-1") is None
+    assert k8s.status("waiting").get("phase", "Pending") == "Pending"
+    # a snapshot that is not Completed is refused naming its state
+    snapshot = {
+        "apiVersion": JOBS,
+        "kind": "FinishableSparkSnapshot",
+        "metadata": {"name": "later"},
+        "spec": {"jobName": "elsewhere"},
+    }
+    created = k8s.api.request("POST", k8s.api.path(SNAPSHOTS, api_version=JOBS), body=snapshot)
+    assert created.status == 201, created.body
+    status_path = k8s.api.path(SNAPSHOTS, "later", api_version=JOBS, subresource="status")
+    failed = {"status": {"state": "Failed", "message": "the driver crashed"}}
+    patched = k8s.api.request("PATCH", status_path, body=failed, content_type=MERGE)
+    assert patched.status == 200, patched.body
+    wait_for(
+        lambda: (m := refusal()) and "Failed, not Completed" in m and m,
+        "a Warning naming the snapshot's state",
+    )
+    assert k8s.get("pods", "waiting-driver-1") is None
+    done = {"status": {"state": "Completed", "location": "s3://bucket/sp/later"}}
+    patched = k8s.api.request("PATCH", status_path, body=done, content_type=MERGE)
+    assert patched.status == 200, patched.body
+    pod = wait_for(lambda: k8s.get("pods", "waiting-driver-1"), "the driver, once it is Completed")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["FINISHABLE_RESTORE_FROM"] == "s3://bucket/sp/later"
+
+
+def hand_made_snapshot(k8s: Cluster, name: str, job: str) -> None:
+    body = {
+        "apiVersion": JOBS,
+        "kind": "FinishableSparkSnapshot",
+        "metadata": {"name": name},
+        "spec": {"jobName": job},
+    }
+    created = k8s.api.request("POST", k8s.api.path(SNAPSHOTS, api_version=JOBS), body=body)
+    assert created.status == 201, created.body
+
+
+def snapshot_state(k8s: Cluster, name: str, state: str) -> dict[str, Any]:
+    return wait_for(
+        lambda: (
+            (status := (k8s.get(SNAPSHOTS, name, JOBS) or {}).get("status") or {}).get("state")
+            == state
+            and status
+        ),
+        f"snapshot {name} is {state}",
+    )
+
+
+def test_a_snapshot_created_by_hand_takes_a_savepoint_of_its_running_job(k8s: Cluster) -> None:
+    k8s.start_running("byhand", STREAMING)
+    uid = k8s.job("byhand")["metadata"]["uid"]  # type: ignore[index]
+    hand_made_snapshot(k8s, "before-upgrade", "byhand")
+    request = k8s.request_for("byhand", 1)  # as if spec.savepointTriggerNonce had been bumped
+    assert request.action.value == "savepoint"
+    assert k8s.job("byhand")["spec"]["savepointTriggerNonce"] == 1  # type: ignore[index]
+    in_progress = snapshot_state(k8s, "before-upgrade", "InProgress")
+    assert in_progress["triggerNonce"] == 1
+    saved = SavepointStatus(location="configmap:byhand/sp-12", request_id=request.id, id=12)
+    k8s.answer("byhand", 1, request, DriverState.RUNNING, savepoint=saved)
+    status = snapshot_state(k8s, "before-upgrade", "Completed")
+    assert (status["location"], status["checkpointId"]) == ("configmap:byhand/sp-12", 12)
+    assert (status["trigger"], status["jobUid"], status["triggerNonce"]) == ("manual", uid, 1)
+    assert k8s.status("byhand")["phase"] == "Running"
+    assert snapshots_of(k8s, "byhand") == [], "the snapshot made by hand is the only record"
+    # one asked of a job that has ended fails at once, saying why
+    k8s.create_job("ended", STREAMING)
+    k8s.edit("ended", state="Finished")
+    k8s.set_pod_phase("ended-driver-1", "Running")
+    k8s.report("ended", 1, DriverState.RUNNING)
+    request = k8s.request_for("ended", 1)
+    k8s.answer("ended", 1, request, DriverState.FINISHED)
+    k8s.wait_phase("ended", "Finished")
+    hand_made_snapshot(k8s, "too-late", "ended")
+    assert "Finished" in snapshot_state(k8s, "too-late", "Failed")["message"]
+
+
 def test_a_stop_past_its_timeout_is_cancelled_and_the_job_keeps_running(k8s: Cluster) -> None:
     k8s.start_running("slowstop", {**STREAMING, "stopTimeout": "1s"})
     k8s.edit("slowstop", state="Suspended")
@@ -424,8 +599,34 @@ def test_deletion_stops_the_driver_removes_children_and_state_by_policy(
         kind: state_configmap(k8s, name, object_name)["metadata"]["name"]
         for kind, object_name in STATE_OBJECTS.items()
     }
+    snapshot = {
+        "apiVersion": JOBS,
+        "kind": "FinishableSparkSnapshot",
+        "metadata": {
+            "name": f"{name}-savepoint-1",
+            "labels": {"finishable.dev/job": name},
+            "ownerReferences": [
+                {
+                    "apiVersion": JOBS,
+                    "kind": "FinishableSparkJob",
+                    "name": name,
+                    "uid": k8s.job(name)["metadata"]["uid"],  # type: ignore[index]
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"jobName": name},
+    }
+    created = k8s.api.request("POST", k8s.api.path(SNAPSHOTS, api_version=JOBS), body=snapshot)
+    assert created.status == 201, created.body
     k8s.delete_job(name)
     wait_for(lambda: k8s.job(name) is None, f"{name} is deleted")
+    found = k8s.get(SNAPSHOTS, f"{name}-savepoint-1", JOBS)
+    if policy == "Nothing":
+        wait_for(lambda: k8s.get(SNAPSHOTS, f"{name}-savepoint-1", JOBS) is None, "snapshot goes")
+    else:
+        assert found is not None, "the job's snapshots are kept"
+        assert not found["metadata"].get("ownerReferences"), "and no longer owned"
     for plural, child in (
         ("pods", f"{name}-driver-1"),
         ("services", f"{name}-driver"),

@@ -275,6 +275,7 @@ def test_stop_with_savepoint_keeps_windows_pending_and_drain_fires_them(
     assert pending, "the last windows wait for event time that has not come"
     savepoint = job.status()["savepoint"]
     assert savepoint["drained"] is False
+    assert savepoint["id"] >= 0 and savepoint["sizeBytes"] > 0  # what a snapshot resource shows
 
     # Resume from the savepoint with more input, then drain: exactly the truth, nothing extra.
     for index in range(5, 8):

@@ -11,14 +11,25 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from finishable import __version__
 from finishable.api.models import API_GROUP, API_VERSION, KIND, PLURAL, SHORT_NAME, SINGULAR
+from finishable.api.snapshot import (
+    SNAPSHOT_KIND,
+    SNAPSHOT_PLURAL,
+    SNAPSHOT_SHORT_NAME,
+    SNAPSHOT_SINGULAR,
+    FinishableSparkSnapshotSpec,
+    FinishableSparkSnapshotStatus,
+)
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import FinishableSparkJobStatus
 
 CRD_NAME = f"{PLURAL}.{API_GROUP}"
 CRD_FILE = f"crds/{CRD_NAME}.yaml"
+SNAPSHOT_CRD_NAME = f"{SNAPSHOT_PLURAL}.{API_GROUP}"
+SNAPSHOT_CRD_FILE = f"crds/{SNAPSHOT_CRD_NAME}.yaml"
 
 _DROPPED_KEYS = frozenset({"title", "$defs", "discriminator"})
 
@@ -113,7 +124,7 @@ def _ordered(node: dict[str, Any]) -> dict[str, Any]:
     return dict(ranked)
 
 
-def _model_schema(model: type[FinishableSparkJobSpec] | type[FinishableSparkJobStatus]) -> Any:
+def _model_schema(model: type[BaseModel]) -> Any:
     schema = model.model_json_schema(by_alias=True, mode="validation")
     return _structural(schema, schema.get("$defs", {}))
 
@@ -130,15 +141,23 @@ def _without_defaults(node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build_crd() -> dict[str, Any]:
-    """The CustomResourceDefinition as a dict."""
-    spec_schema = _model_schema(FinishableSparkJobSpec)
-    status_schema = _without_defaults(_model_schema(FinishableSparkJobStatus))
+def _crd(
+    *,
+    kind: str,
+    plural: str,
+    singular: str,
+    short_name: str,
+    description: str,
+    columns: list[dict[str, Any]],
+    spec_schema: dict[str, Any],
+    status_schema: dict[str, Any],
+    required: list[str],
+) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": CRD_NAME,
+            "name": f"{plural}.{API_GROUP}",
             "labels": {
                 "app.kubernetes.io/name": "finishable-spark-operator",
                 "app.kubernetes.io/version": __version__,
@@ -148,11 +167,11 @@ def build_crd() -> dict[str, Any]:
             "group": API_GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": [SHORT_NAME],
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": [short_name],
                 "categories": ["finishable"],
             },
             "versions": [
@@ -161,52 +180,12 @@ def build_crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        {
-                            "name": "Phase",
-                            "type": "string",
-                            "description": "Where the job is in its life.",
-                            "jsonPath": ".status.phase",
-                        },
-                        {
-                            "name": "State",
-                            "type": "string",
-                            "description": "The desired state.",
-                            "jsonPath": ".spec.state",
-                        },
-                        {
-                            "name": "Checkpoint",
-                            "type": "integer",
-                            "description": "The newest completed checkpoint.",
-                            "jsonPath": ".status.lastCheckpoint.id",
-                        },
-                        {
-                            "name": "Attempt",
-                            "type": "integer",
-                            "description": "Driver attempt.",
-                            "jsonPath": ".status.attempt",
-                        },
-                        {
-                            "name": "Mode",
-                            "type": "string",
-                            "priority": 1,
-                            "description": "Streaming or Batch.",
-                            "jsonPath": ".spec.mode",
-                        },
-                        {
-                            "name": "Age",
-                            "type": "date",
-                            "jsonPath": ".metadata.creationTimestamp",
-                        },
-                    ],
+                    "additionalPrinterColumns": columns,
                     "schema": {
                         "openAPIV3Schema": {
-                            "description": (
-                                "A PySpark job with Flink-style lifecycle guarantees: stop with "
-                                "savepoint, stop with drain, final checkpoint, batch recovery."
-                            ),
+                            "description": description,
                             "type": "object",
-                            "required": ["spec"],
+                            **({"required": required} if required else {}),
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
@@ -222,8 +201,129 @@ def build_crd() -> dict[str, Any]:
     }
 
 
+_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+def build_crd() -> dict[str, Any]:
+    """The FinishableSparkJob CustomResourceDefinition as a dict."""
+    return _crd(
+        kind=KIND,
+        plural=PLURAL,
+        singular=SINGULAR,
+        short_name=SHORT_NAME,
+        description=(
+            "A PySpark job with Flink-style lifecycle guarantees: stop with "
+            "savepoint, stop with drain, final checkpoint, batch recovery."
+        ),
+        columns=[
+            {
+                "name": "Phase",
+                "type": "string",
+                "description": "Where the job is in its life.",
+                "jsonPath": ".status.phase",
+            },
+            {
+                "name": "State",
+                "type": "string",
+                "description": "The desired state.",
+                "jsonPath": ".spec.state",
+            },
+            {
+                "name": "Checkpoint",
+                "type": "integer",
+                "description": "The newest completed checkpoint.",
+                "jsonPath": ".status.lastCheckpoint.id",
+            },
+            {
+                "name": "Attempt",
+                "type": "integer",
+                "description": "Driver attempt.",
+                "jsonPath": ".status.attempt",
+            },
+            {
+                "name": "Mode",
+                "type": "string",
+                "priority": 1,
+                "description": "Streaming or Batch.",
+                "jsonPath": ".spec.mode",
+            },
+            _AGE,
+        ],
+        spec_schema=_model_schema(FinishableSparkJobSpec),
+        status_schema=_without_defaults(_model_schema(FinishableSparkJobStatus)),
+        required=["spec"],
+    )
+
+
+def build_snapshot_crd() -> dict[str, Any]:
+    """The FinishableSparkSnapshot CustomResourceDefinition as a dict."""
+    return _crd(
+        kind=SNAPSHOT_KIND,
+        plural=SNAPSHOT_PLURAL,
+        singular=SNAPSHOT_SINGULAR,
+        short_name=SNAPSHOT_SHORT_NAME,
+        description=(
+            "A savepoint of a FinishableSparkJob, recorded by the operator when it completes; "
+            "a job starts from one with spec.restoreFrom.snapshotRef."
+        ),
+        columns=[
+            {
+                "name": "Job",
+                "type": "string",
+                "description": "The job it is a snapshot of.",
+                "jsonPath": ".spec.jobName",
+            },
+            {
+                "name": "Trigger",
+                "type": "string",
+                "description": "What asked for it.",
+                "jsonPath": ".status.trigger",
+            },
+            {
+                "name": "State",
+                "type": "string",
+                "description": "Pending, InProgress, Completed, Failed or Abandoned.",
+                "jsonPath": ".status.state",
+            },
+            {
+                "name": "Id",
+                "type": "integer",
+                "description": "The checkpoint (micro-batch) id it holds.",
+                "jsonPath": ".status.checkpointId",
+            },
+            {
+                "name": "Drained",
+                "type": "boolean",
+                "description": "Taken by a stop with drain.",
+                "jsonPath": ".status.drained",
+            },
+            {
+                "name": "Location",
+                "type": "string",
+                "description": "Where the savepoint is stored.",
+                "jsonPath": ".status.location",
+            },
+            _AGE,
+        ],
+        spec_schema=_model_schema(FinishableSparkSnapshotSpec),
+        status_schema=_without_defaults(_model_schema(FinishableSparkSnapshotStatus)),
+        required=[],
+    )
+
+
+_HEADER = "# Generated by `finishable crd` from finishable.api.models; do not edit by hand.\n"
+
+
+def _render(crd: dict[str, Any], command: str) -> str:
+    header = _HEADER.replace("`finishable crd`", f"`{command}`")
+    return header + yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
+
+
 def render_crd() -> str:
-    """The CRD as YAML, exactly as committed under ``crds/``."""
-    header = "# Generated by `finishable crd` from finishable.api.models; do not edit by hand.\n"
-    body = yaml.safe_dump(build_crd(), sort_keys=False, width=100, allow_unicode=True)
-    return header + body
+    """The job CRD as YAML, exactly as committed under ``crds/``."""
+    return _render(build_crd(), "finishable crd")
+
+
+def render_snapshot_crd() -> str:
+    """The snapshot CRD as YAML, exactly as committed under ``crds/``."""
+    return _render(build_snapshot_crd(), "finishable crd --snapshot")

@@ -90,6 +90,14 @@ class RestoreSpec(ApiModel):
             "empty starts fresh."
         ),
     )
+    snapshot_ref: str = Field(
+        default="",
+        max_length=253,
+        description=(
+            "The name of a FinishableSparkSnapshot in the job's namespace to start from (its "
+            "status.location), instead of savepoint; it must be Completed."
+        ),
+    )
     allow_drained: bool = Field(
         default=False,
         description=(
@@ -105,6 +113,15 @@ class RestoreSpec(ApiModel):
             "batches of this run that reuse those ids; without this the start is refused."
         ),
     )
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> Self:
+        if self.savepoint and self.snapshot_ref:
+            raise ValueError(
+                "restoreFrom.savepoint and restoreFrom.snapshotRef are both set; set only one "
+                "(snapshotRef names a FinishableSparkSnapshot, savepoint a location)"
+            )
+        return self
 
 
 class StorageSpec(ApiModel):

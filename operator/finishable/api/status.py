@@ -59,6 +59,10 @@ class SavepointStatus(ApiModel):
     drained: bool = Field(default=False, description="Taken by a stop with drain.")
     time: datetime | None = Field(default=None, description="When it completed.")
     request_id: str | None = Field(default=None, description="The request that produced it.")
+    id: int | None = Field(
+        default=None, ge=0, description="The micro-batch (checkpoint) id it holds, when known."
+    )
+    size_bytes: int | None = Field(default=None, ge=0, description="Its size, when known.")
 
 
 class ClusterPartitionStatus(ApiModel):

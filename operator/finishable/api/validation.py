@@ -170,11 +170,20 @@ def load_documents(path: Path) -> Iterator[tuple[str, object]]:
         yield source, document
 
 
-def load_job(path: Path) -> FinishableSparkJob:
-    """The single FinishableSparkJob of a manifest file (what ``finishable run`` takes)."""
+def load_job(path: Path, *, local: bool = False) -> FinishableSparkJob:
+    """The single FinishableSparkJob of a manifest file (what ``finishable run`` takes, with
+    ``local``: refusing what only the operator can do)."""
     jobs = [parse_manifest(document, source) for source, document in load_documents(path)]
     if len(jobs) != 1:
         raise InvalidManifest(
             [Problem("", f"expected one {KIND} in the file, found {len(jobs)}")], str(path)
         )
+    ref = jobs[0].spec.restore_from.snapshot_ref
+    if local and ref:
+        message = (
+            f"{ref!r} names a FinishableSparkSnapshot, which only the operator resolves; "
+            "locally, give its location as spec.restoreFrom.savepoint "
+            f"(kubectl get fsjsnap {ref} -o jsonpath='{{.status.location}}')"
+        )
+        raise InvalidManifest([Problem("spec.restoreFrom.snapshotRef", message)], str(path))
     return jobs[0]

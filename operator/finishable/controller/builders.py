@@ -240,9 +240,7 @@ def _field_env(name: str, field_path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
 
 
-def _submit_args(
-    job: JobRef, spec: FinishableSparkJobSpec, attempt: int, master: str
-) -> list[str]:
+def _submit_args(job: JobRef, spec: FinishableSparkJobSpec, attempt: int, master: str) -> list[str]:
     """spark-submit's arguments: what only this pod knows (its IP, its name, the attempt)."""
     args = ["--driver-memory", spec.driver.memory.spark_memory()]
     if is_kubernetes_master(master):

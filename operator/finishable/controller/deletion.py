@@ -3,7 +3,8 @@
 The driver writes the job's state ConfigMaps (checkpoints, savepoints, the Batch event log, the
 fence claims) owned by the job, so the garbage collector removes them with it even when the
 finalizer was forced away. The finalizer (:func:`remove_children`) applies the retention policy
-first: the objects to keep lose their owner (orphaned), the rest are deleted in order.
+first: the objects to keep lose their owner (orphaned), the rest are deleted in order. The job's
+FinishableSparkSnapshots stay (orphaned) unless the policy is ``Nothing``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from finishable.api.models import RetainOnDelete
+from finishable.api.snapshot import SNAPSHOT_PLURAL
 from finishable.controller import naming
 from finishable.controller.kube import Kube
+from finishable.controller.snapshots import SNAPSHOT_API_VERSION
+from finishable.kube.api import KubeApiError
 from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, JobRef, job_label_value
 from finishable.state.configmap import ANNOTATION_NAME
 from finishable.state.configmap import COMPONENT as STATE_COMPONENT
@@ -136,6 +140,8 @@ async def remove_children(kube: Kube, job: JobRef, *, retain: RetainOnDelete) ->
         await kube.orphan("configmaps", name, namespace=job.namespace)
     for name in disposal.delete:
         deleted += await kube.delete("configmaps", name, namespace=job.namespace)
+    if retain is not RetainOnDelete.NOTHING:
+        await keep_snapshots(kube, job)
     if disposal.keep:
         log.info(
             "%s/%s: %d state ConfigMap(s) kept (retainOnDelete: %s)",
@@ -145,3 +151,25 @@ async def remove_children(kube: Kube, job: JobRef, *, retain: RetainOnDelete) ->
             retain.value,
         )
     return deleted
+
+
+async def keep_snapshots(kube: Kube, job: JobRef) -> None:
+    """The job's FinishableSparkSnapshots outlive it, as its savepoints do (orphaned), so that a
+    new job can still start from one by name. Where their CRD is not installed (an operator
+    upgraded without it), there are none."""
+    selector = f"{LABEL_JOB}={job_label_value(job.name)}"
+    path = kube.api.path(SNAPSHOT_PLURAL, namespace=job.namespace, api_version=SNAPSHOT_API_VERSION)
+    response = await kube.request("GET", path, query={"labelSelector": selector})
+    if response.status == 404:
+        return
+    if response.status != 200:
+        raise KubeApiError(f"cannot list the snapshots of {job.name}", response)
+    for item in response.body.get("items") or []:
+        meta = item.get("metadata") or {}
+        if any(ref.get("uid") == job.uid for ref in meta.get("ownerReferences") or []):
+            await kube.orphan(
+                SNAPSHOT_PLURAL,
+                str(meta["name"]),
+                namespace=job.namespace,
+                api_version=SNAPSHOT_API_VERSION,
+            )

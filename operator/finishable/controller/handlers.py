@@ -18,13 +18,15 @@ from typing import Any
 import kopf
 
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL
-from finishable.controller import naming
+from finishable.api.snapshot import SNAPSHOT_PLURAL
+from finishable.controller import naming, snapshots
 from finishable.controller.deletion import PodsStopping, remove_children, retain_on_delete
 from finishable.controller.metrics import JobKey
 from finishable.controller.reconcile import (
     Controller,
     DriverPod,
     JobLoop,
+    SnapshotRefUnusable,
     StatusUnreadable,
     driver_pod_of,
 )
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 
 registry = kopf.OperatorRegistry()
 JOBS = (API_GROUP, API_VERSION, PLURAL)
+SNAPSHOTS = (API_GROUP, API_VERSION, SNAPSHOT_PLURAL)
 DRIVER_PODS: dict[str, Any] = {
     LABEL_COMPONENT: naming.DRIVER,
     LABEL_JOB: kopf.PRESENT,
@@ -164,6 +167,24 @@ def driver_report_changed(namespace: str | None, labels: kopf.Labels, memo: Any,
     _controller(memo).wake(_key(namespace, labels[LABEL_JOB]))
 
 
+def _is_requested(body: kopf.Body, **_: Any) -> bool:
+    return snapshots.is_requested(body)
+
+
+@kopf.index(*SNAPSHOTS, when=_is_requested, registry=registry)
+def requested_snapshots(
+    body: kopf.Body, namespace: str | None, name: str, spec: kopf.Spec, **_: Any
+) -> dict[JobKey, dict[str, Any]]:
+    """Snapshots created by hand to ask for a savepoint (controller/requests.py), by job."""
+    status = dict(body.get("status") or {})
+    return {_key(namespace, str(spec["jobName"])): {"name": name, "status": status}}
+
+
+@kopf.on.event(*SNAPSHOTS, when=_is_requested, registry=registry)
+def snapshot_requested(namespace: str | None, spec: kopf.Spec, memo: Any, **_: Any) -> None:
+    _controller(memo).wake(_key(namespace, str(spec["jobName"])))
+
+
 @kopf.on.event(*JOBS, registry=registry)
 def job_changed(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
     _controller(memo).wake(_key(namespace, name))
@@ -197,13 +218,17 @@ async def reconcile(
         else:
             kopf.warn(body, reason=event.reason, message=event.message)
 
+    requested: kopf.Index[JobKey, dict[str, Any]] = kwargs["requested_snapshots"]
     try:
         loop = JobLoop(_controller(memo), body, observe, post)
     except StatusUnreadable as error:
         raise kopf.PermanentError(str(error)) from None
+    loop.requests.listed = lambda: list(requested.get(key, []))
     try:
         await loop.run(stopped)
     except BackendError as error:
+        raise kopf.TemporaryError(f"{error}; retrying", delay=RETRY_SECONDS) from None
+    except SnapshotRefUnusable as error:
         raise kopf.TemporaryError(f"{error}; retrying", delay=RETRY_SECONDS) from None
 
 

@@ -98,11 +98,13 @@ class Kube:
             return False
         raise KubeApiError(f"cannot delete {plural}/{name}", response)
 
-    async def orphan(self, plural: str, name: str, *, namespace: str) -> bool:
+    async def orphan(
+        self, plural: str, name: str, *, namespace: str, api_version: str = "v1"
+    ) -> bool:
         """Remove the object's owner references, so it outlives its owner; False if gone."""
         response = await self.request(
             "PATCH",
-            self.api.path(plural, name, namespace=namespace),
+            self.api.path(plural, name, namespace=namespace, api_version=api_version),
             body={"metadata": {"ownerReferences": None}},
             content_type=MERGE_PATCH,
         )

@@ -48,9 +48,7 @@ def pod_settings(settings: PodSettings, image_pull_secrets: list[str]) -> dict[s
     return fields
 
 
-def pod_metadata(
-    settings: PodSettings, own_labels: dict[str, str], **extra: Any
-) -> dict[str, Any]:
+def pod_metadata(settings: PodSettings, own_labels: dict[str, str], **extra: Any) -> dict[str, Any]:
     """Labels (the operator's win over the user's) and annotations of a pod."""
     meta: dict[str, Any] = {**extra, "labels": {**settings.labels, **own_labels}}
     if settings.annotations:

@@ -35,17 +35,19 @@ from finishable.api.models import (
     API_VERSION,
     JOB_NAME_MAX_LENGTH,
     PLURAL,
+    DesiredState,
     JobMode,
     Phase,
     is_valid_job_name,
 )
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.api.status import FinishableSparkJobStatus
+from finishable.api.status import FinishableSparkJobStatus, SavepointStatus
 from finishable.api.validation import InvalidManifest, parse_spec
-from finishable.controller import builders, naming
+from finishable.controller import builders, naming, snapshots, snapshotstore
 from finishable.controller.driverconf import with_operator_defaults
 from finishable.controller.kube import Conflict, Kube
 from finishable.controller.metrics import JobKey, Metrics
+from finishable.controller.requests import SnapshotRequests
 from finishable.controller.status import EventPoster, StatusWriter
 from finishable.kube.objects import (
     LABEL_ATTEMPT,
@@ -60,11 +62,13 @@ from finishable.lifecycle.decisions import (
     Action,
     ActionKind,
     Decision,
+    Event,
     Observation,
     PodPhase,
 )
 from finishable.lifecycle.phases import next_status, request_deadline
 from finishable.state.control import ConfigMapControlChannel, decode
+from finishable.state.errors import BackendError
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +77,10 @@ LIVE_POD_PHASES = frozenset({PodPhase.PENDING, PodPhase.RUNNING})
 
 class StatusUnreadable(ValueError):
     """The stored status does not parse: the operator cannot know where the job is."""
+
+
+class SnapshotRefUnusable(ValueError):
+    """``spec.restoreFrom.snapshotRef`` names no snapshot a driver can start from (yet)."""
 
 
 # -- observations (pure) -------------------------------------------------------------------------
@@ -226,6 +234,10 @@ class JobLoop:
         )
         self._children_for_attempt: int | None = None
         self._shuffle_deleted = False
+        # The savepoint to record as a FinishableSparkSnapshot: the stored one when the loop
+        # starts (a create that answers 409 is a success), then each new one.
+        self._unrecorded: SavepointStatus | None = self.status.savepoint
+        self.requests = SnapshotRequests(self.kube, self.job)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -257,6 +269,7 @@ class JobLoop:
         spec, problems = read_spec(self.job.name, self.body.get("spec"))
         if spec is not None:
             spec = with_operator_defaults(spec, self.controller.partition_storage)
+            spec = await self.resolve_snapshot_ref(spec, int(meta.get("generation") or 1))
         pods, report_text = self.observe()
         current = next((pod for pod in pods if pod.attempt == self.status.attempt), None)
         now = datetime.now(UTC)
@@ -292,8 +305,15 @@ class JobLoop:
         if written is None:
             return None
         self.stored, self.resource_version = written
-        self.status = decision.status
-        return await self.perform(decision, spec, pods)
+        before, self.status = self.status, decision.status
+        saved = decision.status.savepoint
+        if saved is not None and saved != before.savepoint and saved.location:
+            self._unrecorded = saved
+        requeue = await self.perform(decision, spec, pods)
+        await self.record_snapshot(before)
+        if spec is not None:
+            await self.requests.serve(spec, self.status, recording=self._unrecorded is not None)
+        return requeue
 
     async def refresh(self) -> None:
         """Read the job's status and resourceVersion as stored. The spec stays kopf's live body,
@@ -306,6 +326,53 @@ class JobLoop:
         self.stored = copy.deepcopy(dict(body.get("status") or {}))
         self.status = read_status(self.stored)
         self.resource_version = body["metadata"].get("resourceVersion")
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    async def resolve_snapshot_ref(
+        self, spec: FinishableSparkJobSpec, generation: int
+    ) -> FinishableSparkJobSpec:
+        """``spec`` with ``restoreFrom.savepoint`` set to the location of the snapshot that
+        ``restoreFrom.snapshotRef`` names when the job may start a driver from it now (a new run,
+        a changed Failed job, a resuming Suspended job without a savepoint of its own)."""
+        ref = spec.restore_from.snapshot_ref
+        phase = self.status.phase
+        if not ref or spec.state is DesiredState.SUSPENDED:
+            return spec
+        starts = (
+            phase is Phase.PENDING
+            or (phase is Phase.FAILED and generation > self.status.observed_generation)
+            or (phase is Phase.SUSPENDED and self.status.savepoint is None)
+        )
+        if not starts:
+            return spec
+        try:
+            location = await snapshotstore.restore_location(self.kube, self.job.namespace, ref)
+        except snapshots.SnapshotUnusable as error:
+            self.post(Event("Warning", "SnapshotRefUnusable", str(error)))
+            raise SnapshotRefUnusable(str(error)) from None
+        restore = spec.restore_from.model_copy(update={"savepoint": location})
+        return spec.model_copy(update={"restore_from": restore})
+
+    async def record_snapshot(self, before: FinishableSparkJobStatus) -> None:
+        """Record the newest completed savepoint as a FinishableSparkSnapshot (or fill in the
+        ones created by hand that asked for it); a failure is retried on the next step."""
+        savepoint = self._unrecorded
+        if savepoint is None or not savepoint.location:
+            self._unrecorded = None
+            return
+        trigger = snapshots.trigger_of(savepoint, before.pending_request, self.status.phase)
+        run = self.status.run
+        try:
+            if not await self.requests.fill(savepoint, self.status, trigger):
+                await snapshotstore.record(self.kube, self.job, savepoint, trigger, run=run)
+        except BackendError as error:
+            log.warning(
+                "%s: savepoint %s not recorded yet: %s", self.key, savepoint.location, error
+            )
+            return
+        if self._unrecorded is savepoint:
+            self._unrecorded = None
 
     # -- actions ----------------------------------------------------------------------------
 

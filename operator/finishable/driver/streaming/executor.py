@@ -234,6 +234,8 @@ class StreamingExecutor:
             drained=drained,
             time=datetime.fromtimestamp(info.created_at, UTC),
             request_id=request_id,
+            id=stored.batch_id,
+            size_bytes=info.size,
         )
         log.info("savepoint at batch %d: %s", stored.batch_id, info.location)
 

@@ -1,0 +1,170 @@
+"""FinishableSparkSnapshot objects: a job's completed savepoints as custom resources (pure).
+
+The reconcile loop records each savepoint it sees complete (``status.savepoint`` changes) as a
+snapshot in the job's namespace, owned by the job, and resolves ``spec.restoreFrom.snapshotRef``
+to the location a snapshot holds. Everything here is pure: the loop does the API calls.
+
+A snapshot's name is deterministic, so recording the same savepoint again (a retried step, a
+restarted operator) creates nothing new: ``<job>-<kind>-<checkpoint id>-<hash>`` (kind
+``savepoint`` or ``drain``), the hash (of the job's uid and the savepoint's location) telling
+apart two savepoints of the same batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from finishable.api.models import API_GROUP, API_VERSION, Phase, RequestAction, dump
+from finishable.api.snapshot import (
+    SNAPSHOT_KIND,
+    FinishableSparkSnapshotSpec,
+    FinishableSparkSnapshotStatus,
+    SnapshotKind,
+    SnapshotState,
+    SnapshotTrigger,
+)
+from finishable.api.status import ControlRequest, SavepointStatus
+from finishable.kube.objects import LABEL_JOB, JobRef, job_label_value, owner_reference
+
+NAME_MAX_LENGTH = 63
+HASH_LENGTH = 8
+SNAPSHOT_API_VERSION = f"{API_GROUP}/{API_VERSION}"
+
+
+class SnapshotUnusable(ValueError):
+    """``spec.restoreFrom.snapshotRef`` names a snapshot that cannot be started from."""
+
+
+def trigger_of(
+    savepoint: SavepointStatus, request: ControlRequest | None, phase: Phase
+) -> SnapshotTrigger:
+    """What asked for ``savepoint``: the request in flight that it answers, else what the job
+    did (a drained savepoint ends a drain, a Suspended job stopped), else a manual savepoint."""
+    if request is not None and savepoint.request_id == request.id:
+        if request.action is RequestAction.SAVEPOINT:
+            return SnapshotTrigger.MANUAL
+        return SnapshotTrigger.DRAIN if request.drain else SnapshotTrigger.STOP
+    if savepoint.drained:
+        return SnapshotTrigger.DRAIN
+    if phase is Phase.SUSPENDED:
+        return SnapshotTrigger.STOP
+    return SnapshotTrigger.MANUAL
+
+
+def snapshot_kind(savepoint: SavepointStatus) -> SnapshotKind:
+    return SnapshotKind.DRAIN if savepoint.drained else SnapshotKind.SAVEPOINT
+
+
+def snapshot_name(job: JobRef, savepoint: SavepointStatus) -> str:
+    """``<job>-<kind>-<id>-<hash>``, a DNS label of at most 63 characters (the job's name is
+    shortened when the rest needs the room). Only what the savepoint itself says goes into it
+    (not the trigger, which a restarted operator may no longer know), so the same savepoint
+    always gets the same name."""
+    digest = hashlib.sha256(f"{job.uid}\n{savepoint.location}".encode()).hexdigest()
+    kind = snapshot_kind(savepoint).value
+    parts = [kind, *([str(savepoint.id)] if savepoint.id is not None else [])]
+    suffix = "-" + "-".join([*parts, digest[:HASH_LENGTH]])
+    prefix = job.name[: NAME_MAX_LENGTH - len(suffix)].rstrip("-")
+    name = re.sub(r"[^a-z0-9-]", "-", (prefix + suffix).lower())
+    return name.strip("-") or digest[:HASH_LENGTH]
+
+
+def snapshot_object(
+    job: JobRef,
+    savepoint: SavepointStatus,
+    trigger: SnapshotTrigger,
+    *,
+    run: int | None = None,
+) -> dict[str, Any]:
+    """The snapshot of a completed ``savepoint`` of ``job``, status included (an API server
+    ignores the status on create: write it through the status subresource after)."""
+    status = FinishableSparkSnapshotStatus(
+        state=SnapshotState.COMPLETED,
+        message="savepoint completed",
+        location=savepoint.location,
+        kind=snapshot_kind(savepoint),
+        trigger=trigger,
+        checkpoint_id=savepoint.id,
+        drained=savepoint.drained,
+        size_bytes=savepoint.size_bytes,
+        job_uid=job.uid,
+        run=run,
+        request_id=savepoint.request_id,
+        time=savepoint.time,
+    )
+    return {
+        "apiVersion": SNAPSHOT_API_VERSION,
+        "kind": SNAPSHOT_KIND,
+        "metadata": {
+            "name": snapshot_name(job, savepoint),
+            "namespace": job.namespace,
+            "labels": {LABEL_JOB: job_label_value(job.name)},
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": dump(FinishableSparkSnapshotSpec(job_name=job.name)),
+        "status": dump(status),
+    }
+
+
+def restore_location(name: str, snapshot: Mapping[str, Any] | None) -> str:
+    """The location ``spec.restoreFrom.snapshotRef: name`` starts from; :class:`SnapshotUnusable`
+    naming the field, the snapshot and what is wrong when there is none to start from."""
+    field = "spec.restoreFrom.snapshotRef"
+    if snapshot is None:
+        raise SnapshotUnusable(
+            f"{field}: the FinishableSparkSnapshot {name!r} does not exist in the job's namespace"
+        )
+    raw = snapshot.get("status") or {}
+    known = {f.alias or n for n, f in FinishableSparkSnapshotStatus.model_fields.items()}
+    try:
+        status = FinishableSparkSnapshotStatus.model_validate(
+            {key: value for key, value in raw.items() if key in known}
+        )
+    except ValidationError as error:
+        raise SnapshotUnusable(
+            f"{field}: the status of FinishableSparkSnapshot {name!r} cannot be read: "
+            f"{error.errors()[0].get('msg', error)}"
+        ) from None
+    if not raw or status.state is not SnapshotState.COMPLETED:
+        state = status.state.value if raw else "Pending (no status yet)"
+        raise SnapshotUnusable(
+            f"{field}: the FinishableSparkSnapshot {name!r} is {state}, not Completed"
+            + (f": {status.message}" if raw and status.message else "")
+        )
+    if not status.location:
+        raise SnapshotUnusable(
+            f"{field}: the FinishableSparkSnapshot {name!r} is Completed but has no location"
+        )
+    return status.location
+
+
+OPEN_STATES = frozenset({"", SnapshotState.PENDING.value, SnapshotState.IN_PROGRESS.value})
+
+
+def is_requested(body: Mapping[str, Any]) -> bool:
+    """A snapshot created by hand to ask for a savepoint: it names a job, no owner made it, and
+    it is not done yet (no status, Pending or InProgress)."""
+    meta = body.get("metadata") or {}
+    job_name = (body.get("spec") or {}).get("jobName")
+    state = str((body.get("status") or {}).get("state") or "")
+    return bool(job_name) and not meta.get("ownerReferences") and state in OPEN_STATES
+
+
+def completed_status(
+    job: JobRef,
+    savepoint: SavepointStatus,
+    *,
+    run: int | None,
+    trigger_nonce: int | None,
+) -> dict[str, Any]:
+    """The status that fills in a snapshot created by hand once its savepoint completed."""
+    body = snapshot_object(job, savepoint, SnapshotTrigger.MANUAL, run=run)
+    status: dict[str, Any] = body["status"]
+    if trigger_nonce is not None:
+        status["triggerNonce"] = trigger_nonce
+    return status

@@ -1,0 +1,64 @@
+"""The API side of FinishableSparkSnapshots: record a savepoint as one, read one back.
+
+:mod:`finishable.controller.snapshots` builds the objects (pure); the reconcile loop calls these
+through the operator's own client (:class:`~finishable.controller.kube.Kube`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from finishable.api.snapshot import SNAPSHOT_PLURAL, SnapshotTrigger
+from finishable.api.status import SavepointStatus
+from finishable.controller import snapshots
+from finishable.controller.kube import Kube
+from finishable.kube.api import KubeApiError
+from finishable.kube.objects import JobRef
+
+log = logging.getLogger(__name__)
+
+
+async def record(
+    kube: Kube,
+    job: JobRef,
+    savepoint: SavepointStatus,
+    trigger: SnapshotTrigger,
+    *,
+    run: int | None,
+) -> str:
+    """Create the snapshot of ``savepoint`` (409: it exists, which is success) and write its
+    status unless it has one already (so a retry never overwrites what the first write knew);
+    returns its name. :class:`~finishable.state.errors.BackendError` when the API fails."""
+    body = snapshots.snapshot_object(job, savepoint, trigger, run=run)
+    name = str(body["metadata"]["name"])
+    path = kube.api.path(
+        SNAPSHOT_PLURAL, namespace=job.namespace, api_version=snapshots.SNAPSHOT_API_VERSION
+    )
+    response = await kube.request("POST", path, body=body)
+    if response.status == 409:
+        existing = await kube.get(
+            snapshots.SNAPSHOT_API_VERSION, SNAPSHOT_PLURAL, name, job.namespace
+        )
+        if existing is None or existing.get("status"):
+            return name
+    elif response.status not in (200, 201):
+        raise KubeApiError(f"cannot create FinishableSparkSnapshot {name}", response)
+    else:
+        log.info(
+            "%s/%s: recorded savepoint %s as FinishableSparkSnapshot %s",
+            job.namespace,
+            job.name,
+            savepoint.location,
+            name,
+        )
+    await kube.patch_status(
+        snapshots.SNAPSHOT_API_VERSION, SNAPSHOT_PLURAL, name, job.namespace, body["status"]
+    )
+    return name
+
+
+async def restore_location(kube: Kube, namespace: str, ref: str) -> str:
+    """The location the snapshot ``ref`` holds;
+    :class:`~finishable.controller.snapshots.SnapshotUnusable` when it cannot be started from."""
+    body = await kube.get(snapshots.SNAPSHOT_API_VERSION, SNAPSHOT_PLURAL, ref, namespace)
+    return snapshots.restore_location(ref, body)

@@ -1,0 +1,219 @@
+"""The snapshot builder and the snapshotRef resolution: pure, no API."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from finishable.api.models import Phase, RequestAction
+from finishable.api.snapshot import FinishableSparkSnapshotStatus, SnapshotTrigger
+from finishable.api.status import ControlRequest, SavepointStatus
+from finishable.controller.snapshots import (
+    SnapshotUnusable,
+    completed_status,
+    is_requested,
+    restore_location,
+    snapshot_name,
+    snapshot_object,
+    trigger_of,
+)
+from finishable.kube.api import KubeApi
+from finishable.kube.objects import JobRef
+from tests.support.k8s_emulator import EmulatorServer
+
+JOB = JobRef(name="clicks", namespace="jobs", uid="0b5e-uid")
+SAVEPOINT = SavepointStatus(
+    location="configmap:clicks/savepoints/7",
+    request_id="req-1",
+    id=7,
+    size_bytes=2048,
+    time=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+)
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def test_the_object_records_the_savepoint_owned_by_the_job() -> None:
+    body = snapshot_object(JOB, SAVEPOINT, SnapshotTrigger.STOP, run=1)
+    assert (body["apiVersion"], body["kind"]) == (
+        "finishable.dev/v1alpha1",
+        "FinishableSparkSnapshot",
+    )
+    meta = body["metadata"]
+    assert meta["namespace"] == "jobs"
+    assert meta["labels"] == {"finishable.dev/job": "clicks"}
+    [owner] = meta["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("FinishableSparkJob", "clicks", JOB.uid)
+    assert body["spec"] == {"jobName": "clicks"}
+    status = body["status"]
+    assert status == {
+        "state": "Completed",
+        "message": "savepoint completed",
+        "location": "configmap:clicks/savepoints/7",
+        "kind": "savepoint",
+        "trigger": "stop",
+        "checkpointId": 7,
+        "drained": False,
+        "sizeBytes": 2048,
+        "jobUid": JOB.uid,
+        "run": 1,
+        "requestId": "req-1",
+        "time": "2026-01-02T03:04:05Z",
+    }
+    FinishableSparkSnapshotStatus.model_validate(status)  # the wire form parses back
+
+
+def test_the_name_is_deterministic_and_tells_savepoints_apart() -> None:
+    name = snapshot_name(JOB, SAVEPOINT)
+    assert name == snapshot_name(JOB, SAVEPOINT)
+    assert name.startswith("clicks-savepoint-7-") and DNS_LABEL.match(name)
+    other = SAVEPOINT.model_copy(update={"location": "configmap:clicks/savepoints/7b"})
+    assert snapshot_name(JOB, other) != name
+    recreated = JobRef(name="clicks", namespace="jobs", uid="another-uid")
+    assert snapshot_name(recreated, SAVEPOINT) != name
+    drained = SAVEPOINT.model_copy(update={"drained": True})
+    assert snapshot_name(JOB, drained).startswith("clicks-drain-7-")
+    unknown_id = SAVEPOINT.model_copy(update={"id": None})
+    assert DNS_LABEL.match(snapshot_name(JOB, unknown_id))
+
+
+def test_a_long_job_name_is_shortened_to_a_dns_label() -> None:
+    job = JobRef(name="a" * 39 + "-b", namespace="jobs", uid="u")
+    savepoint = SAVEPOINT.model_copy(update={"id": 10**18})
+    name = snapshot_name(job, savepoint)
+    assert len(name) <= 63 and DNS_LABEL.match(name)
+    assert name.endswith(f"-savepoint-{10**18}-" + name.rsplit("-", 1)[1])
+
+
+def test_a_drained_savepoint_is_a_drain_snapshot() -> None:
+    drained = SAVEPOINT.model_copy(update={"drained": True})
+    status = snapshot_object(JOB, drained, SnapshotTrigger.DRAIN)["status"]
+    assert (status["kind"], status["drained"], status["trigger"]) == ("drain", True, "drain")
+
+
+@pytest.mark.parametrize(
+    ("action", "drain", "expected"),
+    [
+        (RequestAction.STOP, False, SnapshotTrigger.STOP),
+        (RequestAction.STOP, True, SnapshotTrigger.DRAIN),
+        (RequestAction.SAVEPOINT, False, SnapshotTrigger.MANUAL),
+    ],
+)
+def test_the_trigger_is_the_request_the_savepoint_answers(
+    action: RequestAction, drain: bool, expected: SnapshotTrigger
+) -> None:
+    request = ControlRequest(id="req-1", action=action, drain=drain)
+    assert trigger_of(SAVEPOINT, request, Phase.RUNNING) is expected
+
+
+def test_without_its_request_the_trigger_follows_what_the_job_did() -> None:
+    other = ControlRequest(id="req-2", action=RequestAction.SAVEPOINT)
+    drained = SAVEPOINT.model_copy(update={"drained": True})
+    assert trigger_of(drained, None, Phase.FINISHED) is SnapshotTrigger.DRAIN
+    assert trigger_of(SAVEPOINT, other, Phase.SUSPENDED) is SnapshotTrigger.STOP
+    assert trigger_of(SAVEPOINT, None, Phase.RUNNING) is SnapshotTrigger.MANUAL
+
+
+def test_restore_location_of_a_completed_snapshot() -> None:
+    body = snapshot_object(JOB, SAVEPOINT, SnapshotTrigger.STOP)
+    assert restore_location("snap", body) == "configmap:clicks/savepoints/7"
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "words"),
+    [
+        (None, ["spec.restoreFrom.snapshotRef", "'snap'", "does not exist"]),
+        ({"metadata": {}}, ["spec.restoreFrom.snapshotRef", "'snap'", "Pending"]),
+        (
+            {"status": {"state": "Failed", "message": "disk full"}},
+            ["spec.restoreFrom.snapshotRef", "'snap'", "Failed", "not Completed", "disk full"],
+        ),
+        ({"status": {"state": "InProgress"}}, ["'snap'", "InProgress"]),
+        ({"status": {"state": "Bogus"}}, ["'snap'", "cannot be read"]),
+        ({"status": {"state": "Completed"}}, ["'snap'", "no location"]),
+    ],
+)
+def test_an_unusable_snapshot_is_refused_naming_field_name_and_state(
+    snapshot: dict[str, object] | None, words: list[str]
+) -> None:
+    with pytest.raises(SnapshotUnusable) as caught:
+        restore_location("snap", snapshot)
+    for word in words:
+        assert word in str(caught.value)
+
+
+# -- against the API emulator, as strict as a real API server -------------------------------------
+
+CHART_CRDS = Path(__file__).resolve().parents[2] / "charts" / "finishable-spark-operator" / "crds"
+
+
+def test_the_chart_crds_serve_the_snapshot_as_built_and_refuse_a_bad_one() -> None:
+    """The chart's crds/ (what helm installs) with schema validation on: the builder's object
+    and its status are stored as built, field for field; an unknown state is refused."""
+    with EmulatorServer(validate_schemas=True) as server:
+        api = KubeApi.for_url(server.url, namespace="jobs", user_agent="tests")
+        crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        for path in sorted(CHART_CRDS.glob("*.yaml")):
+            assert api.request("POST", crds, body=yaml.safe_load(path.read_text())).status == 201
+        assert api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "jobs"}})
+        jobs = api.path("finishablesparkjobs", api_version="finishable.dev/v1alpha1")
+        manifest = {
+            "apiVersion": "finishable.dev/v1alpha1",
+            "kind": "FinishableSparkJob",
+            "metadata": {"name": "clicks"},
+            "spec": {"application": {"file": "job.py"}, "restoreFrom": {"snapshotRef": "x"}},
+        }
+        created = api.request("POST", jobs, body=manifest, query={"fieldValidation": "Strict"})
+        assert created.status == 201, created.body
+        job = JobRef(name="clicks", namespace="jobs", uid=created.body["metadata"]["uid"])
+        body = snapshot_object(job, SAVEPOINT, SnapshotTrigger.STOP, run=1)
+        name = body["metadata"]["name"]
+        snaps = api.path("finishablesparksnapshots", api_version="finishable.dev/v1alpha1")
+        answer = api.request("POST", snaps, body=body, query={"fieldValidation": "Strict"})
+        assert answer.status == 201, answer.body
+        assert "status" not in answer.body, "the status subresource: status is not created"
+        status_path = api.path(
+            "finishablesparksnapshots",
+            name,
+            api_version="finishable.dev/v1alpha1",
+            subresource="status",
+        )
+        patched = api.request(
+            "PATCH",
+            status_path,
+            body={"status": body["status"]},
+            content_type="application/merge-patch+json",
+            query={"fieldValidation": "Strict"},
+        )
+        assert patched.status == 200, patched.body
+        assert patched.body["status"] == body["status"]
+        assert patched.body["spec"] == body["spec"]
+        bad = api.request(
+            "PATCH",
+            status_path,
+            body={"status": {"state": "Done"}},
+            content_type="application/merge-patch+json",
+        )
+        assert bad.status == 422 and "status.state" in str(bad.body), bad.body
+
+
+def test_a_request_is_a_snapshot_made_by_hand_that_is_not_done() -> None:
+    def body(status: dict[str, object] | None = None, **meta: object) -> dict[str, object]:
+        return {"metadata": meta, "spec": {"jobName": "clicks"}, "status": status or {}}
+
+    assert is_requested(body())
+    assert is_requested(body({"state": "InProgress"}))
+    assert not is_requested(body({"state": "Completed"}))
+    assert not is_requested(body({"state": "Failed"}))
+    assert not is_requested(body(ownerReferences=[{"uid": "u"}])), "the operator made it"
+    assert not is_requested({"metadata": {}, "spec": {}}), "no job named"
+
+
+def test_a_request_is_filled_in_as_a_manual_completed_snapshot() -> None:
+    status = completed_status(JOB, SAVEPOINT, run=2, trigger_nonce=4)
+    assert (status["state"], status["trigger"]) == ("Completed", "manual")
+    assert status["triggerNonce"] == 4
+    assert (status["location"], status["checkpointId"], status["run"]) == (SAVEPOINT.location, 7, 2)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from finishable.api.models import Phase, RequestAction
-from finishable.api.snapshot import FinishableSparkSnapshotStatus, SnapshotTrigger
+from finishable.api.models import Phase, RequestAction, SavepointTrigger
+from finishable.api.snapshot import FinishableSparkSnapshotStatus
 from finishable.api.status import ControlRequest, SavepointStatus
 from finishable.controller.snapshots import (
     SnapshotUnusable,
@@ -37,7 +37,7 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def test_the_object_records_the_savepoint_owned_by_the_job() -> None:
-    body = snapshot_object(JOB, SAVEPOINT, SnapshotTrigger.STOP, run=1)
+    body = snapshot_object(JOB, SAVEPOINT, SavepointTrigger.STOP, run=1)
     assert (body["apiVersion"], body["kind"]) == (
         "finishable.dev/v1alpha1",
         "FinishableSparkSnapshot",
@@ -90,35 +90,42 @@ def test_a_long_job_name_is_shortened_to_a_dns_label() -> None:
 
 def test_a_drained_savepoint_is_a_drain_snapshot() -> None:
     drained = SAVEPOINT.model_copy(update={"drained": True})
-    status = snapshot_object(JOB, drained, SnapshotTrigger.DRAIN)["status"]
+    status = snapshot_object(JOB, drained, SavepointTrigger.DRAIN)["status"]
     assert (status["kind"], status["drained"], status["trigger"]) == ("drain", True, "drain")
 
 
 @pytest.mark.parametrize(
     ("action", "drain", "expected"),
     [
-        (RequestAction.STOP, False, SnapshotTrigger.STOP),
-        (RequestAction.STOP, True, SnapshotTrigger.DRAIN),
-        (RequestAction.SAVEPOINT, False, SnapshotTrigger.MANUAL),
+        (RequestAction.STOP, False, SavepointTrigger.STOP),
+        (RequestAction.STOP, True, SavepointTrigger.DRAIN),
+        (RequestAction.SAVEPOINT, False, SavepointTrigger.MANUAL),
     ],
 )
 def test_the_trigger_is_the_request_the_savepoint_answers(
-    action: RequestAction, drain: bool, expected: SnapshotTrigger
+    action: RequestAction, drain: bool, expected: SavepointTrigger
 ) -> None:
     request = ControlRequest(id="req-1", action=action, drain=drain)
     assert trigger_of(SAVEPOINT, request, Phase.RUNNING) is expected
 
 
+@pytest.mark.parametrize("trigger", [SavepointTrigger.PERIODIC, SavepointTrigger.UPGRADE])
+def test_a_request_that_says_why_it_was_sent_names_the_trigger(trigger: SavepointTrigger) -> None:
+    action = RequestAction.STOP if trigger is SavepointTrigger.UPGRADE else RequestAction.SAVEPOINT
+    request = ControlRequest(id="req-1", action=action, trigger=trigger)
+    assert trigger_of(SAVEPOINT, request, Phase.RUNNING) is trigger
+
+
 def test_without_its_request_the_trigger_follows_what_the_job_did() -> None:
     other = ControlRequest(id="req-2", action=RequestAction.SAVEPOINT)
     drained = SAVEPOINT.model_copy(update={"drained": True})
-    assert trigger_of(drained, None, Phase.FINISHED) is SnapshotTrigger.DRAIN
-    assert trigger_of(SAVEPOINT, other, Phase.SUSPENDED) is SnapshotTrigger.STOP
-    assert trigger_of(SAVEPOINT, None, Phase.RUNNING) is SnapshotTrigger.MANUAL
+    assert trigger_of(drained, None, Phase.FINISHED) is SavepointTrigger.DRAIN
+    assert trigger_of(SAVEPOINT, other, Phase.SUSPENDED) is SavepointTrigger.STOP
+    assert trigger_of(SAVEPOINT, None, Phase.RUNNING) is SavepointTrigger.MANUAL
 
 
 def test_restore_location_of_a_completed_snapshot() -> None:
-    body = snapshot_object(JOB, SAVEPOINT, SnapshotTrigger.STOP)
+    body = snapshot_object(JOB, SAVEPOINT, SavepointTrigger.STOP)
     assert restore_location("snap", body) == "configmap:clicks/savepoints/7"
 
 
@@ -169,7 +176,7 @@ def test_the_chart_crds_serve_the_snapshot_as_built_and_refuse_a_bad_one() -> No
         created = api.request("POST", jobs, body=manifest, query={"fieldValidation": "Strict"})
         assert created.status == 201, created.body
         job = JobRef(name="clicks", namespace="jobs", uid=created.body["metadata"]["uid"])
-        body = snapshot_object(job, SAVEPOINT, SnapshotTrigger.STOP, run=1)
+        body = snapshot_object(job, SAVEPOINT, SavepointTrigger.STOP, run=1)
         name = body["metadata"]["name"]
         snaps = api.path("finishablesparksnapshots", api_version="finishable.dev/v1alpha1")
         answer = api.request("POST", snaps, body=body, query={"fieldValidation": "Strict"})

@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from finishable.api.models import ApiModel
+from finishable.api.models import ApiModel, SavepointTrigger
 
 SNAPSHOT_KIND = "FinishableSparkSnapshot"
 SNAPSHOT_PLURAL = "finishablesparksnapshots"
@@ -37,19 +37,6 @@ class SnapshotKind(StrEnum):
 
     SAVEPOINT = "savepoint"
     DRAIN = "drain"
-
-
-class SnapshotTrigger(StrEnum):
-    """What asked for the snapshot."""
-
-    MANUAL = "manual"
-    """spec.savepointTriggerNonce (or ``finishable savepoint``)."""
-    STOP = "stop"
-    """spec.state: Suspended."""
-    DRAIN = "drain"
-    """spec.state: Finished."""
-    PERIODIC = "periodic"
-    UPGRADE = "upgrade"
 
 
 class FinishableSparkSnapshotSpec(ApiModel):
@@ -75,8 +62,8 @@ class FinishableSparkSnapshotStatus(ApiModel):
     kind: SnapshotKind = Field(
         default=SnapshotKind.SAVEPOINT, description="savepoint, or drain (a drained savepoint)."
     )
-    trigger: SnapshotTrigger = Field(
-        default=SnapshotTrigger.MANUAL,
+    trigger: SavepointTrigger = Field(
+        default=SavepointTrigger.MANUAL,
         description="What asked for it: manual, stop, drain, periodic or upgrade.",
     )
     checkpoint_id: int | None = Field(

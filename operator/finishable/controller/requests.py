@@ -20,8 +20,15 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from finishable.api.models import API_GROUP, API_VERSION, PLURAL, DesiredState, Phase
-from finishable.api.snapshot import SNAPSHOT_PLURAL, SnapshotState, SnapshotTrigger
+from finishable.api.models import (
+    API_GROUP,
+    API_VERSION,
+    PLURAL,
+    DesiredState,
+    Phase,
+    SavepointTrigger,
+)
+from finishable.api.snapshot import SNAPSHOT_PLURAL, SnapshotState
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import FinishableSparkJobStatus, SavepointStatus
 from finishable.controller import snapshots
@@ -66,12 +73,12 @@ class SnapshotRequests:
         self,
         savepoint: SavepointStatus,
         status: FinishableSparkJobStatus,
-        trigger: SnapshotTrigger,
+        trigger: SavepointTrigger,
     ) -> bool:
         """Fill in the requests the nonce of this completed manual savepoint answers; True
         when there were any (then no generated snapshot is created for it)."""
         filled = False
-        if trigger is not SnapshotTrigger.MANUAL:
+        if trigger is not SavepointTrigger.MANUAL:
             return False
         for name, state, nonce in self._open():
             if state != SnapshotState.IN_PROGRESS.value or nonce is None:

@@ -19,14 +19,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from finishable.api.models import API_GROUP, API_VERSION, Phase, RequestAction, dump
+from finishable.api.models import (
+    API_GROUP,
+    API_VERSION,
+    Phase,
+    RequestAction,
+    SavepointTrigger,
+    dump,
+)
 from finishable.api.snapshot import (
     SNAPSHOT_KIND,
     FinishableSparkSnapshotSpec,
     FinishableSparkSnapshotStatus,
     SnapshotKind,
     SnapshotState,
-    SnapshotTrigger,
 )
 from finishable.api.status import ControlRequest, SavepointStatus
 from finishable.kube.objects import LABEL_JOB, JobRef, job_label_value, owner_reference
@@ -42,18 +48,20 @@ class SnapshotUnusable(ValueError):
 
 def trigger_of(
     savepoint: SavepointStatus, request: ControlRequest | None, phase: Phase
-) -> SnapshotTrigger:
+) -> SavepointTrigger:
     """What asked for ``savepoint``: the request in flight that it answers, else what the job
     did (a drained savepoint ends a drain, a Suspended job stopped), else a manual savepoint."""
     if request is not None and savepoint.request_id == request.id:
+        if request.trigger is not None:
+            return request.trigger
         if request.action is RequestAction.SAVEPOINT:
-            return SnapshotTrigger.MANUAL
-        return SnapshotTrigger.DRAIN if request.drain else SnapshotTrigger.STOP
+            return SavepointTrigger.MANUAL
+        return SavepointTrigger.DRAIN if request.drain else SavepointTrigger.STOP
     if savepoint.drained:
-        return SnapshotTrigger.DRAIN
+        return SavepointTrigger.DRAIN
     if phase is Phase.SUSPENDED:
-        return SnapshotTrigger.STOP
-    return SnapshotTrigger.MANUAL
+        return SavepointTrigger.STOP
+    return SavepointTrigger.MANUAL
 
 
 def snapshot_kind(savepoint: SavepointStatus) -> SnapshotKind:
@@ -77,7 +85,7 @@ def snapshot_name(job: JobRef, savepoint: SavepointStatus) -> str:
 def snapshot_object(
     job: JobRef,
     savepoint: SavepointStatus,
-    trigger: SnapshotTrigger,
+    trigger: SavepointTrigger,
     *,
     run: int | None = None,
 ) -> dict[str, Any]:
@@ -163,7 +171,7 @@ def completed_status(
     trigger_nonce: int | None,
 ) -> dict[str, Any]:
     """The status that fills in a snapshot created by hand once its savepoint completed."""
-    body = snapshot_object(job, savepoint, SnapshotTrigger.MANUAL, run=run)
+    body = snapshot_object(job, savepoint, SavepointTrigger.MANUAL, run=run)
     status: dict[str, Any] = body["status"]
     if trigger_nonce is not None:
         status["triggerNonce"] = trigger_nonce

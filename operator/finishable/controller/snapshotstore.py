@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from finishable.api.snapshot import SNAPSHOT_PLURAL, SnapshotTrigger
+from finishable.api.models import SavepointTrigger
+from finishable.api.snapshot import SNAPSHOT_PLURAL
 from finishable.api.status import SavepointStatus
 from finishable.controller import snapshots
 from finishable.controller.kube import Kube
@@ -22,7 +23,7 @@ async def record(
     kube: Kube,
     job: JobRef,
     savepoint: SavepointStatus,
-    trigger: SnapshotTrigger,
+    trigger: SavepointTrigger,
     *,
     run: int | None,
 ) -> str:

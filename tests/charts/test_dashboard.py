@@ -253,6 +253,7 @@ VIEWS = {
     "recoveries": {"finishable_driver_restarts_total"},
     "recovery time": {"finishable_recovery_duration_seconds_bucket"},
     "lifecycle transitions": {"finishable_lifecycle_transition_duration_seconds_bucket"},
+    "snapshots by state": {"finishable_snapshots"},
     "tasks skipped": {"finishable_recovery_tasks_skipped_total"},
     "tasks re-run": {"finishable_recovery_tasks_rerun_total"},
     "cluster partitions": {"finishable_cluster_partitions"},

@@ -238,6 +238,7 @@ def test_periodic_savepoints_are_requested_while_the_job_runs(k8s: Cluster) -> N
     )
     assert second.id.startswith("savepoint-periodic-a1-")
     assert k8s.status("periodic")["phase"] == "Running"
+    k8s.delete_job("periodic")  # it would go on asking every second for the module's other tests
 
 
 SNAPSHOTS = "finishablesparksnapshots"
@@ -296,6 +297,32 @@ def test_each_completed_savepoint_is_recorded_as_a_snapshot_owned_by_the_job(
         "configmap:snapped/sp-5",
         "configmap:snapped/sp-9",
     ]
+
+
+
+def test_snapshots_are_counted_per_job_and_state(k8s: Cluster, operator: OperatorProcess) -> None:
+    k8s.start_running("counted", STREAMING)
+    answered: set[str] = set()
+    for nonce in (1, 2):
+        k8s.edit("counted", savepointTriggerNonce=nonce)
+        request = wait_for(
+            lambda: (r := k8s.channel("counted").read_request(1)) and r.id not in answered and r,
+            f"savepoint request {nonce}",
+        )
+        answered.add(request.id)
+        savepoint = SavepointStatus(location=f"configmap:counted/sp-{nonce}", request_id=request.id)
+        k8s.answer("counted", 1, request, DriverState.RUNNING, savepoint=savepoint)
+        completed_snapshot(k8s, "counted", f"configmap:counted/sp-{nonce}")
+
+    def count(state: str) -> float | None:
+        return sample(operator.metrics(), "finishable_snapshots", job_name="counted", state=state)
+
+    wait_for(lambda: count("Completed") == 2, "two Completed snapshots counted")
+    assert count("Failed") == 0
+    first = next(s for s in snapshots_of(k8s, "counted") if s["status"]["location"].endswith("1"))
+    path = k8s.api.path("finishablesparksnapshots", first["metadata"]["name"], api_version=JOBS)
+    assert k8s.api.request("DELETE", path).status == 200
+    wait_for(lambda: count("Completed") == 1, "a deleted snapshot no longer counted")
 
 
 def test_a_drain_is_recorded_as_a_drained_snapshot(k8s: Cluster) -> None:
@@ -426,8 +453,14 @@ def test_a_stop_past_its_timeout_is_cancelled_and_the_job_keeps_running(k8s: Clu
     )
     assert degraded["reason"] == "StopTimedOut"
     assert k8s.status("slowstop")["phase"] == "Running"
-    control = k8s.get("configmaps", "slowstop-control")
-    assert control is not None and control["data"]["cancelled"] == request.id
+    # the status is stored first, then the decision's cancel is written
+    wait_for(
+        lambda: ((k8s.get("configmaps", "slowstop-control") or {}).get("data") or {}).get(
+            "cancelled"
+        )
+        == request.id,
+        "the request cancelled in slowstop-control",
+    )
     assert k8s.channel("slowstop").read_request(1) is None, "the driver sees no request now"
 
 
@@ -696,7 +729,8 @@ def test_a_second_replica_stands_by_until_the_first_goes(
         wait_for(lambda: "Resuming operations" in standby.log(), "the standby takes over")
         k8s.create_job("takeover", STREAMING)
         k8s.wait_phase("takeover", "Submitted")
-        assert "takeover" in standby.log()
+        # the status is stored first, then the driver is created and logged
+        wait_for(lambda: "takeover" in standby.log(), "the standby acting on a new job")
     finally:
         standby.stop()
 

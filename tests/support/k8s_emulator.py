@@ -38,7 +38,9 @@ What kmock 0.8 lacks, and this adds (generic for every resource, not ConfigMap-o
   by label and field selectors), and the garbage collector: deleting an object deletes its
   dependents (``ownerReferences``), unless ``propagationPolicy: Orphan``;
 * discovery of the built-in resources, and of custom resources once their
-  CustomResourceDefinition is created (as ``kubectl apply -f crds/`` would do);
+  CustomResourceDefinition is created (as ``kubectl apply -f crds/`` would do); before that,
+  their paths are 404 NotFound, as on a real server (an operator needing a CRD nobody installed
+  must find out here too);
 * validation the real server does and our code must respect: object names (DNS subdomains),
   label values, and the 1 MiB cap on a ConfigMap's ``data`` + ``binaryData`` (422 Invalid);
   with ``validate_schemas=True`` also a custom resource against its CRD's OpenAPI schema (types,
@@ -506,6 +508,11 @@ class StateEmulator(KubernetesEmulator):
         admitted = await k8s_admission.admit(self, request)  # ServiceAccounts, TokenRequest
         if admitted is not None:
             return admitted
+        if request.resource is not None and request.resource not in self.resources:
+            # A custom resource whose CRD is not installed (or was deleted): a real server has
+            # no such path, and no object of it can be created.
+            missing = "the server could not find the requested resource"
+            raise KubernetesError(status=404, reason="NotFound", message=missing)
         if request.resource == PODS and request.subresource == "binding":
             return await self._bind(request)
         if request.resource is None or request.subresource not in (None, "status"):

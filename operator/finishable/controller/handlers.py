@@ -185,6 +185,18 @@ def snapshot_requested(namespace: str | None, spec: kopf.Spec, memo: Any, **_: A
     _controller(memo).wake(_key(namespace, str(spec["jobName"])))
 
 
+@kopf.on.event(*SNAPSHOTS, registry=registry)
+def snapshot_changed(
+    event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, memo: Any, **_: Any
+) -> None:
+    """Count snapshots per job and state for ``finishable_snapshots``."""
+    job, state = snapshots.job_and_state(body)
+    if job is None:
+        return
+    gone = event.get("type") == "DELETED"
+    _controller(memo).metrics.snapshot_changed(str(namespace), name, job, None if gone else state)
+
+
 @kopf.on.event(*JOBS, registry=registry)
 def job_changed(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
     _controller(memo).wake(_key(namespace, name))

@@ -14,6 +14,7 @@ from datetime import datetime
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from finishable.api.models import ConditionStatus, ConditionType, Phase, Transition
+from finishable.api.snapshot import SnapshotState
 from finishable.api.status import FinishableSparkJobStatus
 from finishable.lifecycle.decisions import transition_outcome
 from finishable.lifecycle.health import STALLED_REASON
@@ -140,6 +141,15 @@ class Metrics:
             per_job,
             registry=registry,
         )
+        self.snapshots = Gauge(
+            "finishable_snapshots",
+            "FinishableSparkSnapshots per job and state (Pending, InProgress, Completed, "
+            "Failed, Abandoned).",
+            [*per_job, "state"],
+            registry=registry,
+        )
+        self._snapshots: dict[tuple[str, str], tuple[str, SnapshotState]] = {}
+        """(namespace, snapshot name) -> (job name, state): what the gauge counts."""
         self._phases: dict[JobKey, Phase] = {}
         self._jobs_per_phase: dict[Phase, int] = dict.fromkeys(Phase, 0)
         # Series that exist from the start at 0: Prometheus' rate() and increase() see the first
@@ -185,6 +195,22 @@ class Metrics:
         if phase is not None:
             with contextlib.suppress(KeyError):
                 self.job_phase.remove(*key, phase.value)
+
+    def snapshot_changed(
+        self, namespace: str, name: str, job: str, state: SnapshotState | None
+    ) -> None:
+        """A snapshot was created or changed (``state``) or deleted (None): count its job's
+        snapshots per state again (every state, so a count that drops to 0 says so)."""
+        old = self._snapshots.pop((namespace, name), None)
+        if state is not None:
+            self._snapshots[namespace, name] = (job, state)
+        for affected in {job, *([old[0]] if old else [])}:
+            counts = dict.fromkeys(SnapshotState, 0)
+            for (space, _), (owner, held) in self._snapshots.items():
+                if space == namespace and owner == affected:
+                    counts[held] += 1
+            for each, count in counts.items():
+                self.snapshots.labels(namespace, affected, each.value).set(count)
 
     def record(
         self,

@@ -163,6 +163,18 @@ def is_requested(body: Mapping[str, Any]) -> bool:
     return bool(job_name) and not meta.get("ownerReferences") and state in OPEN_STATES
 
 
+def job_and_state(body: Mapping[str, Any]) -> tuple[str | None, SnapshotState]:
+    """Whose snapshot it is (``spec.jobName``, which the operator sets too, else its job label)
+    and its state (Pending without a status, or with a state this release does not know)."""
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    job = (body.get("spec") or {}).get("jobName") or labels.get(LABEL_JOB)
+    try:
+        state = SnapshotState((body.get("status") or {}).get("state") or SnapshotState.PENDING)
+    except ValueError:
+        state = SnapshotState.PENDING
+    return (str(job) if job else None), state
+
+
 def completed_status(
     job: JobRef,
     savepoint: SavepointStatus,

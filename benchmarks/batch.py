@@ -12,7 +12,11 @@
    out) in one warm Spark session, as plain PySpark and as a ``FinishableJob`` with two stages on
    two shuffle servers; medians of alternating rounds after a warm-up of each.
 
-Prints one JSON line.
+Prints one JSON line; its ``breakdown`` says where the time went: the phases each driver
+attempt logs (``finishable.timings``: session start, replay, listing, planning, each stage's
+rounds, commit; the tasks' input and output seconds), read back from the driver logs of the
+``finishable run`` jobs (with the runner's part, the new attempt's spawn after the kill) and from
+the job object in session; plain PySpark's planning and job.
 
     .venv/bin/python benchmarks/batch.py [--files 96] [--rows 40000] [--mb 128] [--rounds 3]
 """

@@ -10,7 +10,10 @@ workers), then the median of alternating rounds is taken.
 
 Latency: an unbounded windowed count is running in steady state when a stop with savepoint (and
 then, on a second run, a stop with drain) is requested through the control channel; the time until
-``run()`` returns is divided by the mean micro-batch duration of that run. Prints one JSON line.
+``run()`` returns is divided by the mean micro-batch duration of that run. Prints one JSON line;
+its ``breakdown`` holds, for the median throughput run of each, the mean seconds per data batch of
+each phase of Spark's progress (``durationMs``) and the runtime's own phases (its batch hooks and
+checkpoints, ``finishable.timings``).
 
     .venv/bin/python benchmarks/streaming.py [--files 40] [--rows 20000] [--files-per-batch 4]
 """
@@ -102,9 +105,25 @@ def batch_seconds(spark: SparkSession) -> float:
     return max(statistics.mean(durations) if durations else 0.0, TRIGGER_MS / 1000)
 
 
-def batch_phases(spark: SparkSession) -> dict[str, float]:
-    """Mean seconds per data batch of the running query, per phase of Spark's progress."""
-    return progress_breakdown(dict(p.durationMs) for p in data_batches(spark))
+def batch_phases(spark: SparkSession, started: float, elapsed: float) -> dict[str, Any]:
+    """Where the ``elapsed`` seconds since ``started`` (``perf_counter``) went: until the first
+    batch that read rows started, inside the batches that read rows, the rest between them
+    (batches without rows, waiting for the trigger); and the mean seconds per data batch of each
+    phase of Spark's progress."""
+    batches = data_batches(spark)
+    started_epoch = time.time() - (time.perf_counter() - started)
+    first = min(
+        (datetime.fromisoformat(p.timestamp.replace("Z", "+00:00")).timestamp() for p in batches),
+        default=started_epoch,
+    )
+    inside = sum(p.durationMs.get("triggerExecution", 0) for p in batches) / 1000
+    to_first = max(0.0, first - started_epoch)
+    return {
+        "until_first_data_batch": round(to_first, 3),
+        "in_data_batches": round(inside, 3),
+        "between_data_batches": round(max(0.0, elapsed - to_first - inside), 3),
+        "per_batch": progress_breakdown(dict(p.durationMs) for p in batches),
+    }
 
 
 def plain(
@@ -123,7 +142,7 @@ def plain(
         .start()
     )
     elapsed = wait_rows(spark, total, started)
-    phases = {"seconds": round(elapsed, 3), "per_batch": batch_phases(spark)}
+    phases = {"seconds": round(elapsed, 3), **batch_phases(spark, started, elapsed)}
     query.stop()
     return total / elapsed, phases
 
@@ -211,11 +230,11 @@ def runtime(
     created = time.perf_counter()
     run = RuntimeRun(spark, work, "throughput", inputs, per_batch=per_batch, transform=pipeline)
     elapsed: list[float] = []
-    per_batch_phases: list[dict[str, float]] = []
+    per_batch_phases: list[dict[str, Any]] = []
 
     def measure(started: float) -> None:
         elapsed.append(wait_rows(spark, total, started))
-        per_batch_phases.append(batch_phases(spark))
+        per_batch_phases.append(batch_phases(spark, started, elapsed[0]))
         run.request_stop(drain=False)
 
     start = time.perf_counter()
@@ -224,12 +243,12 @@ def runtime(
     # batch hook (``prepare``: the previous checkpoint and this batch's offsets stored;
     # ``published``: splits finished, coordinators snapshotted), checkpoints stored meanwhile.
     own = breakdown(run.job.timings.seconds(), wall=ended - created)
-    batches = max(1, int(per_batch_phases[0].get("batches", 0)))
+    batches = max(1, int(per_batch_phases[0]["per_batch"].get("batches", 0)))
     phases = {
         "seconds": round(elapsed[0], 3),
         "job_setup": round(start - created, 3),
         "stop": round(ended - start - elapsed[0], 3),
-        "per_batch": per_batch_phases[0],
+        **per_batch_phases[0],
         "runtime": own,
         "runtime_per_batch": {
             name: round(seconds / batches, 4) for name, seconds in own.get("hooks", {}).items()

@@ -302,8 +302,10 @@ class FinishableJob:
     def _run_streaming(self) -> Outcome:
         executor: StreamingExecutor | None = None
         try:
-            executor = self._prepare()
-            outcome = executor.run()
+            with self.timings.phase("restore"):
+                executor = self._prepare()
+            with self.timings.phase("query"):
+                outcome = executor.run()
         except (JobFailed, SavepointError, ValueError, OSError) as error:
             message = str(error)
             log.error("job %s attempt %d failed: %s", self.name, self.attempt, message)

@@ -12,7 +12,11 @@
    out) in one warm Spark session, as plain PySpark and as a ``FinishableJob`` with two stages on
    two shuffle servers; medians of alternating rounds after a warm-up of each.
 
-Prints one JSON line.
+Prints one JSON line; its ``breakdown`` says where the time went: the phases each driver
+attempt logs (``finishable.timings``: session start, replay, listing, planning, each stage's
+rounds, commit; the tasks' input and output seconds), read back from the driver logs of the
+``finishable run`` jobs (with the runner's part, the new attempt's spawn after the kill) and from
+the job object in session; plain PySpark's planning and job.
 
     .venv/bin/python benchmarks/batch.py [--files 96] [--rows 40000] [--mb 128] [--rounds 3]
 """
@@ -47,6 +51,7 @@ from orders import write_files  # noqa: E402
 from finishable.api.jobconfig import JobConfig  # noqa: E402
 from finishable.local.shuffle import LocalShuffle  # noqa: E402
 from finishable.shuffle.client import ShuffleClient  # noqa: E402
+from finishable.timings import attempt_breakdown, breakdown, parse_timings  # noqa: E402
 
 # -- 1. shuffle server I/O -------------------------------------------------------------------------
 
@@ -141,11 +146,15 @@ def manifest(work: Path, name: str, inputs: Path, files: int, rows: int) -> Path
 
 def run_job(
     work: Path, name: str, inputs: Path, files: int, rows: int, *, crash: bool
-) -> tuple[float, float]:
-    """Seconds from `finishable run` to its exit, and when the driver was killed (0: never)."""
+) -> tuple[float, float, dict[str, Any]]:
+    """Seconds from `finishable run` to its exit, when the driver was killed (0: never), and
+    where the time went (:func:`timeline`)."""
     path = manifest(work, name, inputs, files, rows)
     state = work / "state"
     started = time.monotonic()
+    started_epoch = time.time()
+    spawned: dict[int, float] = {}
+    killed_epoch = 0.0
     runner = subprocess.Popen(
         [sys.executable, "-m", "finishable.cli", "run", str(path), "--state-dir", str(state)],
         stdout=subprocess.DEVNULL,
@@ -160,6 +169,7 @@ def run_job(
                 progress = json.loads(status.read_text()).get("coordinator") or {}
             except (OSError, ValueError):
                 progress = {}
+            _note_spawn(state / name, spawned)
             if progress.get("splitsFinished", 0) >= files // 2:
                 break
             if runner.poll() is not None:
@@ -168,14 +178,48 @@ def run_job(
         crashed_at = time.monotonic() - started
         _attempt, pid = (state / name / "driver.pid").read_text().split()
         os.kill(int(pid), signal.SIGKILL)
+        killed_epoch = time.time()
+    while runner.poll() is None:
+        _note_spawn(state / name, spawned)
+        time.sleep(0.05)
+    exited_epoch = time.time()
     if runner.wait(1800) != 0:
         raise RuntimeError(f"the job {name} failed: see {state / name}")
-    return time.monotonic() - started, crashed_at
+    _note_spawn(state / name, spawned)
+    timeline = {"run_to_driver_spawn": round(spawned.get(1, started_epoch) - started_epoch, 3)}
+    for attempt, spawned_at in sorted(spawned.items()):
+        log_path = state / name / f"driver-{attempt}.log"
+        document = parse_timings(log_path.read_text(errors="replace").splitlines())
+        if attempt > 1 and crash:
+            timeline["kill_to_driver_spawn"] = round(spawned_at - killed_epoch, 3)
+        if document is None:  # the killed attempt logs no timings
+            timeline[f"attempt_{attempt}"] = {"killed_after": round(killed_epoch - spawned_at, 3)}
+            continue
+        ended = spawned.get(attempt + 1, exited_epoch)
+        timeline[f"attempt_{attempt}"] = attempt_breakdown(
+            document, spawned_at=spawned_at, exited_at=ended
+        )
+    return time.monotonic() - started, crashed_at, timeline
 
 
-def crash_figures(work: Path, inputs: Path, files: int, rows: int) -> dict[str, float]:
-    plain, _ = run_job(work, "uninterrupted", inputs, files, rows, crash=False)
-    crashed, half = run_job(work, "crashed", inputs, files, rows, crash=True)
+def _note_spawn(job_dir: Path, spawned: dict[int, float]) -> None:
+    """When each driver attempt was spawned: the runner writes ``driver.pid`` right after."""
+    try:
+        path = job_dir / "driver.pid"
+        attempt = int(path.read_text().split()[0])
+        if attempt not in spawned:
+            spawned[attempt] = path.stat().st_mtime
+    except (OSError, ValueError, IndexError):
+        pass
+
+
+def crash_figures(
+    work: Path, inputs: Path, files: int, rows: int, phases: dict[str, Any]
+) -> dict[str, float]:
+    plain, _, uninterrupted = run_job(work, "uninterrupted", inputs, files, rows, crash=False)
+    crashed, half, recovered = run_job(work, "crashed", inputs, files, rows, crash=True)
+    phases["uninterrupted"] = uninterrupted
+    phases["crash_at_50pct"] = {"killed_at": round(half, 3), **recovered}
     status = json.loads((work / "state" / "crashed" / "status.json").read_text())
     return {
         "uninterrupted_s": round(plain, 1),
@@ -191,16 +235,20 @@ def crash_figures(work: Path, inputs: Path, files: int, rows: int) -> dict[str, 
 # -- 3. staged vs plain PySpark ------------------------------------------------------------------
 
 
-def plain_pyspark(spark: Any, inputs: Path, output: Path) -> float:
+def plain_pyspark(spark: Any, inputs: Path, output: Path) -> tuple[float, dict[str, Any]]:
     started = time.perf_counter()
     orders = spark.read.schema(SCHEMA).json(str(inputs))
-    totals_by_customer(paid_orders(orders)).write.mode("overwrite").parquet(str(output))
-    return time.perf_counter() - started
+    totals = totals_by_customer(paid_orders(orders))
+    planned = time.perf_counter()
+    totals.write.mode("overwrite").parquet(str(output))
+    ended = time.perf_counter()
+    phases = {"planning": planned - started, "job": ended - planned}
+    return ended - started, breakdown(phases, wall=ended - started)
 
 
 def staged(
     spark: Any, work: Path, name: str, inputs: Path, *, urls: list[str], token: str
-) -> float:
+) -> tuple[float, dict[str, Any]]:
     from finishable import FinishableJob  # noqa: PLC0415
 
     config = JobConfig.model_validate(
@@ -222,13 +270,17 @@ def staged(
     job = FinishableJob(config, spark=spark, token=token)
     build(job, str(inputs), str(work / name / "output"))
     job.run()
-    return time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    return elapsed, breakdown(job.timings.seconds(), wall=elapsed)
 
 
-def staged_figures(work: Path, inputs: Path, rounds: int) -> dict[str, float]:
+def staged_figures(
+    work: Path, inputs: Path, rounds: int, phases: dict[str, Any]
+) -> dict[str, float]:
     from pyspark.sql import SparkSession  # noqa: PLC0415
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session_started = time.perf_counter()
     spark = (
         SparkSession.builder.master("local[2]")
         .config("spark.sql.shuffle.partitions", "4")
@@ -237,26 +289,41 @@ def staged_figures(work: Path, inputs: Path, rounds: int) -> dict[str, float]:
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
+    session_s = time.perf_counter() - session_started
     shuffle = LocalShuffle(work / "servers", "bench", 2, "10m")
     urls = shuffle.ensure()
-    plain_times, staged_times = [], []
+    plain_runs: list[tuple[float, dict[str, Any]]] = []
+    staged_runs: list[tuple[float, dict[str, Any]]] = []
     try:
-        plain_pyspark(spark, inputs, work / "warm-plain")
-        staged(spark, work, "warm-staged", inputs, urls=urls, token=shuffle.token)
+        _, plain_warm = plain_pyspark(spark, inputs, work / "warm-plain")
+        _, staged_warm = staged(spark, work, "warm-staged", inputs, urls=urls, token=shuffle.token)
         for index in range(rounds):
-            plain_times.append(plain_pyspark(spark, inputs, work / f"plain-{index}"))
-            staged_times.append(
+            plain_runs.append(plain_pyspark(spark, inputs, work / f"plain-{index}"))
+            staged_runs.append(
                 staged(spark, work, f"staged-{index}", inputs, urls=urls, token=shuffle.token)
             )
     finally:
         shuffle.stop()
         spark.stop()
-    plain_s, staged_s = statistics.median(plain_times), statistics.median(staged_times)
+    plain_s, plain_phases = _median_run(plain_runs)
+    staged_s, staged_phases = _median_run(staged_runs)
+    phases["session_start"] = round(session_s, 3)
+    phases["plain_pyspark"] = plain_phases
+    phases["staged"] = staged_phases
+    phases["warm_up"] = {"plain_pyspark": plain_warm, "staged": staged_warm}
     return {
         "plain_pyspark_s": round(plain_s, 2),
         "staged_s": round(staged_s, 2),
         "staged_ratio": round(staged_s / plain_s, 2),
     }
+
+
+def _median_run(runs: list[tuple[float, dict[str, Any]]]) -> tuple[float, dict[str, Any]]:
+    """The median seconds of ``runs`` and the breakdown of the run that took them (the upper
+    middle one of an even count)."""
+    ordered = sorted(runs, key=lambda run: run[0])
+    seconds = statistics.median(run[0] for run in ordered)
+    return seconds, ordered[len(ordered) // 2][1]
 
 
 def main() -> None:
@@ -273,9 +340,11 @@ def main() -> None:
         write_files(inputs, args.files, args.rows)
         result: dict[str, Any] = {"benchmark": "batch", "files": args.files, "rows": args.rows}
         result.update(shuffle_io(work, args.mb, args.rounds))
-        result.update(crash_figures(work, inputs, args.files, args.rows))
-        result.update(staged_figures(work, inputs, args.rounds))
+        phases: dict[str, Any] = {}
+        result.update(crash_figures(work, inputs, args.files, args.rows, phases))
+        result.update(staged_figures(work, inputs, args.rounds, phases))
         result["aims"] = {"crash_ratio": 1.25, "staged_ratio": 1.5}
+        result["breakdown"] = phases
         sys.stdout.write(json.dumps(result) + "\n")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -10,7 +10,10 @@ workers), then the median of alternating rounds is taken.
 
 Latency: an unbounded windowed count is running in steady state when a stop with savepoint (and
 then, on a second run, a stop with drain) is requested through the control channel; the time until
-``run()`` returns is divided by the mean micro-batch duration of that run. Prints one JSON line.
+``run()`` returns is divided by the mean micro-batch duration of that run. Prints one JSON line;
+its ``breakdown`` holds, for the median throughput run of each, the mean seconds per data batch of
+each phase of Spark's progress (``durationMs``) and the runtime's own phases (its batch hooks and
+checkpoints, ``finishable.timings``).
 
     .venv/bin/python benchmarks/streaming.py [--files 40] [--rows 20000] [--files-per-batch 4]
 """
@@ -40,6 +43,7 @@ from finishable.api.jobconfig import JobConfig
 from finishable.api.models import RequestAction
 from finishable.api.status import ControlRequest
 from finishable.state.control import LocalControlChannel
+from finishable.timings import breakdown, progress_breakdown
 
 SCHEMA = "user STRING, page STRING, ts TIMESTAMP"
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -101,7 +105,30 @@ def batch_seconds(spark: SparkSession) -> float:
     return max(statistics.mean(durations) if durations else 0.0, TRIGGER_MS / 1000)
 
 
-def plain(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: int) -> float:
+def batch_phases(spark: SparkSession, started: float, elapsed: float) -> dict[str, Any]:
+    """Where the ``elapsed`` seconds since ``started`` (``perf_counter``) went: until the first
+    batch that read rows started, inside the batches that read rows, the rest between them
+    (batches without rows, waiting for the trigger); and the mean seconds per data batch of each
+    phase of Spark's progress."""
+    batches = data_batches(spark)
+    started_epoch = time.time() - (time.perf_counter() - started)
+    first = min(
+        (datetime.fromisoformat(p.timestamp.replace("Z", "+00:00")).timestamp() for p in batches),
+        default=started_epoch,
+    )
+    inside = sum(p.durationMs.get("triggerExecution", 0) for p in batches) / 1000
+    to_first = max(0.0, first - started_epoch)
+    return {
+        "until_first_data_batch": round(to_first, 3),
+        "in_data_batches": round(inside, 3),
+        "between_data_batches": round(max(0.0, elapsed - to_first - inside), 3),
+        "per_batch": progress_breakdown(dict(p.durationMs) for p in batches),
+    }
+
+
+def plain(
+    spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: int
+) -> tuple[float, dict[str, Any]]:
     frame = (
         spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", per_batch).json(str(inputs))
     )
@@ -115,8 +142,9 @@ def plain(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: 
         .start()
     )
     elapsed = wait_rows(spark, total, started)
+    phases = {"seconds": round(elapsed, 3), **batch_phases(spark, started, elapsed)}
     query.stop()
-    return total / elapsed
+    return total / elapsed, phases
 
 
 def job_config(work: Path, name: str) -> JobConfig:
@@ -196,16 +224,37 @@ class RuntimeRun:
         return time.perf_counter()
 
 
-def runtime(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: int) -> float:
+def runtime(
+    spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: int
+) -> tuple[float, dict[str, Any]]:
+    created = time.perf_counter()
     run = RuntimeRun(spark, work, "throughput", inputs, per_batch=per_batch, transform=pipeline)
     elapsed: list[float] = []
+    per_batch_phases: list[dict[str, Any]] = []
 
     def measure(started: float) -> None:
         elapsed.append(wait_rows(spark, total, started))
+        per_batch_phases.append(batch_phases(spark, started, elapsed[0]))
         run.request_stop(drain=False)
 
-    run.run(measure)
-    return total / elapsed[0]
+    start = time.perf_counter()
+    ended = run.run(measure)
+    # The runtime's own phases over the whole run (start, the batches, the stop): the sink's
+    # batch hook (``prepare``: the previous checkpoint and this batch's offsets stored;
+    # ``published``: splits finished, coordinators snapshotted), checkpoints stored meanwhile.
+    own = breakdown(run.job.timings.seconds(), wall=ended - created)
+    batches = max(1, int(per_batch_phases[0]["per_batch"].get("batches", 0)))
+    phases = {
+        "seconds": round(elapsed[0], 3),
+        "job_setup": round(start - created, 3),
+        "stop": round(ended - start - elapsed[0], 3),
+        **per_batch_phases[0],
+        "runtime": own,
+        "runtime_per_batch": {
+            name: round(seconds / batches, 4) for name, seconds in own.get("hooks", {}).items()
+        },
+    }
+    return total / elapsed[0], phases
 
 
 def stop_latency(
@@ -231,6 +280,13 @@ def stop_latency(
     return ended - requested, batch
 
 
+def median_run(runs: list[tuple[float, dict[str, Any]]]) -> tuple[float, dict[str, Any]]:
+    """The median rate of ``runs`` and the breakdown of the run that had it (the upper middle
+    one of an even count)."""
+    ordered = sorted(runs, key=lambda run: run[0])
+    return statistics.median(run[0] for run in ordered), ordered[len(ordered) // 2][1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--files", type=int, default=40)
@@ -240,6 +296,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session_started = time.perf_counter()
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("finishable-benchmark")
@@ -249,6 +306,7 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    session_s = time.perf_counter() - session_started
     with tempfile.TemporaryDirectory(prefix="finishable-bench-") as scratch:
         work = Path(scratch)
         inputs = work / "input"
@@ -257,15 +315,17 @@ def main() -> None:
         # the finishable source and sink run in, which the first query pays for.
         plain(spark, inputs, work / "warm-plain", total, args.files_per_batch)
         runtime(spark, inputs, work / "warm-runtime", total, args.files_per_batch)
-        plain_rates, runtime_rates = [], []
+        plain_runs: list[tuple[float, dict[str, Any]]] = []
+        runtime_runs: list[tuple[float, dict[str, Any]]] = []
         for round_ in range(args.rounds):  # alternating, so drift on a shared machine evens out
-            plain_rates.append(
+            plain_runs.append(
                 plain(spark, inputs, work / f"plain-{round_}", total, args.files_per_batch)
             )
-            runtime_rates.append(
+            runtime_runs.append(
                 runtime(spark, inputs, work / f"runtime-{round_}", total, args.files_per_batch)
             )
-        plain_rate, runtime_rate = statistics.median(plain_rates), statistics.median(runtime_rates)
+        plain_rate, plain_phases = median_run(plain_runs)
+        runtime_rate, runtime_phases = median_run(runtime_runs)
         stop_s, stop_batch = stop_latency(spark, inputs, work, 2, drain=False)
         drain_s, drain_batch = stop_latency(spark, inputs, work, 2, drain=True)
     result: dict[str, Any] = {
@@ -283,6 +343,11 @@ def main() -> None:
         "drain_batches": round(drain_s / drain_batch, 2),
         "batch_duration_s": round(statistics.mean([stop_batch, drain_batch]), 3),
         "latency_aim_batches": 2,
+        "breakdown": {
+            "session_start": round(session_s, 3),
+            "plain": plain_phases,
+            "runtime": runtime_phases,
+        },
     }
     sys.stdout.write(json.dumps(result) + "\n")
     spark.stop()

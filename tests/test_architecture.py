@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1] / "operator" / "finishable"
 RANKS: dict[str, int] = {
     "api": 0,
     "transport": 0,
+    "timings": 0,
     "lifecycle": 1,
     "coordinator": 1,
     "shuffle": 1,
@@ -31,10 +32,11 @@ RANKS: dict[str, int] = {
 }
 """Each room's rank; ``finishable/__init__.py`` (the program's entry point) may import anything."""
 
-LEAVES = {"finishable.state.errors"}
+LEAVES = {"finishable.state.errors", "finishable.timings"}
 """Modules every room may import: they import nothing of the project themselves. The state stores'
 error taxonomy is one: the Kubernetes client raises ``BackendError`` like any unreachable storage,
-and the operator and the CLI catch it."""
+and the operator and the CLI catch it. The phase timings are another: the tasks (connectors) and the
+driver add to them."""
 
 LONG_MODULE_LINES = 500
 """Beyond this a module must say in its docstring why it is one thing (``one cohesive``)."""

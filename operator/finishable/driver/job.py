@@ -16,6 +16,9 @@ coordinator endpoint and a Spark session. ``run`` hands everything to the stream
 A ``spec.mode: Batch`` job is built with ``read`` / ``stage`` / ``write`` instead, and ``run``
 hands it to the batch runtime (``driver/batch/``): stages as result partitions on shuffle
 servers, recovered after a driver crash from the job event log.
+
+It is one cohesive thing, the program's one handle on its attempt: what it starts (endpoint,
+session, state) and times (``timings.py``, logged when ``run`` ends) it also closes.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ from finishable.state.fence import (
     FencedBackend,
     fenced_cause,
 )
+from finishable.timings import PhaseTimings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -100,6 +104,7 @@ class FinishableJob:
         spark: SparkSession | None = None,
         control: ControlChannel | None = None,
     ) -> None:
+        self.timings = PhaseTimings()  # seconds per phase, logged when run() ends
         self.config = config
         self.attempt = attempt
         self.restore_from = restore_from
@@ -119,8 +124,10 @@ class FinishableJob:
             advertised_host=os.environ.get(ENDPOINT_HOST_ENV) or None,
         )
         self._endpoint.start()
-        self._spark = spark or _spark_session(config)
-        self._state.fence.wait_out_predecessor()
+        with self.timings.phase("session_start"):
+            self._spark = spark or _spark_session(config)
+        with self.timings.phase("predecessor_wait"):
+            self._state.fence.wait_out_predecessor()
         self._report(DriverState.STARTING, f"attempt {attempt} starting")
         self._batch: BatchRuntime | None = None
         if config.spec.mode is JobMode.BATCH:
@@ -132,6 +139,7 @@ class FinishableJob:
                 token=self._token,
                 control=self._control,
                 state=self._state,
+                timings=self.timings,
             )
 
     @classmethod
@@ -288,12 +296,16 @@ class FinishableJob:
                 raise
             log.error("%s", fenced)
             raise JobSuperseded(str(fenced)) from error
+        finally:
+            self.timings.log(log)
 
     def _run_streaming(self) -> Outcome:
         executor: StreamingExecutor | None = None
         try:
-            executor = self._prepare()
-            outcome = executor.run()
+            with self.timings.phase("restore"):
+                executor = self._prepare()
+            with self.timings.phase("query"):
+                outcome = executor.run()
         except (JobFailed, SavepointError, ValueError, OSError) as error:
             message = str(error)
             log.error("job %s attempt %d failed: %s", self.name, self.attempt, message)
@@ -362,6 +374,7 @@ class FinishableJob:
             coordinators=self._sources,
             fingerprints=fingerprints,
             restored=restored,
+            timings=self.timings,
         )
         self._endpoint.set_batch_hook(keeper.hook)
         hook = BatchHookClient(self._endpoint.url, self._token, sink.sink_name)

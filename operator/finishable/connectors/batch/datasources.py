@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import re
+import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -51,6 +52,7 @@ from finishable.coordinator.events import AddSplits, NoMoreSplits
 from finishable.coordinator.splits import SentinelSplit
 from finishable.shuffle.client import ShuffleClient
 from finishable.shuffle.streams import ipc_chunks
+from finishable.timings import timed_input
 
 log = logging.getLogger(__name__)
 
@@ -348,6 +350,8 @@ def stage_writer(
         if this is None:
             return
         task, context = this
+        started, waited = time.perf_counter(), [0.0]
+        batches = timed_input(batches, waited)
         first = next(batches, None)
         arrow_schema = (
             first.schema if first is not None else pa.ipc.read_schema(pa.py_buffer(schema))
@@ -360,6 +364,7 @@ def stage_writer(
             dataset, task, label, ipc_chunks(arrow_schema, stream), epoch=(plan.run, plan.attempt)
         )
         upload = {"server": server, "dataset": dataset, "partition": task, "id": uploaded.id}
+        timings = _split(started, waited[0])
         yield _finished(
             endpoint,
             token,
@@ -369,9 +374,16 @@ def stage_writer(
             rows=rows[0],
             size=uploaded.bytes,
             upload=upload,
+            timings=timings,
         )
 
     return write
+
+
+def _split(started: float, waited: float) -> dict[str, float]:
+    """A writer task's seconds: waiting for its input rows, and writing them (the rest)."""
+    total = time.perf_counter() - started
+    return {"input": round(waited, 4), "output": round(max(0.0, total - waited), 4)}
 
 
 def _counted(batches: Iterator[pa.RecordBatch], rows: list[int]) -> Iterator[pa.RecordBatch]:
@@ -398,9 +410,15 @@ def sink_writer(
             task_attempt_id=context.taskAttemptId(),
             attempt=context.attemptNumber(),
         )
+        started, waited = time.perf_counter(), [0.0]
         part = stage_batches(
-            SinkStore(sink_url, sink_name), identity, batches, file_format, lambda b: (b, 0)
+            SinkStore(sink_url, sink_name),
+            identity,
+            timed_input(batches, waited),
+            file_format,
+            lambda b: (b, 0),
         )
+        timings = _split(started, waited[0])
         yield _finished(
             endpoint,
             token,
@@ -410,6 +428,7 @@ def sink_writer(
             rows=part.rows,
             size=part.size,
             staged=staged_to_json(part),
+            timings=timings,
         )
 
     return write

@@ -43,6 +43,7 @@ from finishable.state.backends import ObjectBackend
 from finishable.state.control import ControlChannel
 from finishable.state.events import JobEventStore
 from finishable.state.fence import Fence
+from finishable.timings import PhaseTimings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -132,6 +133,7 @@ class RuntimeCore:
     promotion: Promotion
     leases: ReaderLeases
     figures: Figures
+    timings: PhaseTimings
     _lock: threading.RLock
     _reads: dict[str, DeclaredRead]
     _stages: list[DeclaredStage]

@@ -22,6 +22,7 @@ from finishable.coordinator.contract import NO_CHECKPOINT
 from finishable.coordinator.events import SplitFinished
 from finishable.driver.batch.core import DeclaredStage, RuntimeCore
 from finishable.driver.batch.plan import PartitionRef, TaskFinished
+from finishable.timings import TASKS_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +32,11 @@ class TaskHookMixin(RuntimeCore):
 
     def _hook(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
         if action == "task-start":
-            return self._task_start(body)
+            with self.timings.phase("hook.task_start"):
+                return self._task_start(body)
         if action == "task-finished":
-            return self._task_finished(body)
+            with self.timings.phase("hook.task_finished"):
+                return self._task_finished(body)
         if action == "locations":
             return self._locations(body)
         raise ValueError(f"unknown runtime action {action!r}")
@@ -101,10 +104,18 @@ class TaskHookMixin(RuntimeCore):
             )
             self.events.append(event, type="TaskFinished")
             stage.finished[task] = event
+            self._add_task_timings(stage.name, body.get("timings"))
             if stage.read is not None:
                 self._snapshot(stage.read)
         self._report_progress(stage)
         return {"ok": True}
+
+    def _add_task_timings(self, stage: str, timings: object) -> None:
+        """The accepted attempt's seconds per part (``finishable.timings``), as task-seconds."""
+        if isinstance(timings, dict):
+            for part, seconds in timings.items():
+                if isinstance(seconds, int | float):
+                    self.timings.add(f"{TASKS_PREFIX}{stage}.{part}", float(seconds))
 
     def _refusal(
         self, stage: DeclaredStage, task: int, attempt: int, round_number: int

@@ -52,6 +52,7 @@ from finishable.shuffle.cluster import ShuffleCluster
 from finishable.state.control import ControlChannel
 from finishable.state.events import JobEventStore
 from finishable.state.fence import FencedBackend
+from finishable.timings import PhaseTimings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -75,6 +76,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         token: str,
         control: ControlChannel,
         state: FencedBackend,
+        timings: PhaseTimings | None = None,
     ) -> None:
         if not config.shuffle_urls:
             raise JobFailed(
@@ -101,6 +103,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         self.promotion = Promotion(config, self.shuffle)
         self.leases = ReaderLeases(config.run_key)
         self.figures = Figures()
+        self.timings = timings or PhaseTimings()
         self._lock = threading.RLock()
         self._reads = {}
         self._stages = []
@@ -113,8 +116,10 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         self._heartbeat_stop = threading.Event()
         self._last_progress = 0.0
         self._accepted = {}
-        self._log = self._replay()
-        self._recovery = self._reconnect()
+        with self.timings.phase("replay"):
+            self._log = self._replay()
+        with self.timings.phase("reconnect"):
+            self._recovery = self._reconnect()
         self._heartbeat = threading.Thread(target=self._heartbeats, daemon=True, name="shuffle-hb")
         self._heartbeat.start()
         endpoint.set_runtime_hook(self._hook)
@@ -136,6 +141,10 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
                 f"read {name!r}: a Batch job reads bounded sources; {source!r} is unbounded "
                 "(use read_stream in a Streaming job)"
             )
+        with self.timings.phase("listing"):
+            return self._read(source, name)
+
+    def _read(self, source: Source, name: str) -> DataFrame:
         source = self._resolve(source, name)
         coordinator = SourceCoordinator(name, source)
         snapshot = self._recovery.restore.get(name)
@@ -258,6 +267,10 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
 
     def _declare(self, name: str, dataframe: DataFrame, kind: StageKind) -> DeclaredStage:
         """Inputs and shape from the plan; the log's record wins over a new decision."""
+        with self.timings.phase("planning"):
+            return self._declare_planned(name, dataframe, kind)
+
+    def _declare_planned(self, name: str, dataframe: DataFrame, kind: StageKind) -> DeclaredStage:
         analyzed = dataframe._jdf.queryExecution().analyzed().toString()
         physical = dataframe._jdf.queryExecution().executedPlan().toString()
         reads = [r for r in self._reads.values() if _mentions(analyzed, "read", r.name)]
@@ -313,8 +326,9 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         sink = next((s for s in self._stages if s.kind is StageKind.SINK), None)
         if sink is None or sink.sink is None:
             raise ProgramError("the program called run() without job.write(): nothing to run")
-        self._reset_unfinished_readers()
-        self._count_recovery(resets=self._log_resets())
+        with self.timings.phase("recovery_resets"):
+            self._reset_unfinished_readers()
+            self._count_recovery(resets=self._log_resets())
         self._report(DriverState.RUNNING, self._recovery_message())
         watcher = threading.Thread(target=self._watch_control, daemon=True, name="control")
         watcher.start()
@@ -324,25 +338,31 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
             while not self._log.committed:
                 plan = schedule([s.shape for s in self._stages], self._finished_tasks())
                 if not plan:
-                    self._commit(sink)
+                    with self.timings.phase("commit"):
+                        self._commit(sink)
                     break
                 try:
                     for stage in self._stages:
                         if stage.name in plan:
-                            self._run_stage(stage, plan[stage.name])
+                            with self.timings.phase(f"stage.{stage.name}"):
+                                self._run_stage(stage, plan[stage.name])
                 except JobSuspended:
                     return self._suspend()
                 except Exception as error:
                     if self._stop_request is not None:
                         return self._suspend()
                     failures += 1
-                    if not self._lost_something() or failures > MAX_FAILED_ROUNDS:
+                    with self.timings.phase("failed_round_inspection"):
+                        lost = self._lost_something()
+                    if not lost or failures > MAX_FAILED_ROUNDS:
                         raise JobFailed(f"stage run failed: {_first_error(error)}") from error
                     log.warning("a stage run lost output (%s); running what is missing", error)
-            promoted = self.promotion.commit([s.name for s in self._stages if s.promote])
+            with self.timings.phase("promotion"):
+                promoted = self.promotion.commit([s.name for s in self._stages if s.promote])
         finally:
             self._heartbeat_stop.set()
-            self._close()
+            with self.timings.phase("close"):
+                self._close()
         self._report(
             DriverState.FINISHED,
             "output committed"

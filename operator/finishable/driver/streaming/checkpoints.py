@@ -60,6 +60,7 @@ from finishable.state import (
 )
 from finishable.state.contents import ContentStore
 from finishable.state.snapshots import decode_blob
+from finishable.timings import PhaseTimings
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +294,9 @@ class CheckpointKeeper:
         coordinators: Sequence[SourceCoordinator],
         fingerprints: Fingerprints,
         restored: Restored,
+        timings: PhaseTimings | None = None,
     ) -> None:
+        self._timings = timings or PhaseTimings()
         self._store = store
         self._job = job
         self._lineage = lineage
@@ -327,8 +330,10 @@ class CheckpointKeeper:
     def hook(self, stage: str, batch_id: int, sink: str) -> dict[str, Any]:
         """For ``CoordinatorEndpoint.set_batch_hook``."""
         if stage == "prepare":
-            return self.prepare(batch_id)
-        return self.published(batch_id)
+            with self._timings.phase("hook.prepare"):
+                return self.prepare(batch_id)
+        with self._timings.phase("hook.published"):
+            return self.published(batch_id)
 
     def prepare(self, batch_id: int) -> dict[str, Any]:
         """Before a sink publishes ``batch_id``: make N - 1 and the raw offsets of N durable."""
@@ -372,7 +377,7 @@ class CheckpointKeeper:
 
         The query runs on meanwhile; a cut it tore (:class:`TornCut`) is skipped, not fatal.
         """
-        with self._lock:
+        with self._timings.phase("hook.checkpoint_store"), self._lock:
             committed = latest_committed_batch(self._dir)
             if (
                 committed is not None

@@ -105,7 +105,11 @@ class E2ECluster(abc.ABC):
 
     def set_state(self, name: str, state: str) -> None:
         """``kubectl patch fsj NAME --type merge -p '{"spec":{"state":STATE}}'``."""
-        body = {"spec": {"state": state}}
+        self.patch_spec(name, {"state": state})
+
+    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
+        """``kubectl patch fsj NAME --type merge -p '{"spec":SPEC}'``."""
+        body = {"spec": spec}
         response = self.api.request("PATCH", self.job_path(name), body=body, content_type=MERGE)
         assert response.status == 200, response.body
 

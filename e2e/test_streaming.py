@@ -64,7 +64,7 @@ def no_executors_left(cluster: E2ECluster, what: str) -> None:
     )
 
 
-def test_suspend_resume_and_drain_by_editing_the_state(cluster: E2ECluster) -> None:
+def test_suspend_resume_upgrade_and_drain_by_editing_the_spec(cluster: E2ECluster) -> None:
     manifest = example("examples/streaming/cluster.yaml", cluster.data_dir, cluster.image)
     response = cluster.apply(manifest)
     assert response.status == 201, response.body
@@ -93,12 +93,32 @@ def test_suspend_resume_and_drain_by_editing_the_state(cluster: E2ECluster) -> N
     before = checkpoint_id(cluster)
     wait_for(lambda: checkpoint_id(cluster) > before, "a checkpoint after the resume", START)
 
+    # An upgrade of the program (spec.upgradeMode: savepoint, the default): stop with savepoint,
+    # then attempt 3 of the new program from it, its windows kept (the exactness check below).
+    args = [*manifest["spec"]["application"]["args"], "--files-per-batch=3"]
+    cluster.patch_spec(NAME, {"application": {"args": args}})
+    upgraded = wait_for(
+        lambda: (s := cluster.status(NAME)).get("attempt") == 3 and s["phase"] == "Running" and s,
+        "the upgraded program running as attempt 3",
+        STOP + START,
+        on_fail=lambda: cluster.logs(NAME),
+    )
+    assert upgraded["restoreFrom"] == upgraded["savepoint"]["location"] != savepoint["location"]
+    assert upgraded["restarts"] == 0, "an upgrade is no crash"
+    config_path = cluster.api.path("configmaps", f"{NAME}-config", namespace=cluster.namespace)
+    config = cluster.api.request("GET", config_path).body
+    assert "--files-per-batch=3" in str(config), "attempt 3 runs the new program's arguments"
+    third = running_executors(cluster, 3)
+    before = checkpoint_id(cluster)
+    wait_for(lambda: checkpoint_id(cluster) > before, "a checkpoint after the upgrade", START)
+
     read_before_drain = cluster.status(NAME)["coordinator"]["splitsFinished"]
     cluster.set_state(NAME, "Finished")
     finished = cluster.wait_phase(NAME, "Finished", STOP)
     assert finished["savepoint"]["drained"] is True
     no_executors_left(cluster, "by the finished job")
     cluster.assert_executors_ran_tasks(second)
+    cluster.assert_executors_ran_tasks(third)
 
     # Files are read in name order and a drain stops the sources where they are (files that
     # arrive later stay unread), then fires every window. So the published counts must be those
@@ -107,11 +127,12 @@ def test_suspend_resume_and_drain_by_editing_the_state(cluster: E2ECluster) -> N
     output = committed(cluster)
     assert {key: output.get(key) for key in before_suspend} == before_suspend
     total = len(existing_files(cluster.data_dir / NAME / "input"))
-    matches = [
-        n
-        for n in range(max(read_before_drain, 1), total + 1)
-        if _naive(window_counts(range(n), ROWS)) == output
-    ]
+    matches = []
+    prefix = _naive(window_counts(range(max(read_before_drain, 1)), ROWS))
+    for n in range(max(read_before_drain, 1), total + 1):  # the prefixes' counts, file by file
+        if prefix == output:
+            matches.append(n)
+        prefix += _naive(window_counts([n], ROWS))
     assert matches, (
         f"the output ({sum(output.values())} clicks in {len(output)} windows) is not that of "
         f"the first n of the {total} input files for any n >= {read_before_drain}"

@@ -38,6 +38,7 @@ def test_the_revision_covers_what_a_driver_is_started_with_and_nothing_else() ->
         return FinishableSparkJobSpec.model_validate(body).revision
 
     base = revision()
+    assert revision(executor={"instances": 2}, application={"file": "job.py", "args": []}) == base
     assert revision(state="Suspended", savepointTriggerNonce=3, stopTimeout="1m") == base
     assert revision(restoreFrom={"savepoint": "sp"}, upgradeMode="stateless") == base
     for changed in (

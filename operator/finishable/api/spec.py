@@ -427,8 +427,12 @@ class FinishableSparkJobSpec(ApiModel):
     @property
     def revision(self) -> str:
         """A hash of what the driver pod and its program are built from (:data:`REVISION_FIELDS`):
-        when it changes on a Running job, only a new driver applies the change."""
-        fields = self.model_dump(by_alias=True, mode="json", include=set(REVISION_FIELDS))
+        when it changes on a Running job, only a new driver applies the change. Values left at
+        their defaults are not hashed, so a release that adds a field does not upgrade every
+        running job."""
+        fields = self.model_dump(
+            by_alias=True, mode="json", include=set(REVISION_FIELDS), exclude_defaults=True
+        )
         canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

@@ -30,6 +30,7 @@ import yaml
 
 from finishable.api.control import DriverState
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL
+from finishable.api.snapshot import SNAPSHOT_PLURAL
 from finishable.api.status import SavepointStatus
 from finishable.controller import builders
 from finishable.kube.objects import JobRef, owner_reference
@@ -80,13 +81,15 @@ def driver_role_grants() -> set[Grant]:
 def owner_finalizer_grants() -> set[Grant]:
     """What the OwnerReferencesPermissionEnforcement admission plugin checks, which no recorded
     call shows: ``update`` on the owner's finalizers, for an owner reference that blocks the
-    owner's deletion (every child the operator creates refers to its job that way)."""
+    owner's deletion (every child the operator creates refers to its job that way); and
+    ``delete`` on an object whose owner references a call changes (a snapshot is created owned
+    by its job, and orphaned when the job is deleted), where the operator deletes none itself."""
     job = JobRef(name="any", namespace=NAMESPACE, uid="0")
     reference = owner_reference(job)
     if not reference["blockOwnerDeletion"]:
         return set()
     assert reference["apiVersion"] == f"{API_GROUP}/{API_VERSION}"
-    return {("update", API_GROUP, f"{PLURAL}/finalizers")}
+    return {("update", API_GROUP, f"{PLURAL}/finalizers"), ("delete", API_GROUP, SNAPSHOT_PLURAL)}
 
 
 # -- the scenario ---------------------------------------------------------------------------------

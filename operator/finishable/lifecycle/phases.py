@@ -274,6 +274,15 @@ def _start_driver(step: _Step) -> None:
     )
 
 
+def _next_attempt(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    """Ask for the next attempt's driver: its pod is built from the spec as it is now (its
+    revision), and periodic savepoints are counted from when it runs."""
+    step.status.attempt += 1
+    step.status.spec_revision = spec.revision
+    step.status.periodic_savepoint_due = None
+    _start_driver(step)
+
+
 def _start(
     step: _Step,
     spec: FinishableSparkJobSpec,
@@ -284,13 +293,10 @@ def _start(
     """A new attempt: of a new run, or of this run resumed (from its savepoint or checkpoint)."""
     step.begin(transition)
     step.status.run = max(step.status.run, 1)
-    step.status.attempt += 1
     step.status.pending_request = None
     step.status.restore_from = restore_from
     step.status.savepoint_trigger_nonce = spec.savepoint_trigger_nonce
-    step.status.spec_revision = spec.revision
-    step.status.periodic_savepoint_due = None  # counted from when the new attempt runs
-    _start_driver(step)
+    _next_attempt(step, spec)
     step.move(P.SUBMITTED, message)
 
 
@@ -442,10 +448,7 @@ def _on_recovering(step: _Step, spec: FinishableSparkJobSpec) -> None:
             step.act(Action(ActionKind.REQUEUE, after=recovery.next_attempt_at - now))
             return
         recovery.next_attempt_at = None
-        status.attempt += 1
-        status.spec_revision = spec.revision  # the new attempt's pod is built from the spec now
-        status.periodic_savepoint_due = None
-        _start_driver(step)
+        _next_attempt(step, spec)
         step.move(P.RECOVERING, f"driver attempt {status.attempt} started after: {recovery.reason}")
         return
     if _driver_awaited(step, spec):

@@ -149,6 +149,13 @@ def test_delete_is_accepted_completed_and_frees_the_storage(service: Service) ->
     assert service.call("GET", other, token=TOKENS["other"])[0] == 404
 
 
+def test_a_request_the_service_fails_on_is_answered_in_json(service: Service) -> None:
+    service.catalog.backend.put("delete-requests/0123abcd.json", b'{"status": "IN_PRO')
+    status, answer = service.call("GET", f"{BASE}/delete-requests/0123abcd")
+    assert status == 500 and "log has the traceback" in answer["error"]
+    assert service.call("GET", f"{BASE}")[0] == 200  # and it goes on serving
+
+
 def test_a_partition_being_read_is_not_deleted(service: Service) -> None:
     manifest = promote(service.catalog)
     service.catalog.hold(manifest.id, "consumer-r1", now_utc())

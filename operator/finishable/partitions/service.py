@@ -162,6 +162,10 @@ class PartitionService:
             raise
         except BackendError as error:
             return _error(503, f"the partition storage is unavailable: {error}")
+        except Exception:
+            # A client of a JSON API gets JSON even for our bug; the traceback stays in our log.
+            log.exception("%s %s failed", request.method, request.path)
+            return _error(500, "the service failed on this request; its log has the traceback")
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: _Handler) -> web.StreamResponse:

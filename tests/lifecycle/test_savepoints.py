@@ -116,13 +116,28 @@ def test_a_manual_savepoint_in_flight_delays_the_periodic_one() -> None:
     [
         (
             {"mode": "Batch", "savepoints": {"interval": "5m"}},
-            "spec",
-            "a Batch job takes no savepoint while it runs",
+            "spec.savepoints",
+            "a Batch job takes no savepoints",
+        ),
+        (
+            {"mode": "Batch", "savepoints": {"history": {"maxCount": 3}}},
+            "spec.savepoints",
+            "a Batch job takes no savepoints",
         ),
         ({"savepoints": {"interval": "0s"}}, "spec.savepoints.interval", "longer than zero"),
+        (
+            {"savepoints": {"history": {"maxCount": 0}}},
+            "spec.savepoints.history.maxCount",
+            "greater than or equal to 1",
+        ),
+        (
+            {"savepoints": {"history": {"maxAge": "0s"}}},
+            "spec.savepoints.history.maxAge",
+            "longer than zero",
+        ),
     ],
 )
-def test_a_periodic_savepoint_spec_that_cannot_work_is_refused_naming_the_field(
+def test_a_savepoints_spec_that_cannot_work_is_refused_naming_the_field(
     spec: dict[str, object], field: str, words: str
 ) -> None:
     with pytest.raises(InvalidManifest) as refused:

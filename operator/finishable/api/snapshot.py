@@ -46,6 +46,14 @@ class FinishableSparkSnapshotSpec(ApiModel):
     job_name: str | None = Field(
         default=None, description="The FinishableSparkJob (same namespace) it is a snapshot of."
     )
+    dispose_on_delete: bool = Field(
+        default=False,
+        description=(
+            "Deleting this snapshot deletes its savepoint's files too (the operator's finalizer "
+            "does it before the snapshot goes). Set from the job's "
+            "spec.savepoints.disposeOnDelete when the operator records it."
+        ),
+    )
 
 
 class FinishableSparkSnapshotStatus(ApiModel):

@@ -284,14 +284,53 @@ class RecoverySpec(ApiModel):
     )
 
 
+class SavepointHistorySpec(ApiModel):
+    """How many of the savepoints the operator took by itself it keeps, and for how long."""
+
+    max_count: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Keep at most this many of the job's periodic, stop, drain and upgrade snapshots; "
+            "unset: no limit. Manual ones (savepointTriggerNonce, created by hand) are the "
+            "user's to delete."
+        ),
+    )
+    max_age: Duration | None = Field(
+        default=None,
+        description="Delete those snapshots once older than this (e.g. 7d); unset: no limit.",
+    )
+
+    @field_validator("max_age")
+    @classmethod
+    def _positive_age(cls, value: Duration | None) -> Duration | None:
+        return None if value is None else positive(value)
+
+
 class SavepointsSpec(ApiModel):
-    """Savepoints the operator takes by itself while a Streaming job runs."""
+    """Savepoints the operator takes by itself while a Streaming job runs, and how long they
+    and their FinishableSparkSnapshots are kept."""
 
     interval: Duration | None = Field(
         default=None,
         description=(
             "Take a savepoint this often while the job is Running (the first one an interval "
             "after it starts running); unset: only on request, on a stop and before an upgrade."
+        ),
+    )
+
+    history: SavepointHistorySpec = Field(
+        default_factory=SavepointHistorySpec,
+        description=(
+            "Trim the job's snapshots as each new one is recorded. The newest snapshot a job "
+            "can resume from and any a job is restoring from are never deleted."
+        ),
+    )
+    dispose_on_delete: bool = Field(
+        default=False,
+        description=(
+            "Record the job's snapshots with spec.disposeOnDelete: deleting one (by hand or by "
+            "the history) deletes its savepoint's files too. Unset, the files stay."
         ),
     )
 
@@ -411,11 +450,10 @@ class FinishableSparkJobSpec(ApiModel):
 
     @model_validator(mode="after")
     def _periodic_savepoints_only_in_streaming(self) -> Self:
-        if self.savepoints.interval is not None and self.mode is JobMode.BATCH:
+        if self.mode is JobMode.BATCH and self.savepoints != SavepointsSpec():
             raise ValueError(
-                "spec.savepoints.interval: a Batch job takes no savepoint while it runs (its job "
-                "event log and shuffle partitions are its state); remove it or set spec.mode: "
-                "Streaming"
+                "spec.savepoints: a Batch job takes no savepoints (its job event log and "
+                "shuffle partitions are its state); remove it or set spec.mode: Streaming"
             )
         return self
 

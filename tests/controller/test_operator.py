@@ -272,8 +272,8 @@ def test_each_completed_savepoint_is_recorded_as_a_snapshot_owned_by_the_job(
     k8s.answer("snapped", 1, request, DriverState.RUNNING, savepoint=manual)
     first = completed_snapshot(k8s, "snapped", "configmap:snapped/sp-5")
     assert first["status"]["trigger"] == "manual" and first["status"]["checkpointId"] == 5
-    # stop with savepoint (spec.state: Suspended): trigger stop
-    k8s.edit("snapped", state="Suspended")
+    # stop with savepoint (spec.state: Suspended): trigger stop, recorded to be disposed of
+    k8s.edit("snapped", state="Suspended", savepoints={"disposeOnDelete": True})
     k8s.wait_phase("snapped", "Savepointing")
     request = k8s.request_for("snapped", 1)
     stop = SavepointStatus(
@@ -288,7 +288,7 @@ def test_each_completed_savepoint_is_recorded_as_a_snapshot_owned_by_the_job(
     assert [(ref["kind"], ref["name"], ref["uid"]) for ref in meta["ownerReferences"]] == [
         ("FinishableSparkJob", "snapped", uid)
     ]
-    assert spec == {"jobName": "snapped"}
+    assert spec == {"jobName": "snapped", "disposeOnDelete": True}
     assert (status["trigger"], status["kind"], status["drained"]) == ("stop", "savepoint", False)
     assert (status["checkpointId"], status["sizeBytes"], status["jobUid"]) == (9, 4096, uid)
     assert status["requestId"] == request.id

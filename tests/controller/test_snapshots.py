@@ -15,6 +15,7 @@ from finishable.api.status import ControlRequest, SavepointStatus
 from finishable.controller.snapshots import (
     SnapshotUnusable,
     completed_status,
+    holders,
     is_requested,
     restore_location,
     snapshot_name,
@@ -47,7 +48,7 @@ def test_the_object_records_the_savepoint_owned_by_the_job() -> None:
     assert meta["labels"] == {"finishable.dev/job": "clicks"}
     [owner] = meta["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("FinishableSparkJob", "clicks", JOB.uid)
-    assert body["spec"] == {"jobName": "clicks"}
+    assert body["spec"] == {"jobName": "clicks", "disposeOnDelete": False}
     status = body["status"]
     assert status == {
         "state": "Completed",
@@ -224,3 +225,33 @@ def test_a_request_is_filled_in_as_a_manual_completed_snapshot() -> None:
     assert (status["state"], status["trigger"]) == ("Completed", "manual")
     assert status["triggerNonce"] == 4
     assert (status["location"], status["checkpointId"], status["run"]) == (SAVEPOINT.location, 7, 2)
+
+
+def _job(name: str, phase: str = "Running", **parts: object) -> dict[str, object]:
+    spec = {"restoreFrom": parts["restore"]} if "restore" in parts else {}
+    status: dict[str, object] = {"phase": phase}
+    if "restored" in parts:
+        status["restoreFrom"] = parts["restored"]
+    if "newest" in parts:
+        status["savepoint"] = {"location": parts["newest"]}
+    return {"metadata": {"name": name}, "spec": spec, "status": status}
+
+
+def test_a_savepoint_is_held_by_every_job_that_may_still_start_from_it() -> None:
+    here = "s3://b/jobs/snapshots/sp-000000000007.blob"
+    jobs = [
+        _job("by-location", "Pending", restore={"savepoint": here}),
+        _job("by-name", "Failed", restore={"snapshotRef": "clicks-savepoint-7-abc"}),
+        _job("its-run-started-from-it", restored=here),
+        _job("suspended-on-it", "Suspended", newest=here),
+        _job("finished", "Finished", restore={"savepoint": here}, newest=here),
+        _job("another-savepoint", newest="s3://b/jobs/snapshots/sp-000000000008.blob"),
+        _job("no-status-yet", restore={"savepoint": "s3://b/elsewhere/sp-000000000007.blob"}),
+    ]
+    assert holders(jobs, "clicks-savepoint-7-abc", here) == [
+        "by-location",
+        "by-name",
+        "its-run-started-from-it",
+        "suspended-on-it",
+    ]
+    assert holders(jobs, "", "s3://b/unrelated") == []

@@ -310,7 +310,7 @@ class JobLoop:
         if saved is not None and saved != before.savepoint and saved.location:
             self._unrecorded = saved
         requeue = await self.perform(decision, spec, pods)
-        await self.record_snapshot(before)
+        await self.record_snapshot(before, spec)
         if spec is not None:
             await self.requests.serve(spec, self.status, recording=self._unrecorded is not None)
         return requeue
@@ -354,7 +354,9 @@ class JobLoop:
         restore = spec.restore_from.model_copy(update={"savepoint": location})
         return spec.model_copy(update={"restore_from": restore})
 
-    async def record_snapshot(self, before: FinishableSparkJobStatus) -> None:
+    async def record_snapshot(
+        self, before: FinishableSparkJobStatus, spec: FinishableSparkJobSpec | None
+    ) -> None:
         """Record the newest completed savepoint as a FinishableSparkSnapshot (or fill in the
         ones created by hand that asked for it); a failure is retried on the next step."""
         savepoint = self._unrecorded
@@ -365,7 +367,10 @@ class JobLoop:
         run = self.status.run
         try:
             if not await self.requests.fill(savepoint, self.status, trigger):
-                await snapshotstore.record(self.kube, self.job, savepoint, trigger, run=run)
+                dispose = spec is not None and spec.savepoints.dispose_on_delete
+                await snapshotstore.record(
+                    self.kube, self.job, savepoint, trigger, run=run, dispose_on_delete=dispose
+                )
         except BackendError as error:
             log.warning(
                 "%s: savepoint %s not recorded yet: %s", self.key, savepoint.location, error

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -88,6 +88,7 @@ def snapshot_object(
     trigger: SavepointTrigger,
     *,
     run: int | None = None,
+    dispose_on_delete: bool = False,
 ) -> dict[str, Any]:
     """The snapshot of a completed ``savepoint`` of ``job``, status included (an API server
     ignores the status on create: write it through the status subresource after)."""
@@ -114,7 +115,9 @@ def snapshot_object(
             "labels": {LABEL_JOB: job_label_value(job.name)},
             "ownerReferences": [owner_reference(job)],
         },
-        "spec": dump(FinishableSparkSnapshotSpec(job_name=job.name)),
+        "spec": dump(
+            FinishableSparkSnapshotSpec(job_name=job.name, dispose_on_delete=dispose_on_delete)
+        ),
         "status": dump(status),
     }
 
@@ -188,3 +191,25 @@ def completed_status(
     if trigger_nonce is not None:
         status["triggerNonce"] = trigger_nonce
     return status
+
+
+def holders(jobs: Iterable[Mapping[str, Any]], name: str, location: str) -> list[str]:
+    """The jobs (of the snapshot's namespace) that may still start a driver from the savepoint
+    at ``location``, which snapshot ``name`` records: its files must not be disposed of.
+
+    A job holds it while it is not Finished and its spec restores from it (by location or by
+    snapshot name), its current run started from it (a recovered attempt falls back to it), or
+    it is the job's newest savepoint (what a resume or a restart after a failure starts from).
+    """
+    held = []
+    for job in jobs:
+        status = job.get("status") or {}
+        if status.get("phase") == Phase.FINISHED.value:
+            continue
+        restore = (job.get("spec") or {}).get("restoreFrom") or {}
+        newest = (status.get("savepoint") or {}).get("location")
+        if location in (restore.get("savepoint"), status.get("restoreFrom"), newest) or (
+            name and restore.get("snapshotRef") == name
+        ):
+            held.append(str((job.get("metadata") or {}).get("name")))
+    return sorted(held)

@@ -26,11 +26,14 @@ async def record(
     trigger: SavepointTrigger,
     *,
     run: int | None,
+    dispose_on_delete: bool = False,
 ) -> str:
     """Create the snapshot of ``savepoint`` (409: it exists, which is success) and write its
     status unless it has one already (so a retry never overwrites what the first write knew);
     returns its name. :class:`~finishable.state.errors.BackendError` when the API fails."""
-    body = snapshots.snapshot_object(job, savepoint, trigger, run=run)
+    body = snapshots.snapshot_object(
+        job, savepoint, trigger, run=run, dispose_on_delete=dispose_on_delete
+    )
     name = str(body["metadata"]["name"])
     path = kube.api.path(
         SNAPSHOT_PLURAL, namespace=job.namespace, api_version=snapshots.SNAPSHOT_API_VERSION

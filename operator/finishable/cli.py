@@ -37,6 +37,7 @@ from finishable.local.jobdir import (
     run_command,
     wait_for,
 )
+from finishable.state.savepointfiles import add_dispose_command
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,7 @@ def _version(args: argparse.Namespace, out: TextIO) -> int:
     """Print the versions that matter when reporting a problem."""
     import platform  # noqa: PLC0415 - only this command needs it
 
-    out.write(f"finishable {__version__}\n")
-    out.write(f"python {platform.python_version()}\n")
+    out.write(f"finishable {__version__}\npython {platform.python_version()}\n")
     for package in ("pyspark", "kopf", "pydantic", "pyarrow"):
         out.write(f"{package} {_package_version(package)}\n")
     return 0
@@ -441,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     from finishable.partitions.commands import add_arguments, add_service_arguments  # noqa: PLC0415
 
     add_arguments(partitions)
+    add_dispose_command(add)
     add_service_arguments(
         add(
             "partition-service",

@@ -32,11 +32,9 @@ from finishable.api.jobconfig import (
 )
 from finishable.api.models import JobMode
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.api.volumes import driver_volumes
 from finishable.controller.driverconf import (
     is_kubernetes_master,
     job_config,
-    work_volume_claim,
 )
 from finishable.controller.naming import (
     BLOCK_MANAGER_PORT,
@@ -55,8 +53,6 @@ from finishable.controller.naming import (
     TOKEN_KEY,
     UI_PORT,
     WORK_DIR,
-    WORK_VOLUME,
-    WORK_VOLUME_DIR,
     config_name,
     control_name,
     driver_pod_name,
@@ -74,6 +70,8 @@ from finishable.controller.podparts import (
     executor_pod_template,
     pod_metadata,
     pod_settings,
+    storage_env_from,
+    storage_volumes,
 )
 from finishable.kube.objects import LABEL_ATTEMPT, JobRef, labels, owner_reference, selector
 
@@ -276,7 +274,6 @@ def driver_pod(
     name = driver_pod_name(job.name, attempt)
     driver = spec.driver
     memory = container_memory(driver.memory, driver.memory_overhead)
-    user_volumes = driver_volumes(spec.application.spark_conf)
     env = [
         _env(CONFIG_ENV, f"{CONFIG_DIR}/{JOB_CONFIG_KEY}"),
         _env(RUN_ENV, str(run)),
@@ -319,10 +316,7 @@ def driver_pod(
         },
         {"name": "work", "emptyDir": {}},
     ]
-    claim = work_volume_claim(job, spec)
-    if claim is not None:
-        mounts.append({"name": WORK_VOLUME, "mountPath": WORK_VOLUME_DIR})
-        volumes.append({"name": WORK_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
+    storage_mounts, storage = storage_volumes(job, spec)
     container: dict[str, Any] = {
         "name": DRIVER,
         "image": spec.image,
@@ -337,11 +331,9 @@ def driver_pod(
             "requests": {"cpu": str(driver.cores), "memory": memory},
             "limits": limits,
         },
-        "volumeMounts": [*mounts, *(volume.volume_mount() for volume in user_volumes)],
+        "volumeMounts": [*mounts, *storage_mounts],
+        **storage_env_from(spec),
     }
-    secret_ref = spec.checkpointing.storage.secret_ref
-    if secret_ref:
-        container["envFrom"] = [{"secretRef": {"name": secret_ref}}]
     own = metadata(job, name, DRIVER, attempt)
     return {
         "apiVersion": "v1",
@@ -352,7 +344,7 @@ def driver_pod(
             "restartPolicy": "Never",
             **pod_settings(driver, spec.image_pull_secrets),
             "containers": [container],
-            "volumes": [*volumes, *(volume.volume() for volume in user_volumes)],
+            "volumes": [*volumes, *storage],
         },
     }
 

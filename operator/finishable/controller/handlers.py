@@ -6,7 +6,9 @@
 * a change of a job, of one of its driver pods or of its report wakes that job's loop;
 * one daemon per job runs :class:`~finishable.controller.reconcile.JobLoop` (on creation, and
   for every existing job when the operator starts: kopf's resume);
-* the deletion handler (behind the finalizer) stops the driver and removes the children.
+* the deletion handler (behind the finalizer) stops the driver and removes the children;
+* a snapshot with ``spec.disposeOnDelete`` gets a finalizer too: its deletion handler disposes
+  of the savepoint's files first (:mod:`finishable.controller.disposal`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import kopf
 
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL
 from finishable.api.snapshot import SNAPSHOT_PLURAL
-from finishable.controller import naming, snapshots
+from finishable.controller import disposal, naming, snapshots
 from finishable.controller.deletion import PodsStopping, remove_children, retain_on_delete
 from finishable.controller.metrics import JobKey
 from finishable.controller.reconcile import (
@@ -266,3 +268,13 @@ async def delete(*, body: kopf.Body, namespace: str | None, name: str, memo: Any
         waited += STOPPING_SECONDS
     controller.metrics.forget(_key(namespace, name))
     log.info("%s/%s deleted: %d objects removed", namespace, name, deleted)
+
+
+def _disposes(spec: kopf.Spec, **_: Any) -> bool:
+    return bool(spec.get("disposeOnDelete"))
+
+
+@kopf.on.delete(*SNAPSHOTS, when=_disposes, registry=registry)
+async def dispose_savepoint(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+    """Dispose of the savepoint's files before the snapshot goes (or wait while a job holds it)."""
+    await disposal.dispose(_controller(memo).kube, body)

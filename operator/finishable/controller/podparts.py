@@ -1,7 +1,8 @@
 """The parts every pod the operator builds shares: its memory with the JVM's overhead, the
-user's scheduling and security settings, its labels and annotations, and the template Spark
-builds each executor pod from. Pure functions; :mod:`finishable.controller.builders` assembles
-the pods.
+user's scheduling and security settings, its labels and annotations, what reaches the checkpoint
+storage (its secret as environment, the volumes a ``file://`` storage may live on), and the
+template Spark builds each executor pod from. Pure functions; :mod:`finishable.controller.builders`
+and :mod:`finishable.controller.disposalplan` assemble the pods.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from typing import Any
 from finishable.api.pods import PodSettings
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.units import Quantity
-from finishable.controller.driverconf import EXECUTOR_CONTAINER
-from finishable.controller.naming import IMAGE_GID
+from finishable.api.volumes import driver_volumes
+from finishable.controller.driverconf import EXECUTOR_CONTAINER, work_volume_claim
+from finishable.controller.naming import IMAGE_GID, WORK_VOLUME, WORK_VOLUME_DIR
+from finishable.kube.objects import JobRef
 
 # Spark's default memory overhead of a JVM container: 10 %, at least 384 MiB.
 MEMORY_OVERHEAD_FACTOR = 0.10
@@ -54,6 +57,29 @@ def pod_metadata(settings: PodSettings, own_labels: dict[str, str], **extra: Any
     if settings.annotations:
         meta["annotations"] = dict(settings.annotations)
     return meta
+
+
+def storage_env_from(spec: FinishableSparkJobSpec) -> dict[str, Any]:
+    """The container field that hands the checkpoint storage's credentials
+    (``spec.checkpointing.storage.secretRef``) to the pod as environment; none without one."""
+    secret_ref = spec.checkpointing.storage.secret_ref
+    return {"envFrom": [{"secretRef": {"name": secret_ref}}]} if secret_ref else {}
+
+
+def storage_volumes(
+    job: JobRef, spec: FinishableSparkJobSpec
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The volume mounts and volumes of the driver's own storage, where a ``file://`` checkpoint
+    storage may live: the work volume (``spec.workVolume``) and the driver volumes declared in
+    sparkConf (``spark.kubernetes.driver.volumes.*``)."""
+    user_volumes = driver_volumes(spec.application.spark_conf)
+    mounts = [volume.volume_mount() for volume in user_volumes]
+    volumes = [volume.volume() for volume in user_volumes]
+    claim = work_volume_claim(job, spec)
+    if claim is not None:
+        mounts.insert(0, {"name": WORK_VOLUME, "mountPath": WORK_VOLUME_DIR})
+        volumes.insert(0, {"name": WORK_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
+    return mounts, volumes
 
 
 def executor_pod_template(spec: FinishableSparkJobSpec) -> dict[str, Any]:

@@ -86,6 +86,18 @@ def upsert_configmap(api: KubeApi, body: dict[str, Any], *, namespace: str | Non
     raise BackendError(f"ConfigMap {cm_name} keeps being deleted under us; gave up writing it")
 
 
+def configmap_name(job: str, name: str) -> str:
+    """The deterministic ConfigMap name of object ``name`` of ``job`` (its head: a split
+    object's parts are ``<head>-part-NNNN``)."""
+    cm = f"{job}-{validate_name(name).replace('/', '.')}"
+    if len(cm) > _MAX_NAME or not _DNS_SUBDOMAIN.fullmatch(cm):
+        raise ValueError(
+            f"object {name!r} of job {job!r} maps to {cm!r}, which is not a valid "
+            f"ConfigMap name (DNS subdomain of at most {_MAX_NAME} characters)"
+        )
+    return cm
+
+
 class ConfigMapBackend(ObjectBackend):
     """Objects of one job as ConfigMaps in one namespace."""
 
@@ -133,13 +145,7 @@ class ConfigMapBackend(ObjectBackend):
 
     def configmap_name(self, name: str) -> str:
         """The deterministic ConfigMap name of an object of this job."""
-        cm = f"{self.job}-{validate_name(name).replace('/', '.')}"
-        if len(cm) > _MAX_NAME or not _DNS_SUBDOMAIN.fullmatch(cm):
-            raise ValueError(
-                f"object {name!r} of job {self.job!r} maps to {cm!r}, which is not a valid "
-                f"ConfigMap name (DNS subdomain of at most {_MAX_NAME} characters)"
-            )
-        return cm
+        return configmap_name(self.job, name)
 
     def _path(self, cm_name: str | None = None) -> str:
         return self.api.path("configmaps", cm_name, namespace=self.namespace)

@@ -96,6 +96,20 @@ def is_savepoint_object(name: str) -> bool:
     return _SAVEPOINT_OBJECT.fullmatch(name) is not None
 
 
+_SAVEPOINT_BLOB = re.compile(rf"(?P<dir>(?:.+/)?){_TAG[SnapshotKind.SAVEPOINT]}-(?P<id>\d+)\.blob")
+
+
+def savepoint_meta_of(blob_name: str) -> str:
+    """The meta beside the savepoint blob ``blob_name`` (``[<dir>/]sp-<digits>.blob``), which a
+    disposal deletes first; :class:`ValueError` naming what it is when it is not one."""
+    match = _SAVEPOINT_BLOB.fullmatch(blob_name)
+    if match is None:
+        raise ValueError(
+            f"{blob_name!r} is not a savepoint blob (sp-<digits>.blob): refusing to delete it"
+        )
+    return f"{match['dir']}{_TAG[SnapshotKind.SAVEPOINT]}-{match['id']}.meta"
+
+
 def encode_blob(data: bytes) -> bytes:
     """Frame ``data`` with a magic, its sha256 and its length."""
     return _HEADER.pack(BLOB_MAGIC, hashlib.sha256(data).digest(), len(data)) + data

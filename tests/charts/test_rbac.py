@@ -35,7 +35,7 @@ from finishable.api.status import SavepointStatus
 from finishable.controller import builders
 from finishable.kube.objects import JobRef, owner_reference
 from tests.charts.helm import template
-from tests.controller.cluster import Cluster, OperatorProcess, install, wait_for
+from tests.controller.cluster import MERGE, Cluster, OperatorProcess, install, wait_for
 from tests.support.k8s_emulator import CALLS_PATH, EmulatorServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,6 +100,7 @@ BATCH = {
     "shuffle": {"replicas": 1},
     "workVolume": {"size": "1Gi"},  # the operator creates the claim
 }
+SAVEPOINT = f"configmap://{NAMESPACE}/etl-snapshots.sp-000000000001.blob"
 
 
 def drive_a_job_through_its_lifecycle(k8s: Cluster) -> None:
@@ -108,7 +109,7 @@ def drive_a_job_through_its_lifecycle(k8s: Cluster) -> None:
     k8s.edit("etl", state="Suspended")
     k8s.wait_phase("etl", "Savepointing")
     request = k8s.request_for("etl", 1)
-    savepoint = SavepointStatus(location="configmap:etl/savepoints/1", request_id=request.id)
+    savepoint = SavepointStatus(location=SAVEPOINT, request_id=request.id)
     k8s.answer("etl", 1, request, DriverState.SUSPENDED, savepoint=savepoint)
     k8s.set_pod_phase("etl-driver-1", "Succeeded", missing_ok=True)
     k8s.wait_phase("etl", "Suspended")
@@ -133,7 +134,7 @@ def drive_a_job_through_its_lifecycle(k8s: Cluster) -> None:
                     "finishable.dev/job=etl",
                     f"{API_GROUP}/{API_VERSION}",
                 )
-                if (item.get("status") or {}).get("location") == "configmap:etl/savepoints/1"
+                if (item.get("status") or {}).get("location") == SAVEPOINT
             ),
             None,
         ),
@@ -159,6 +160,20 @@ def drive_a_job_through_its_lifecycle(k8s: Cluster) -> None:
         )
     k8s.delete_job("etl")
     wait_for(lambda: k8s.job("etl") is None, "the job is deleted")
+    # the savepoint's snapshot outlived the job; set to be disposed of, deleting it deletes the
+    # savepoint's ConfigMaps (once the operator's finalizer is on it)
+    name = snapshot["metadata"]["name"]
+    path = k8s.api.path("finishablesparksnapshots", name, api_version=f"{API_GROUP}/{API_VERSION}")
+    patch = {"spec": {"disposeOnDelete": True}}
+    assert k8s.api.request("PATCH", path, body=patch, content_type=MERGE).status == 200
+    wait_for(
+        lambda: k8s.api.request("GET", path).body["metadata"].get("finalizers"),
+        "the operator's finalizer on the snapshot",
+    )
+    assert k8s.api.request("DELETE", path).status == 200
+    wait_for(lambda: k8s.api.request("GET", path).status == 404, "the snapshot is deleted")
+    meta = "etl-snapshots.sp-000000000001.meta"
+    wait_for(lambda: k8s.get("configmaps", meta) is None, "the savepoint is disposed of")
 
 
 @pytest.fixture(scope="module", params=sorted(MODES))

@@ -152,6 +152,10 @@ class Cluster:
         response = self.api.request("GET", path, query={"labelSelector": selector})
         return list(response.body.get("items") or [])
 
+    def components(self, plural: str, job: str, component: str) -> list[dict[str, Any]]:
+        """A job's objects of one component, by their labels."""
+        return self.list(plural, f"finishable.dev/job={job},finishable.dev/component={component}")
+
     def create(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
         response = self.api.request("POST", self.api.path(plural), body=body)
         assert response.status == 201, response.body

@@ -84,8 +84,7 @@ def event(k8s: Cluster, name: str, reason: str) -> dict[str, Any]:
 
 
 def state_names(k8s: Cluster, job: str) -> list[str]:
-    items = k8s.list("configmaps", f"finishable.dev/job={job},finishable.dev/component=state")
-    return sorted(item["metadata"]["name"] for item in items)
+    return sorted(item["metadata"]["name"] for item in k8s.components("configmaps", job, "state"))
 
 
 def test_a_configmap_savepoint_is_kept_while_held_then_its_configmaps_are_deleted(

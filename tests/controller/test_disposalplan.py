@@ -32,7 +32,10 @@ def spec(**fields: Any) -> FinishableSparkJobSpec:
 
 
 def test_nothing_to_dispose_of_without_a_location() -> None:
-    assert decide(snapshot="s", location="", job="clicks", jobs=[job()]).action is Action.NOTHING
+    assert (
+        decide(snapshot="s", namespace="analytics", location="", job="clicks", jobs=[job()]).action
+        is Action.NOTHING
+    )
 
 
 def test_a_held_savepoint_waits_naming_the_jobs() -> None:
@@ -42,25 +45,39 @@ def test_a_held_savepoint_waits_naming_the_jobs() -> None:
         job("done", phase="Finished", restoreFrom={"savepoint": S3}),
         job(),
     ]
-    decision = decide(snapshot="s", location=S3, job="clicks", jobs=jobs)
+    decision = decide(snapshot="s", namespace="analytics", location=S3, job="clicks", jobs=jobs)
     assert decision.action is Action.WAIT
     assert decision.holders == ["follower", "other"]
     assert "follower, other" in decision.message and "disposeOnDelete" in decision.message
 
 
 def test_configmaps_are_deleted_by_the_operator_even_when_the_job_is_gone() -> None:
-    assert decide(snapshot="s", location=CM, job="clicks", jobs=[]).action is Action.CONFIGMAPS
+    assert (
+        decide(snapshot="s", namespace="analytics", location=CM, job="clicks", jobs=[]).action
+        is Action.CONFIGMAPS
+    )
 
 
 def test_object_storage_runs_a_pod_while_the_job_exists_and_is_kept_when_it_is_gone() -> None:
-    assert decide(snapshot="s", location=S3, job="clicks", jobs=[job()]).action is Action.POD
-    kept = decide(snapshot="s", location=S3, job="clicks", jobs=[job("other")])
+    assert (
+        decide(snapshot="s", namespace="analytics", location=S3, job="clicks", jobs=[job()]).action
+        is Action.POD
+    )
+    kept = decide(
+        snapshot="s", namespace="analytics", location=S3, job="clicks", jobs=[job("other")]
+    )
     assert kept.action is Action.KEEP and S3 in kept.message and "gone" in kept.message
 
 
 def test_a_location_that_names_no_savepoint_blob_is_kept() -> None:
-    for location in ("s3://bucket/clicks/data.parquet", "configmap:clicks/savepoints/1"):
-        decision = decide(snapshot="s", location=location, job="clicks", jobs=[job()])
+    for location in (
+        "s3://bucket/clicks/data.parquet",
+        "configmap:clicks/savepoints/1",
+        "configmap://elsewhere/clicks-snapshots.sp-000000000007.blob",
+    ):
+        decision = decide(
+            snapshot="s", namespace="analytics", location=location, job="clicks", jobs=[job()]
+        )
         assert decision.action is Action.KEEP, location
         assert location in decision.message
 

@@ -49,7 +49,9 @@ async def dispose(kube: Kube, body: kopf.Body) -> None:
         jobs = await kube.list(
             PLURAL, namespace=namespace, selector="", api_version=JOB_API_VERSION
         )
-        decision = disposalplan.decide(snapshot=name, location=location, job=job, jobs=jobs)
+        decision = disposalplan.decide(
+            snapshot=name, namespace=namespace, location=location, job=job, jobs=jobs
+        )
         if decision.action is Action.WAIT:
             kopf.warn(body, reason=HELD, message=decision.message)
             raise kopf.TemporaryError(decision.message, delay=HELD_SECONDS)

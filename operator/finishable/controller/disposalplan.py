@@ -61,12 +61,13 @@ class Decision:
 def decide(
     *,
     snapshot: str,
+    namespace: str,
     location: str,
     job: str | None,
     jobs: Iterable[Mapping[str, Any]],
 ) -> Decision:
     """What to do before snapshot ``snapshot`` of ``job`` (``spec.jobName``) goes, its savepoint
-    at ``location``; ``jobs`` are the FinishableSparkJobs of its namespace."""
+    at ``location``; ``jobs`` are the FinishableSparkJobs of its namespace, ``namespace``."""
     if not location:
         return Decision(Action.NOTHING, "the snapshot has no savepoint: nothing to dispose of")
     jobs = list(jobs)
@@ -81,7 +82,8 @@ def decide(
         )
     try:
         if is_configmap(location):
-            configmap_files(location, job or "")
+            if configmap_files(location, job or "").root != namespace:
+                raise ValueError(f"{location} is in another namespace than the snapshot")
             return Decision(Action.CONFIGMAPS)
         object_storage_files(location)
     except ValueError as error:

@@ -773,3 +773,26 @@ def lost_race(refusal: dict[str, Any]) -> bool:
         and refusal["status"] == 422
         and refusal["message"] == "the server rejected our request due to an error in our request"
     )
+
+
+def test_the_savepoint_history_keeps_the_newest_periodic_snapshots(k8s: Cluster) -> None:
+    history = {"interval": "1s", "history": {"maxCount": 2}}
+    k8s.start_running("history", {**STREAMING, "savepoints": history})
+    answered: list[str] = []
+    for n in range(1, 4):
+        request = wait_for(
+            lambda: (r := k8s.channel("history").read_request(1)) and r.id not in answered and r,
+            f"periodic savepoint request {n}",
+        )
+        location = f"configmap:history/sp-{n}"
+        savepoint = SavepointStatus(location=location, request_id=request.id, id=n)
+        k8s.answer("history", 1, request, DriverState.RUNNING, savepoint=savepoint)
+        answered.append(request.id)
+        assert completed_snapshot(k8s, "history", location)["status"]["trigger"] == "periodic"
+
+    def kept() -> list[str]:
+        return sorted(s["status"]["location"] for s in snapshots_of(k8s, "history"))
+
+    wait_for(lambda: kept() == ["configmap:history/sp-2", "configmap:history/sp-3"], "the trim")
+    wait_for(lambda: "SavepointHistoryTrimmed" in k8s.event_reasons("history"), "its Event")
+    k8s.delete_job("history")  # it would go on asking every second for the module's other tests

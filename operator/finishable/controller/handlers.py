@@ -26,7 +26,6 @@ from finishable.controller.reconcile import (
     Controller,
     DriverPod,
     JobLoop,
-    SnapshotRefUnusable,
     StatusUnreadable,
     driver_pod_of,
 )
@@ -240,7 +239,7 @@ async def reconcile(
         await loop.run(stopped)
     except BackendError as error:
         raise kopf.TemporaryError(f"{error}; retrying", delay=RETRY_SECONDS) from None
-    except SnapshotRefUnusable as error:
+    except snapshots.SnapshotUnusable as error:
         raise kopf.TemporaryError(f"{error}; retrying", delay=RETRY_SECONDS) from None
 
 

@@ -442,6 +442,17 @@ def test_a_snapshot_created_by_hand_takes_a_savepoint_of_its_running_job(k8s: Cl
     assert "Finished" in snapshot_state(k8s, "too-late", "Failed")["message"]
 
 
+def test_a_snapshot_created_by_hand_is_abandoned_when_its_job_is_deleted(k8s: Cluster) -> None:
+    k8s.start_running("deleted", STREAMING)
+    hand_made_snapshot(k8s, "never-taken", "deleted")
+    k8s.request_for("deleted", 1)  # asked, never answered
+    snapshot_state(k8s, "never-taken", "InProgress")
+    k8s.delete_job("deleted")
+    k8s.set_pod_phase("deleted-driver-1", "Succeeded", missing_ok=True)
+    status = snapshot_state(k8s, "never-taken", "Abandoned")
+    assert "deleted" in status["message"] and status["jobUid"]
+
+
 def test_a_stop_past_its_timeout_is_cancelled_and_the_job_keeps_running(k8s: Cluster) -> None:
     k8s.start_running("slowstop", {**STREAMING, "stopTimeout": "1s"})
     k8s.edit("slowstop", state="Suspended")

@@ -441,6 +441,17 @@ def test_a_snapshot_created_by_hand_takes_a_savepoint_of_its_running_job(k8s: Cl
     assert "Finished" in snapshot_state(k8s, "too-late", "Failed")["message"]
 
 
+def test_a_snapshot_created_by_hand_is_abandoned_when_its_job_is_deleted(k8s: Cluster) -> None:
+    k8s.start_running("deleted", STREAMING)
+    hand_made_snapshot(k8s, "never-taken", "deleted")
+    k8s.request_for("deleted", 1)  # asked, never answered
+    snapshot_state(k8s, "never-taken", "InProgress")
+    k8s.delete_job("deleted")
+    k8s.set_pod_phase("deleted-driver-1", "Succeeded", missing_ok=True)
+    status = snapshot_state(k8s, "never-taken", "Abandoned")
+    assert "deleted" in status["message"] and status["jobUid"]
+
+
 def test_a_stop_past_its_timeout_is_cancelled_and_the_job_keeps_running(k8s: Cluster) -> None:
     k8s.start_running("slowstop", {**STREAMING, "stopTimeout": "1s"})
     k8s.edit("slowstop", state="Suspended")
@@ -771,3 +782,26 @@ def lost_race(refusal: dict[str, Any]) -> bool:
         and refusal["status"] == 422
         and refusal["message"] == "the server rejected our request due to an error in our request"
     )
+
+
+def test_the_savepoint_history_keeps_the_newest_periodic_snapshots(k8s: Cluster) -> None:
+    history = {"interval": "1s", "history": {"maxCount": 2}}
+    k8s.start_running("history", {**STREAMING, "savepoints": history})
+    answered: list[str] = []
+    for n in range(1, 4):
+        request = wait_for(
+            lambda: (r := k8s.channel("history").read_request(1)) and r.id not in answered and r,
+            f"periodic savepoint request {n}",
+        )
+        location = f"configmap:history/sp-{n}"
+        savepoint = SavepointStatus(location=location, request_id=request.id, id=n)
+        k8s.answer("history", 1, request, DriverState.RUNNING, savepoint=savepoint)
+        answered.append(request.id)
+        assert completed_snapshot(k8s, "history", location)["status"]["trigger"] == "periodic"
+
+    def kept() -> list[str]:
+        return sorted(s["status"]["location"] for s in snapshots_of(k8s, "history"))
+
+    wait_for(lambda: kept() == ["configmap:history/sp-2", "configmap:history/sp-3"], "the trim")
+    wait_for(lambda: "SavepointHistoryTrimmed" in k8s.event_reasons("history"), "its Event")
+    k8s.delete_job("history")  # it would go on asking every second for the module's other tests

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,7 @@ import yaml
 
 from finishable.api.models import Phase, RequestAction, SavepointTrigger
 from finishable.api.snapshot import FinishableSparkSnapshotStatus
+from finishable.api.spec import SavepointHistorySpec
 from finishable.api.status import ControlRequest, SavepointStatus
 from finishable.controller.snapshots import (
     SnapshotUnusable,
@@ -20,6 +21,7 @@ from finishable.controller.snapshots import (
     restore_location,
     snapshot_name,
     snapshot_object,
+    to_trim,
     trigger_of,
 )
 from finishable.kube.api import KubeApi
@@ -255,3 +257,67 @@ def test_a_savepoint_is_held_by_every_job_that_may_still_start_from_it() -> None
         "suspended-on-it",
     ]
     assert holders(jobs, "", "s3://b/unrelated") == []
+
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def _snapshot(
+    name: str,
+    hours_ago: float,
+    trigger: str = "periodic",
+    *,
+    uid: str = JOB.uid,
+    drained: bool = False,
+    state: str = "Completed",
+) -> dict[str, object]:
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "state": state,
+            "trigger": trigger,
+            "jobUid": uid,
+            "drained": drained,
+            "location": f"s3://b/clicks/snapshots/sp-{name}.blob",
+            "time": (NOW - timedelta(hours=hours_ago)).isoformat(),
+        },
+    }
+
+
+def _history(**limits: object) -> SavepointHistorySpec:
+    return SavepointHistorySpec.model_validate(limits)
+
+
+def test_the_history_keeps_the_newest_automatic_snapshots_up_to_the_count() -> None:
+    taken = [_snapshot(f"p{i}", hours_ago=10 - i) for i in range(6)]  # p5 newest
+    assert to_trim(JOB, taken, [], _history(maxCount=2), NOW) == ["p0", "p1", "p2", "p3"]
+    assert to_trim(JOB, taken, [], _history(), NOW) == []  # no limit set: nothing goes
+    assert to_trim(JOB, taken, [], _history(maxCount=9), NOW) == []
+
+
+def test_the_history_lets_automatic_snapshots_go_once_older_than_the_age() -> None:
+    taken = [_snapshot("day-old", 25), _snapshot("hour-old", 1), _snapshot("stop", 30, "stop")]
+    assert to_trim(JOB, taken, [], _history(maxAge="1d"), NOW) == ["stop", "day-old"]
+
+
+def test_manual_snapshots_and_other_jobs_snapshots_are_never_trimmed() -> None:
+    taken = [
+        _snapshot("manual", 50, "manual"),
+        _snapshot("earlier-job-of-that-name", 40, uid="old-uid"),
+        _snapshot("failed", 30, state="Failed"),
+        _snapshot("kept", 1),
+        _snapshot("old", 20),
+    ]
+    assert to_trim(JOB, taken, [], _history(maxCount=1, maxAge="2h"), NOW) == ["old"]
+
+
+def test_the_newest_resumable_snapshot_stays_whatever_its_age_and_a_held_one_too() -> None:
+    taken = [
+        _snapshot("drained", 1, "drain", drained=True),
+        _snapshot("resumable", 48, "stop"),
+        _snapshot("restored-by-another-job", 72),
+        _snapshot("oldest", 96),
+    ]
+    other = _job("staging-copy", "Running", restore={"snapshotRef": "restored-by-another-job"})
+    trimmed = to_trim(JOB, taken, [other], _history(maxCount=1, maxAge="30m"), NOW)
+    assert trimmed == ["oldest", "drained"]

@@ -28,10 +28,10 @@ from finishable.controller.reconcile import (
     Controller,
     DriverPod,
     JobLoop,
-    SnapshotRefUnusable,
     StatusUnreadable,
     driver_pod_of,
 )
+from finishable.controller.requests import SnapshotRequests
 from finishable.controller.settings import OperatorOptions, configure
 from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, JobRef
 from finishable.lifecycle.decisions import Event
@@ -242,15 +242,21 @@ async def reconcile(
         await loop.run(stopped)
     except BackendError as error:
         raise kopf.TemporaryError(f"{error}; retrying", delay=RETRY_SECONDS) from None
-    except SnapshotRefUnusable as error:
+    except snapshots.SnapshotUnusable as error:
         raise kopf.TemporaryError(f"{error}; retrying", delay=RETRY_SECONDS) from None
 
 
 @kopf.on.delete(*JOBS, registry=registry)
-async def delete(*, body: kopf.Body, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-    """Stop the driver, remove the children and the state ``retainOnDelete`` does not keep."""
+async def delete(
+    *, body: kopf.Body, namespace: str | None, name: str, memo: Any, **kwargs: Any
+) -> None:
+    """Stop the driver, remove the children and the state ``retainOnDelete`` does not keep,
+    and abandon the snapshots created by hand that still wait for a savepoint of the job."""
     controller = _controller(memo)
     job = JobRef(name=name, namespace=namespace or "", uid=str(body["metadata"]["uid"]))
+    requested: kopf.Index[JobKey, dict[str, Any]] = kwargs["requested_snapshots"]
+    key = _key(namespace, name)
+    requests = SnapshotRequests(controller.kube, job, lambda: list(requested.get(key, [])))
     retain = retain_on_delete(body.get("spec") or {})
     waited = 0.0
     while True:
@@ -266,7 +272,11 @@ async def delete(*, body: kopf.Body, namespace: str | None, name: str, memo: Any
             raise kopf.TemporaryError(f"{error}; retrying", delay=RETRY_SECONDS) from None
         await asyncio.sleep(STOPPING_SECONDS)
         waited += STOPPING_SECONDS
-    controller.metrics.forget(_key(namespace, name))
+    try:
+        await requests.abandon("its job was deleted before a savepoint answered it")
+    except BackendError as error:
+        raise kopf.TemporaryError(f"{error}; retrying", delay=RETRY_SECONDS) from None
+    controller.metrics.forget(key)
     log.info("%s/%s deleted: %d objects removed", namespace, name, deleted)
 
 

@@ -35,12 +35,11 @@ from finishable.api.models import (
     API_VERSION,
     JOB_NAME_MAX_LENGTH,
     PLURAL,
-    DesiredState,
     JobMode,
     Phase,
     is_valid_job_name,
 )
-from finishable.api.spec import FinishableSparkJobSpec
+from finishable.api.spec import FinishableSparkJobSpec, SavepointsSpec
 from finishable.api.status import FinishableSparkJobStatus, SavepointStatus
 from finishable.api.validation import InvalidManifest, parse_spec
 from finishable.controller import builders, naming, snapshots, snapshotstore
@@ -77,10 +76,6 @@ LIVE_POD_PHASES = frozenset({PodPhase.PENDING, PodPhase.RUNNING})
 
 class StatusUnreadable(ValueError):
     """The stored status does not parse: the operator cannot know where the job is."""
-
-
-class SnapshotRefUnusable(ValueError):
-    """``spec.restoreFrom.snapshotRef`` names no snapshot a driver can start from (yet)."""
 
 
 # -- observations (pure) -------------------------------------------------------------------------
@@ -333,24 +328,15 @@ class JobLoop:
         self, spec: FinishableSparkJobSpec, generation: int
     ) -> FinishableSparkJobSpec:
         """``spec`` with ``restoreFrom.savepoint`` set to the location of the snapshot that
-        ``restoreFrom.snapshotRef`` names when the job may start a driver from it now (a new run,
-        a changed Failed job, a resuming Suspended job without a savepoint of its own)."""
+        ``restoreFrom.snapshotRef`` names, when the job may start a driver from it now."""
         ref = spec.restore_from.snapshot_ref
-        phase = self.status.phase
-        if not ref or spec.state is DesiredState.SUSPENDED:
-            return spec
-        starts = (
-            phase is Phase.PENDING
-            or (phase is Phase.FAILED and generation > self.status.observed_generation)
-            or (phase is Phase.SUSPENDED and self.status.savepoint is None)
-        )
-        if not starts:
+        if not ref or not snapshots.restores_now(spec, self.status, generation):
             return spec
         try:
             location = await snapshotstore.restore_location(self.kube, self.job.namespace, ref)
         except snapshots.SnapshotUnusable as error:
             self.post(Event("Warning", "SnapshotRefUnusable", str(error)))
-            raise SnapshotRefUnusable(str(error)) from None
+            raise
         restore = spec.restore_from.model_copy(update={"savepoint": location})
         return spec.model_copy(update={"restore_from": restore})
 
@@ -364,13 +350,19 @@ class JobLoop:
             self._unrecorded = None
             return
         trigger = snapshots.trigger_of(savepoint, before.pending_request, self.status.phase)
-        run = self.status.run
+        savepoints = spec.savepoints if spec is not None else SavepointsSpec()
         try:
             if not await self.requests.fill(savepoint, self.status, trigger):
-                dispose = spec is not None and spec.savepoints.dispose_on_delete
                 await snapshotstore.record(
-                    self.kube, self.job, savepoint, trigger, run=run, dispose_on_delete=dispose
+                    self.kube,
+                    self.job,
+                    savepoint,
+                    trigger,
+                    run=self.status.run,
+                    dispose_on_delete=savepoints.dispose_on_delete,
                 )
+            # Trimmed as each one is recorded: a failure here records (409) and trims again.
+            await snapshotstore.trim(self.kube, self.job, savepoints.history, self.post)
         except BackendError as error:
             log.warning(
                 "%s: savepoint %s not recorded yet: %s", self.key, savepoint.location, error

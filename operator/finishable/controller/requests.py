@@ -7,7 +7,8 @@ marks the snapshot ``InProgress`` with that ``triggerNonce``. When the savepoint
 snapshot is filled in (``Completed``, its location and the rest) instead of a second, generated
 snapshot being created; when the job acted on the nonce without producing a savepoint (the
 driver refused or timed out) it is ``Failed``, with the job's reason. A snapshot asked of a job
-that has ended is ``Failed`` at once; one asked of a job that is not running yet waits.
+that has ended is ``Failed`` at once; one asked of a job that is not running yet waits; one
+open when its job is deleted is ``Abandoned``.
 
 kopf keeps the open requests in an index (:func:`finishable.controller.handlers`), which may lag
 behind the writes made here: what this loop already did is remembered, so one request never
@@ -165,6 +166,15 @@ class SnapshotRequests:
                         "jobUid": self.job.uid,
                     },
                 )
+
+    async def abandon(self, reason: str) -> int:
+        """End every open request ``Abandoned``, saying why (its job is being deleted: no
+        savepoint will answer it); returns how many."""
+        opened = self._open()
+        for name, _, _ in opened:
+            abandoned = {"state": SnapshotState.ABANDONED.value, "message": reason}
+            await self._write(name, {**abandoned, "jobUid": self.job.uid})
+        return len(opened)
 
     async def _bump(self, nonce: int) -> None:
         path = self.kube.api.path(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,6 +23,7 @@ from pydantic import ValidationError
 from finishable.api.models import (
     API_GROUP,
     API_VERSION,
+    DesiredState,
     Phase,
     RequestAction,
     SavepointTrigger,
@@ -34,7 +36,8 @@ from finishable.api.snapshot import (
     SnapshotKind,
     SnapshotState,
 )
-from finishable.api.status import ControlRequest, SavepointStatus
+from finishable.api.spec import FinishableSparkJobSpec, SavepointHistorySpec
+from finishable.api.status import ControlRequest, FinishableSparkJobStatus, SavepointStatus
 from finishable.kube.objects import LABEL_JOB, JobRef, job_label_value, owner_reference
 
 NAME_MAX_LENGTH = 63
@@ -122,6 +125,30 @@ def snapshot_object(
     }
 
 
+def read_status(raw: Mapping[str, Any]) -> FinishableSparkSnapshotStatus:
+    """A snapshot's status, skipping fields of a newer release (``ValidationError`` when what
+    this release knows does not parse)."""
+    known = {f.alias or n for n, f in FinishableSparkSnapshotStatus.model_fields.items()}
+    return FinishableSparkSnapshotStatus.model_validate(
+        {key: value for key, value in raw.items() if key in known}
+    )
+
+
+def restores_now(
+    spec: FinishableSparkJobSpec, status: FinishableSparkJobStatus, generation: int
+) -> bool:
+    """Whether a driver may start from ``spec.restoreFrom.snapshotRef`` now: a new run, a
+    changed Failed job, a resuming Suspended job without a savepoint of its own."""
+    if spec.state is DesiredState.SUSPENDED:
+        return False
+    phase = status.phase
+    return (
+        phase is Phase.PENDING
+        or (phase is Phase.FAILED and generation > status.observed_generation)
+        or (phase is Phase.SUSPENDED and status.savepoint is None)
+    )
+
+
 def restore_location(name: str, snapshot: Mapping[str, Any] | None) -> str:
     """The location ``spec.restoreFrom.snapshotRef: name`` starts from; :class:`SnapshotUnusable`
     naming the field, the snapshot and what is wrong when there is none to start from."""
@@ -131,11 +158,8 @@ def restore_location(name: str, snapshot: Mapping[str, Any] | None) -> str:
             f"{field}: the FinishableSparkSnapshot {name!r} does not exist in the job's namespace"
         )
     raw = snapshot.get("status") or {}
-    known = {f.alias or n for n, f in FinishableSparkSnapshotStatus.model_fields.items()}
     try:
-        status = FinishableSparkSnapshotStatus.model_validate(
-            {key: value for key, value in raw.items() if key in known}
-        )
+        status = read_status(raw)
     except ValidationError as error:
         raise SnapshotUnusable(
             f"{field}: the status of FinishableSparkSnapshot {name!r} cannot be read: "
@@ -213,3 +237,58 @@ def holders(jobs: Iterable[Mapping[str, Any]], name: str, location: str) -> list
         ):
             held.append(str((job.get("metadata") or {}).get("name")))
     return sorted(held)
+
+
+AUTOMATIC_TRIGGERS = frozenset(
+    {
+        SavepointTrigger.PERIODIC,
+        SavepointTrigger.STOP,
+        SavepointTrigger.DRAIN,
+        SavepointTrigger.UPGRADE,
+    }
+)
+
+
+def _completed(body: Mapping[str, Any]) -> FinishableSparkSnapshotStatus | None:
+    raw = body.get("status") or {}
+    if raw.get("state") != SnapshotState.COMPLETED.value:
+        return None
+    try:
+        return read_status(raw)
+    except ValidationError:
+        return None
+
+
+def to_trim(
+    job: JobRef,
+    snapshots: Iterable[Mapping[str, Any]],
+    jobs: Iterable[Mapping[str, Any]],
+    history: SavepointHistorySpec,
+    now: datetime,
+) -> list[str]:
+    """The names of ``job``'s snapshots that ``spec.savepoints.history`` lets go, oldest first.
+
+    Only what the operator took by itself (periodic, stop, drain, upgrade) of this job (its uid:
+    not an earlier job of the same name) counts and goes; manual snapshots are the user's. The
+    newest snapshot the job can resume from (completed, not drained) stays whatever its trigger
+    and age, and so does every snapshot a job holds (:func:`holders`).
+    """
+    if history.max_count is None and history.max_age is None:
+        return []
+    ours = []
+    for body in snapshots:
+        status = _completed(body)
+        if status is not None and status.job_uid == job.uid:
+            name = str((body.get("metadata") or {}).get("name"))
+            ours.append((status.time or datetime.min.replace(tzinfo=now.tzinfo), name, status))
+    ours.sort(key=lambda entry: entry[:2], reverse=True)
+    resumable = next((name for _, name, status in ours if not status.drained), None)
+    automatic = [entry for entry in ours if entry[2].trigger in AUTOMATIC_TRIGGERS]
+    jobs = list(jobs)
+    trimmed = []
+    for index, (time, name, status) in enumerate(automatic):
+        too_many = history.max_count is not None and index >= history.max_count
+        too_old = history.max_age is not None and now - time > history.max_age
+        if (too_many or too_old) and name != resumable and not holders(jobs, name, status.location):
+            trimmed.append(name)
+    return trimmed[::-1]

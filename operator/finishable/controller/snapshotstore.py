@@ -7,14 +7,18 @@ through the operator's own client (:class:`~finishable.controller.kube.Kube`).
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 
-from finishable.api.models import SavepointTrigger
+from finishable.api.models import API_GROUP, API_VERSION, PLURAL, SavepointTrigger
 from finishable.api.snapshot import SNAPSHOT_PLURAL
+from finishable.api.spec import SavepointHistorySpec
 from finishable.api.status import SavepointStatus
 from finishable.controller import snapshots
 from finishable.controller.kube import Kube
+from finishable.controller.status import EventPoster
 from finishable.kube.api import KubeApiError
-from finishable.kube.objects import JobRef
+from finishable.kube.objects import LABEL_JOB, JobRef, job_label_value
+from finishable.lifecycle.decisions import Event
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +70,35 @@ async def restore_location(kube: Kube, namespace: str, ref: str) -> str:
     :class:`~finishable.controller.snapshots.SnapshotUnusable` when it cannot be started from."""
     body = await kube.get(snapshots.SNAPSHOT_API_VERSION, SNAPSHOT_PLURAL, ref, namespace)
     return snapshots.restore_location(ref, body)
+
+
+async def trim(
+    kube: Kube, job: JobRef, history: SavepointHistorySpec, post: EventPoster
+) -> list[str]:
+    """Delete the snapshots of ``job`` that ``spec.savepoints.history`` lets go
+    (:func:`~finishable.controller.snapshots.to_trim`); returns their names. A snapshot with
+    ``spec.disposeOnDelete`` takes its files with it (the operator's finalizer)."""
+    if history.max_count is None and history.max_age is None:
+        return []
+    listed = await kube.list(
+        SNAPSHOT_PLURAL,
+        namespace=job.namespace,
+        selector=f"{LABEL_JOB}={job_label_value(job.name)}",
+        api_version=snapshots.SNAPSHOT_API_VERSION,
+    )
+    jobs = await kube.list(
+        PLURAL, namespace=job.namespace, selector="", api_version=f"{API_GROUP}/{API_VERSION}"
+    )
+    names = snapshots.to_trim(job, listed, jobs, history, datetime.now(UTC))
+    for name in names:
+        await kube.delete(
+            SNAPSHOT_PLURAL,
+            name,
+            namespace=job.namespace,
+            api_version=snapshots.SNAPSHOT_API_VERSION,
+        )
+    if names:
+        message = f"deleted {', '.join(names)}, as spec.savepoints.history says"
+        log.info("%s/%s: %s", job.namespace, job.name, message)
+        post(Event("Normal", "SavepointHistoryTrimmed", message))
+    return names

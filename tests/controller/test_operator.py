@@ -299,6 +299,7 @@ def test_each_completed_savepoint_is_recorded_as_a_snapshot_owned_by_the_job(
     ]
 
 
+
 def test_snapshots_are_counted_per_job_and_state(k8s: Cluster, operator: OperatorProcess) -> None:
     k8s.start_running("counted", STREAMING)
     answered: set[str] = set()
@@ -465,10 +466,10 @@ def test_a_stop_past_its_timeout_is_cancelled_and_the_job_keeps_running(k8s: Clu
     assert k8s.status("slowstop")["phase"] == "Running"
     # the status is stored first, then the decision's cancel is written
     wait_for(
-        lambda: (
-            ((k8s.get("configmaps", "slowstop-control") or {}).get("data") or {}).get("cancelled")
-            == request.id
-        ),
+        lambda: ((k8s.get("configmaps", "slowstop-control") or {}).get("data") or {}).get(
+            "cancelled"
+        )
+        == request.id,
         "the request cancelled in slowstop-control",
     )
     assert k8s.channel("slowstop").read_request(1) is None, "the driver sees no request now"

@@ -11,11 +11,17 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from datetime import datetime
+from typing import Any
 
 import pytest
 
 from e2e.support import ROOT, E2ECluster, example, wait_for
+from finishable.api.snapshot import SNAPSHOT_PLURAL
 from finishable.connectors.sinks import TransactionalFiles
+from finishable.controller.kube import MERGE_PATCH
+from finishable.controller.naming import FINALIZER
+from finishable.controller.snapshots import SNAPSHOT_API_VERSION as SNAPSHOT_API
+from finishable.state.savepointfiles import configmap_files
 
 sys.path.insert(0, str(ROOT / "examples" / "streaming"))
 from clicks import existing_files, window_counts
@@ -137,7 +143,33 @@ def test_suspend_resume_upgrade_and_drain_by_editing_the_spec(cluster: E2ECluste
         f"the output ({sum(output.values())} clicks in {len(output)} windows) is not that of "
         f"the first n of the {total} input files for any n >= {read_before_drain}"
     )
+    snapshots_and_disposal(cluster, savepoint)
 
 
 def _naive(counts: Counter[tuple[datetime, str]]) -> Counter[tuple[datetime, str]]:
     return Counter({(start.replace(tzinfo=None), page): n for (start, page), n in counts.items()})
+
+
+def snapshots_and_disposal(cluster: E2ECluster, savepoint: dict[str, Any]) -> None:
+    """Each savepoint is a FinishableSparkSnapshot; one deleted with spec.disposeOnDelete takes
+    its files (here the job's ConfigMaps) with it, once no job holds it (this one Finished)."""
+    snapshots = cluster.objects(SNAPSHOT_PLURAL, f"finishable.dev/job={NAME}", SNAPSHOT_API)
+    by_trigger = {s["status"]["trigger"]: s for s in snapshots}
+    assert sorted(s["status"]["trigger"] for s in snapshots) == ["drain", "stop", "upgrade"]
+    stop = by_trigger["stop"]
+    assert stop["status"]["location"] == savepoint["location"]
+    files = configmap_files(savepoint["location"], NAME)
+    state = cluster.state_backend(NAME)
+    assert state.list(files.meta) == [files.meta] and state.get(files.blob)
+    path = cluster.api.path(SNAPSHOT_PLURAL, stop["metadata"]["name"], api_version=SNAPSHOT_API)
+    patch = {"spec": {"disposeOnDelete": True}}
+    assert cluster.api.request("PATCH", path, body=patch, content_type=MERGE_PATCH).status == 200
+
+    def finalizers() -> list[str]:
+        return list(cluster.api.request("GET", path).body["metadata"].get("finalizers") or ())
+
+    wait_for(lambda: FINALIZER in finalizers(), "the operator's finalizer on the snapshot", 30)
+    assert cluster.api.request("DELETE", path).status in (200, 202)
+    wait_for(lambda: cluster.api.request("GET", path).status == 404, "the snapshot to go", 60)
+    assert state.list(files.meta) == [] and state.list(files.blob) == [], "its files went with it"
+    assert state.list("snapshots/sp-"), "the other savepoints stay"

@@ -51,6 +51,10 @@ def test_the_object_records_the_savepoint_owned_by_the_job() -> None:
     [owner] = meta["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("FinishableSparkJob", "clicks", JOB.uid)
     assert body["spec"] == {"jobName": "clicks", "disposeOnDelete": False}
+    assert "finalizers" not in meta
+    disposing = snapshot_object(JOB, SAVEPOINT, SavepointTrigger.STOP, dispose_on_delete=True)
+    assert disposing["spec"]["disposeOnDelete"] is True
+    assert disposing["metadata"]["finalizers"] == ["finishable.dev/cleanup"]  # from the start
     status = body["status"]
     assert status == {
         "state": "Completed",

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from finishable.state.control import CONTROL_SUFFIX, STATE_SUFFIX
 
+ANNOTATION_PREFIX = "finishable.dev"
+FINALIZER = f"{ANNOTATION_PREFIX}/cleanup"
+"""kopf's finalizer on jobs, and on snapshots that dispose of their files when deleted."""
+
 DRIVER = "driver"
 EXECUTOR = "executor"
 SHUFFLE = "shuffle"

@@ -9,11 +9,15 @@ from dataclasses import dataclass
 
 import kopf
 
-from finishable.controller.naming import CONTROL, DRIVER, KUBERNETES_MASTER
+from finishable.controller.naming import (
+    ANNOTATION_PREFIX,
+    CONTROL,
+    DRIVER,
+    FINALIZER,
+    KUBERNETES_MASTER,
+)
 from finishable.kube.objects import LABEL_COMPONENT
 
-ANNOTATION_PREFIX = "finishable.dev"
-FINALIZER = f"{ANNOTATION_PREFIX}/cleanup"
 DEFAULT_PEERING = "finishable-spark-operator"
 PRIORITY_RANGE = (1, 32767)
 

@@ -38,6 +38,7 @@ from finishable.api.snapshot import (
 )
 from finishable.api.spec import FinishableSparkJobSpec, SavepointHistorySpec
 from finishable.api.status import ControlRequest, FinishableSparkJobStatus, SavepointStatus
+from finishable.controller.naming import FINALIZER
 from finishable.kube.objects import LABEL_JOB, JobRef, job_label_value, owner_reference
 
 NAME_MAX_LENGTH = 63
@@ -117,6 +118,8 @@ def snapshot_object(
             "namespace": job.namespace,
             "labels": {LABEL_JOB: job_label_value(job.name)},
             "ownerReferences": [owner_reference(job)],
+            # With the finalizer from the start, a snapshot deleted at once is disposed too.
+            **({"finalizers": [FINALIZER]} if dispose_on_delete else {}),
         },
         "spec": dump(
             FinishableSparkSnapshotSpec(job_name=job.name, dispose_on_delete=dispose_on_delete)

@@ -8,6 +8,10 @@ rules, bound where the call lands, and every rule the chart grants must be used,
 create the driver's Role (Kubernetes lets a Role be created only by someone who holds what it
 grants): that is the only allowance for unused rules.
 
+What admission checks beyond a call (owner references) this comparison cannot see:
+``test_rbac_enforced`` runs the same scenario as the chart's ServiceAccount, with the chart's
+roles as helm renders them and the admission plugin on.
+
 How the chart's rules are read without helm: templates/rbac.yaml includes the rule files under
 files/rbac/ verbatim (``.Files.Get``, no templating inside them), so this test reads those files
 and knows from ``MODES`` which of them the template binds where. That mapping is the one piece

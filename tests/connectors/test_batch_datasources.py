@@ -106,8 +106,9 @@ def test_local_shuffle_servers_are_reused_restarted_on_their_port_and_stopped(
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert restarted == [0]
+        starting = shuffle.servers[0].pid()  # not answering yet: a Python process takes a while
         assert shuffle.ensure() == urls, "restarted on the same port"
-        assert shuffle.servers[0].pid() != victim
+        assert shuffle.servers[0].pid() == starting != victim, "waited for, not started twice"
         token = shuffle.token
         assert LocalShuffle(tmp_path / "shuffle", "job", 2, "1m").token == token
     finally:

@@ -93,6 +93,7 @@ class LocalShuffle:
         self.job = job
         self.retain_timeout = retain_timeout
         self.servers = [LocalShuffleServer(directory, index) for index in range(replicas)]
+        self._started: dict[int, subprocess.Popen[bytes]] = {}  # by index, what this one started
 
     @property
     def token(self) -> str:
@@ -109,11 +110,15 @@ class LocalShuffle:
             return token
 
     def ensure(self) -> list[str]:
-        """Every server up (reused when alive, else started on its old port); their URLs."""
-        started: list[subprocess.Popen[bytes]] = []
+        """Every server up (reused when alive, else started on its old port); their URLs.
+
+        A server this runner started that does not answer yet (just restarted by
+        :meth:`restart_dead`, say) is waited for, not started a second time: a second one would
+        race it for the port, and the loser, still starting, could create its data directory
+        after :meth:`stop` deleted it."""
         for server in self.servers:
-            if not server.alive():
-                started.append(self._start(server))
+            if not server.alive() and not self._starting(server):
+                self._start(server)
         deadline = time.monotonic() + START_TIMEOUT
         for server in self.servers:
             while not server.alive():
@@ -153,6 +158,10 @@ class LocalShuffle:
                 shutil.rmtree(server.data_dir, ignore_errors=True)
             server.pid_file.unlink(missing_ok=True)
 
+    def _starting(self, server: LocalShuffleServer) -> bool:
+        process = self._started.get(server.index)
+        return process is not None and process.poll() is None
+
     def _start(self, server: LocalShuffleServer) -> subprocess.Popen[bytes]:
         server.data_dir.mkdir(parents=True, exist_ok=True)
         port = server.port() or _free_port()
@@ -184,6 +193,7 @@ class LocalShuffle:
                 start_new_session=True,
             )
         server.pid_file.write_text(f"{process.pid}\n")
+        self._started[server.index] = process
         log.debug("shuffle server %d started on port %d (pid %d)", server.index, port, process.pid)
         return process
 

@@ -70,6 +70,14 @@ def no_executors_left(cluster: E2ECluster, what: str) -> None:
     )
 
 
+def upgrade_refused(cluster: E2ECluster) -> str | None:
+    """The message of the job's Degraded condition when an upgrade was refused."""
+    for condition in cluster.status(NAME).get("conditions") or []:
+        if condition["type"] == "Degraded" and condition["reason"] == "UpgradeRefused":
+            return str(condition["message"])
+    return None
+
+
 def test_suspend_resume_upgrade_and_drain_by_editing_the_spec(cluster: E2ECluster) -> None:
     manifest = example("examples/streaming/cluster.yaml", cluster.data_dir, cluster.image)
     response = cluster.apply(manifest)
@@ -99,9 +107,27 @@ def test_suspend_resume_upgrade_and_drain_by_editing_the_spec(cluster: E2ECluste
     before = checkpoint_id(cluster)
     wait_for(lambda: checkpoint_id(cluster) > before, "a checkpoint after the resume", START)
 
-    # An upgrade of the program (spec.upgradeMode: savepoint, the default): stop with savepoint,
-    # then attempt 3 of the new program from it, its windows kept (the exactness check below).
-    args = [*manifest["spec"]["application"]["args"], "--files-per-batch=3"]
+    # An upgrade whose program cannot restore the state (its source bounded now: another
+    # source) is refused by its check pod, a pod of the new spec, before anything is stopped.
+    original = manifest["spec"]["application"]["args"]
+    bounded = [arg for arg in original if not arg.startswith("--keep-generating")]
+    cluster.patch_spec(NAME, {"application": {"args": bounded}})
+    refusal = wait_for(
+        lambda: upgrade_refused(cluster),
+        "the incompatible upgrade refused",
+        START,
+        on_fail=lambda: cluster.logs(NAME),
+    )
+    assert "the source 'clicks' changed since it was taken" in refusal, refusal
+    still = cluster.status(NAME)
+    assert (still["phase"], still["attempt"]) == ("Running", 2), "the running job goes on"
+    before = checkpoint_id(cluster)
+    wait_for(lambda: checkpoint_id(cluster) > before, "a checkpoint after the refusal", START)
+
+    # An upgrade of the program (spec.upgradeMode: savepoint, the default): its check passes,
+    # then stop with savepoint, and attempt 3 of the new program from it, its windows kept (the
+    # exactness check below).
+    args = [*original, "--files-per-batch=3"]
     cluster.patch_spec(NAME, {"application": {"args": args}})
     upgraded = wait_for(
         lambda: (s := cluster.status(NAME)).get("attempt") == 3 and s["phase"] == "Running" and s,
@@ -111,6 +137,8 @@ def test_suspend_resume_upgrade_and_drain_by_editing_the_spec(cluster: E2ECluste
     )
     assert upgraded["restoreFrom"] == upgraded["savepoint"]["location"] != savepoint["location"]
     assert upgraded["restarts"] == 0, "an upgrade is no crash"
+    assert upgrade_refused(cluster) is None, "the refusal ended with the spec it refused"
+    assert "UpgradeCheckPassed" in [event.get("reason") for event in cluster.events(NAME)]
     config_path = cluster.api.path("configmaps", f"{NAME}-config", namespace=cluster.namespace)
     config = cluster.api.request("GET", config_path).body
     assert "--files-per-batch=3" in str(config), "attempt 3 runs the new program's arguments"

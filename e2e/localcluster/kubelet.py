@@ -237,7 +237,7 @@ class Kubelet:
         )
 
     def _launch(self, container: Container) -> None:
-        log_path = container.directory / f"{container.spec['name']}.log"
+        log_path = self._log_path(container)
         with log_path.open("ab") as out:
             container.process = self.runtime.start(container, out)
         container.started = now()
@@ -246,6 +246,10 @@ class Kubelet:
         container.next_probe = time.monotonic()
         log.info("%s/%s: started %s", container.namespace, container.name, self._id(container))
         self._report_running(container)
+
+    @staticmethod
+    def _log_path(container: Container) -> Path:
+        return container.directory / f"{container.spec['name']}.log"
 
     def _id(self, container: Container) -> str:
         return f"{self.runtime.scheme}://{container.runtime_id}"
@@ -287,6 +291,12 @@ class Kubelet:
         start_error = self.runtime.start_error(container, exit_code)
         if start_error is not None:
             container.last_exit |= {"reason": "StartError", "message": start_error}
+        elif exit_code != 0 and container.spec.get("terminationMessagePolicy") == (
+            "FallbackToLogsOnError"
+        ):
+            # As the kubelet does when the termination message file is empty (no container
+            # here gets one): the log's tail, at most 80 lines and 2048 bytes.
+            container.last_exit["message"] = _log_tail(self._log_path(container))
         log.info("%s/%s: exited %d", container.namespace, container.name, exit_code)
         policy = container.pod["spec"].get("restartPolicy", "Always")
         if policy == "Always" or (policy == "OnFailure" and exit_code != 0):
@@ -569,6 +579,23 @@ def kubeconfig(server: str, token: str, namespace: str, ca: str | None = None) -
         ],
         "current-context": "local",
     }
+
+
+TERMINATION_LOG_LINES = 80
+TERMINATION_LOG_BYTES = 2048
+
+
+def _log_tail(path: Path) -> str:
+    """The kubelet's FallbackToLogsOnError message: the last 80 lines, at most 2048 bytes."""
+    try:
+        with path.open("rb") as file:
+            size = file.seek(0, 2)
+            file.seek(max(0, size - 64 * 1024))
+            data = file.read()
+    except OSError:
+        return ""
+    tail = b"\n".join(data.splitlines()[-TERMINATION_LOG_LINES:])[-TERMINATION_LOG_BYTES:]
+    return tail.decode("utf-8", errors="replace")
 
 
 def _rewrite(path: Path, text: str) -> None:

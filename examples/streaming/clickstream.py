@@ -56,9 +56,9 @@ def generate(directory: Path, files: int, rows: int, every: float, done: threadi
 def main() -> None:
     args = arguments()
     done = threading.Event()
-    generate(Path(args.input), args.files, args.rows, args.keep_generating, done)
-
     job = FinishableJob.from_env()
+    if not job.checking_upgrade:  # an upgrade check only declares the job: it writes no input
+        generate(Path(args.input), args.files, args.rows, args.keep_generating, done)
     clicks = job.read_stream(
         sources.Files(
             args.input,

@@ -164,7 +164,13 @@ class Cluster:
     # -- playing the kubelet and the driver ------------------------------------------------------
 
     def set_pod_phase(
-        self, name: str, phase: str, exit_code: int | None = None, *, missing_ok: bool = False
+        self,
+        name: str,
+        phase: str,
+        exit_code: int | None = None,
+        *,
+        message: str = "",
+        missing_ok: bool = False,
     ) -> None:
         """Play the kubelet, which acts on a pod once it exists (the operator stores a decision
         before it creates the pod); ``missing_ok``: the operator may have deleted it already."""
@@ -172,7 +178,9 @@ class Cluster:
             wait_for(lambda: self.get("pods", name), f"pod {name} exists")
         status: dict[str, Any] = {"phase": phase}
         if exit_code is not None:
-            terminated = {"exitCode": exit_code, "reason": "Error"}
+            terminated: dict[str, Any] = {"exitCode": exit_code, "reason": "Error"}
+            if message:
+                terminated["message"] = message
             status["containerStatuses"] = [{"name": "driver", "state": {"terminated": terminated}}]
         response = self.api.request(
             "PATCH",

@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry
 from finishable.api.control import DriverReport, DriverState
 from finishable.controller.kube import Kube
 from finishable.controller.metrics import Metrics
-from finishable.controller.reconcile import Controller, DriverPod, JobLoop
+from finishable.controller.observe import DriverPod
+from finishable.controller.reconcile import Controller, JobLoop
 from finishable.kube.api import KubeApi
 from finishable.lifecycle.decisions import Event, PodPhase
 from tests.conftest import TOKEN

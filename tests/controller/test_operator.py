@@ -196,7 +196,21 @@ def test_an_upgrade_stops_with_a_savepoint_and_starts_the_new_program_from_it(
     old_pod = k8s.get("pods", "upgraded-driver-1")
     assert old_pod is not None
     k8s.edit("upgraded", application={"args": ["--fast", "--window=2m"]})
+    check = wait_for(lambda: k8s.get("pods", "upgraded-check-2"), "the upgrade check pod")
+    assert check["metadata"]["labels"]["finishable.dev/component"] == "upgrade-check"
+    container = check["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["FINISHABLE_PREFLIGHT"] == "1" and env["FINISHABLE_ATTEMPT"] == "1"
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    config = next(v for v in check["spec"]["volumes"] if v["name"] == "config")
+    assert config["configMap"]["name"] == "upgraded-check-2"
+    assert "--window=2m" in json.dumps(k8s.get("configmaps", "upgraded-check-2"))
+    assert "--window=2m" not in json.dumps(k8s.get("configmaps", "upgraded-config"))
+    assert k8s.status("upgraded")["phase"] == "Running", "the job runs while it is checked"
+    assert k8s.channel("upgraded").read_request(1) is None
+    k8s.set_pod_phase("upgraded-check-2", "Succeeded", 0)
     k8s.wait_phase("upgraded", "Savepointing")
+    wait_for(lambda: k8s.get("pods", "upgraded-check-2") is None, "the passed check's pod goes")
     request = k8s.request_for("upgraded", 1)
     assert (request.action.value, request.drain) == ("stop", False)
     savepoint = SavepointStatus(location="configmap:upgraded/savepoints/1", request_id=request.id)
@@ -219,11 +233,44 @@ def test_an_upgrade_stops_with_a_savepoint_and_starts_the_new_program_from_it(
 def test_a_last_state_upgrade_replaces_the_driver_without_a_stop(k8s: Cluster) -> None:
     k8s.start_running("laststate", {**STREAMING, "upgradeMode": "last-state"})
     k8s.edit("laststate", executor={"instances": 3})
+    k8s.set_pod_phase("laststate-check-2", "Succeeded", 0)
     status = k8s.wait_phase("laststate", "Submitted")
     assert (status["attempt"], status["run"], status["restarts"]) == (2, 1, 0)
     assert k8s.channel("laststate").read_request(1) is None, "no stop was asked"
     driver_env(k8s, "laststate-driver-2")
     wait_for(lambda: k8s.get("pods", "laststate-driver-1") is None, "the old driver is deleted")
+
+
+def test_an_upgrade_its_check_refuses_is_not_applied_and_the_job_runs_on(k8s: Cluster) -> None:
+    k8s.start_running("refused", STREAMING)
+    k8s.edit("refused", application={"args": ["--renamed-source"]})
+    verdict = "upgrade check refused: checkpoint 4 of the running job does not match the new "
+    verdict += "program: its source 'clicks' is not in this job"
+    k8s.set_pod_phase("refused-check-2", "Failed", 3, message=f"INFO starting\n{verdict}\n")
+
+    def degraded() -> dict[str, Any] | None:
+        conditions = k8s.status("refused").get("conditions") or []
+        found = [c for c in conditions if c["type"] == "Degraded" and c["status"] == "True"]
+        return found[0] if found else None
+
+    condition = wait_for(degraded, "the upgrade refused")
+    assert condition["reason"] == "UpgradeRefused"
+    assert "its source 'clicks' is not in this job" in condition["message"]
+    assert "upgrade check refused" not in condition["message"]
+    status = k8s.status("refused")
+    assert (status["phase"], status["attempt"]) == ("Running", 1)
+    assert status["upgradeCheck"]["state"] == "Refused"
+    assert k8s.channel("refused").read_request(1) is None, "the running job was not stopped"
+    assert k8s.get("pods", "refused-driver-1") is not None
+    assert k8s.get("pods", "refused-check-2") is not None, "kept for its log"
+    wait_for(lambda: "UpgradeRefused" in k8s.event_reasons("refused"), "an UpgradeRefused Event")
+
+    k8s.edit("refused", application={"args": ["--fast"]})  # the old program again
+    wait_for(lambda: degraded() is None, "the refusal cleared")
+    wait_for(lambda: k8s.get("pods", "refused-check-2") is None, "the check pod deleted")
+    wait_for(lambda: k8s.get("configmaps", "refused-check-2") is None, "its config deleted")
+    assert k8s.status("refused")["phase"] == "Running"
+    k8s.delete_job("refused")
 
 
 def test_periodic_savepoints_are_requested_while_the_job_runs(k8s: Cluster) -> None:
@@ -297,7 +344,6 @@ def test_each_completed_savepoint_is_recorded_as_a_snapshot_owned_by_the_job(
         "configmap:snapped/sp-5",
         "configmap:snapped/sp-9",
     ]
-
 
 
 def test_snapshots_are_counted_per_job_and_state(k8s: Cluster, operator: OperatorProcess) -> None:
@@ -466,10 +512,10 @@ def test_a_stop_past_its_timeout_is_cancelled_and_the_job_keeps_running(k8s: Clu
     assert k8s.status("slowstop")["phase"] == "Running"
     # the status is stored first, then the decision's cancel is written
     wait_for(
-        lambda: ((k8s.get("configmaps", "slowstop-control") or {}).get("data") or {}).get(
-            "cancelled"
-        )
-        == request.id,
+        lambda: (
+            ((k8s.get("configmaps", "slowstop-control") or {}).get("data") or {}).get("cancelled")
+            == request.id
+        ),
         "the request cancelled in slowstop-control",
     )
     assert k8s.channel("slowstop").read_request(1) is None, "the driver sees no request now"

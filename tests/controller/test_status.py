@@ -18,13 +18,8 @@ from finishable.api.status import (
     SavepointStatus,
 )
 from finishable.controller.metrics import Metrics
-from finishable.controller.reconcile import (
-    StatusUnreadable,
-    driver_pod_of,
-    parse_report,
-    read_spec,
-    read_status,
-)
+from finishable.controller.observe import driver_pod_of, parse_report
+from finishable.controller.reconcile import StatusUnreadable, read_spec, read_status
 from finishable.controller.status import merge_patch
 from finishable.lifecycle.decisions import Observation, PodPhase
 from finishable.lifecycle.phases import next_status, request_deadline

@@ -19,6 +19,7 @@ from finishable.lifecycle.budget import restart_backoff
 from finishable.lifecycle.decisions import (
     TRANSITIONS,
     ActionKind,
+    CheckPod,
     Decision,
     Observation,
     PodPhase,
@@ -54,6 +55,7 @@ class Job:
         report: DriverReport | None = None,
         after: timedelta = timedelta(seconds=1),
         problems: tuple[str, ...] = (),
+        check: CheckPod | None = None,
     ) -> Decision:
         self.now += after
         decision = next_status(
@@ -65,6 +67,7 @@ class Job:
                 driver_pod=pod,
                 report=report,
                 spec_problems=problems,
+                upgrade_check=check,
             ),
         )
         self.status = decision.status

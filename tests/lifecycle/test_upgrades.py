@@ -11,7 +11,7 @@ from finishable.api.control import DriverState, RequestOutcome, RequestReport
 from finishable.api.models import ConditionStatus, ConditionType, Phase
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import SavepointStatus
-from finishable.lifecycle.decisions import Action, ActionKind, Decision, PodPhase
+from finishable.lifecycle.decisions import Action, ActionKind, CheckPod, Decision, PodPhase
 from tests.lifecycle.test_phases import Job, kinds
 
 NEW_PROGRAM: dict[str, Any] = {"file": "job.py", "args": ["--window=2m"]}
@@ -30,6 +30,16 @@ def alive(job: Job, **report: Any) -> Decision:
 def started(decision: Decision) -> Action:
     (start,) = [a for a in decision.actions if a.kind is ActionKind.START_DRIVER]
     return start
+
+
+def passed_check(job: Job) -> Decision:
+    """The upgrade check of the edited spec: asked for, then its pod succeeds."""
+    asked = alive(job)
+    assert ActionKind.START_UPGRADE_CHECK in kinds(asked)
+    assert job.phase is Phase.RUNNING, "the running job goes on while its upgrade is checked"
+    assert job.status.upgrade_check is not None
+    pod = CheckPod("job-check", job.status.upgrade_check.generation, PodPhase.SUCCEEDED, 0)
+    return job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING), check=pod)
 
 
 def test_the_revision_covers_what_a_driver_is_started_with_and_nothing_else() -> None:
@@ -61,7 +71,7 @@ def test_savepoint_mode_stops_with_a_savepoint_and_starts_the_new_spec_from_it()
     job = running()
     old = job.status.spec_revision
     job.edit(application=NEW_PROGRAM)
-    sent = alive(job)
+    sent = passed_check(job)
     assert job.phase is Phase.SAVEPOINTING
     (request,) = [a.request for a in sent.actions if a.kind is ActionKind.SEND_REQUEST]
     assert request is not None and request.action == "stop" and not request.drain
@@ -92,7 +102,7 @@ def test_savepoint_mode_stops_with_a_savepoint_and_starts_the_new_spec_from_it()
 def test_a_failed_upgrade_stop_keeps_the_old_job_running_until_the_spec_changes_again() -> None:
     job = running()
     job.edit(application=NEW_PROGRAM)
-    sent = alive(job)
+    sent = passed_check(job)
     (request,) = [a.request for a in sent.actions if a.request is not None]
     assert request is not None
     alive(job, request=RequestReport(id=request.id, outcome=RequestOutcome.FAILED, message="x"))
@@ -101,7 +111,7 @@ def test_a_failed_upgrade_stop_keeps_the_old_job_running_until_the_spec_changes_
     again = alive(job)
     assert job.phase is Phase.RUNNING and ActionKind.SEND_REQUEST not in kinds(again)
     job.edit(application={"file": "job.py", "args": ["--window=3m"]})
-    alive(job)
+    passed_check(job)
     assert job.phase is Phase.SAVEPOINTING
 
 
@@ -109,7 +119,7 @@ def test_last_state_mode_replaces_the_driver_of_the_same_run_without_a_stop() ->
     job = running(upgradeMode="last-state")
     job.status.restore_from = "cm://job/origin"
     job.edit(application=NEW_PROGRAM)
-    decision = alive(job)
+    decision = passed_check(job)
     assert job.phase is Phase.SUBMITTED
     assert ActionKind.SEND_REQUEST not in kinds(decision)
     assert kinds(decision).index(ActionKind.DELETE_DRIVER) < kinds(decision).index(
@@ -182,7 +192,7 @@ def test_a_new_program_that_fails_is_rolled_back_by_setting_the_old_one_again() 
     old_program = job.spec.application.model_dump(by_alias=True, mode="json")
     old = job.status.spec_revision
     job.edit(application=NEW_PROGRAM)
-    sent = alive(job)
+    sent = passed_check(job)
     (request,) = [a.request for a in sent.actions if a.request is not None]
     assert request is not None
     job.step(
@@ -202,3 +212,80 @@ def test_a_new_program_that_fails_is_rolled_back_by_setting_the_old_one_again() 
     assert job.phase is Phase.SUBMITTED
     assert (start.run, start.attempt, start.restore_from) == (1, 3, "cm://job/sp-9")
     assert job.status.spec_revision == old
+
+
+def test_an_upgrade_the_check_refuses_leaves_the_old_job_running() -> None:
+    job = running()
+    old = job.status.spec_revision
+    job.edit(application=NEW_PROGRAM)
+    asked = alive(job)
+    (start,) = [a for a in asked.actions if a.kind is ActionKind.START_UPGRADE_CHECK]
+    assert (start.attempt, start.run) == (1, 1), "it reads the running attempt's lineage"
+    assert "UpgradeCheckStarted" in [e.reason for e in asked.events]
+    check = job.status.upgrade_check
+    assert check is not None and check.revision == job.spec.revision
+    refused = CheckPod(
+        "job-check-2", check.generation, PodPhase.FAILED, 3, "its source 'clicks' changed"
+    )
+    decision = job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING), check=refused)
+    assert job.phase is Phase.RUNNING and job.status.spec_revision == old
+    assert ActionKind.SEND_REQUEST not in kinds(decision)
+    status, reason, message = job.condition(ConditionType.DEGRADED)
+    assert (status, reason) == (ConditionStatus.TRUE, "UpgradeRefused")
+    assert "cannot restore the running job's state" in message
+    assert "its source 'clicks' changed" in message
+    assert ActionKind.DELETE_UPGRADE_CHECK not in kinds(decision), "its pod stays for its log"
+    again = alive(job)
+    assert job.phase is Phase.RUNNING and ActionKind.START_UPGRADE_CHECK not in kinds(again)
+    assert job.condition(ConditionType.DEGRADED)[1] == "UpgradeRefused"
+
+    old_program = {"file": "job.py"}  # set back: nothing to upgrade, nothing refused
+    job.edit(application=old_program)
+    back = alive(job)
+    assert job.status.upgrade_check is None and ActionKind.DELETE_UPGRADE_CHECK in kinds(back)
+    assert job.condition(ConditionType.DEGRADED)[0] is ConditionStatus.FALSE
+
+
+def test_a_check_that_fails_or_hangs_refuses_and_an_edit_checks_again() -> None:
+    job = running(upgradeCheck={"timeout": "2m"})
+    job.edit(application=NEW_PROGRAM)
+    alive(job)
+    check = job.status.upgrade_check
+    assert check is not None
+    crashed = CheckPod("job-check-2", check.generation, PodPhase.FAILED, 1, "ImportError: x")
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING), check=crashed)
+    message = job.condition(ConditionType.DEGRADED)[2]
+    assert "failed in its upgrade check (exit code 1: ImportError: x)" in message
+    assert "kubectl logs job-check-2" in message
+
+    job.edit(application={"file": "job.py", "args": ["--window=5m"]})
+    retried = alive(job)
+    assert kinds(retried).index(ActionKind.DELETE_UPGRADE_CHECK) < kinds(retried).index(
+        ActionKind.START_UPGRADE_CHECK
+    )
+    fresh = job.status.upgrade_check
+    assert fresh is not None and fresh.generation == job.generation != check.generation
+    stale = CheckPod("job-check-2", check.generation, PodPhase.FAILED, 1, "ImportError: x")
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING), check=stale)
+    assert job.status.upgrade_check is not None
+    assert job.status.upgrade_check.state == "Checking", "the old check's pod is not this one"
+
+    pending = CheckPod("job-check-3", fresh.generation, PodPhase.PENDING, None, "ImagePullBackOff")
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING), check=pending)
+    assert job.phase is Phase.RUNNING
+    hung = job.step(
+        PodPhase.RUNNING, job.report(DriverState.RUNNING), after=timedelta(minutes=3), check=pending
+    )
+    message = job.condition(ConditionType.DEGRADED)[2]
+    assert "gave no verdict within spec.upgradeCheck.timeout" in message
+    assert "ImagePullBackOff" in message
+    assert ActionKind.DELETE_UPGRADE_CHECK in kinds(hung) and job.phase is Phase.RUNNING
+
+
+def test_only_a_streaming_upgrade_that_restores_state_is_checked() -> None:
+    for spec in ({"upgradeMode": "stateless"}, {"upgradeCheck": {"enabled": False}}):
+        job = running(**spec)
+        job.edit(application=NEW_PROGRAM)
+        decision = alive(job)
+        assert ActionKind.START_UPGRADE_CHECK not in kinds(decision), spec
+        assert job.phase is not Phase.RUNNING, spec

@@ -29,6 +29,14 @@ RUN_ENV = "FINISHABLE_RUN"
 RESTORE_ENV = "FINISHABLE_RESTORE_FROM"
 FENCE_GRACE_ENV = "FINISHABLE_FENCE_GRACE_SECONDS"
 TOKEN_ENV = "FINISHABLE_TOKEN"
+PREFLIGHT_ENV = "FINISHABLE_PREFLIGHT"
+"""Set to 1 in an upgrade check pod: the program is checked against the job's state, not run."""
+PREFLIGHT_REFUSED_EXIT_CODE = 3
+"""A check pod's exit code when the program cannot restore the job's state (the reason is the
+last line of its log and its termination message)."""
+PREFLIGHT_VERDICT_PREFIX = "upgrade check "
+"""How the check's last log line starts: ``upgrade check passed: ...``, ``... refused: ...`` (the
+state does not fit) or ``... failed: ...`` (the program did not get as far as the check)."""
 POD_IP_ENV = "FINISHABLE_POD_IP"
 """The driver pod's IP (the downward API's status.podIP): Spark's and the endpoint's address."""
 ENDPOINT_BIND_ENV = "FINISHABLE_ENDPOINT_BIND"

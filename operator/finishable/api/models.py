@@ -83,6 +83,17 @@ class UpgradeMode(StrEnum):
     """Replace the driver by a new run that starts from nothing."""
 
 
+class UpgradeCheckState(StrEnum):
+    """Where the check of an upgraded spec against the running job's state is."""
+
+    CHECKING = "Checking"
+    """The new spec's program runs in a check pod, without touching the running job."""
+    PASSED = "Passed"
+    """The new program can restore the running job's state: the upgrade goes on."""
+    REFUSED = "Refused"
+    """It cannot (or it failed to start): the running job goes on unchanged."""
+
+
 class RetainOnDelete(StrEnum):
     """Which of a job's state objects in ConfigMaps outlive the job when it is deleted."""
 

@@ -340,6 +340,30 @@ class SavepointsSpec(ApiModel):
         return None if value is None else positive(value)
 
 
+class UpgradeCheckSpec(ApiModel):
+    """The check that an upgraded Streaming job can restore the running job's state, made
+    before the running job is stopped (upgradeMode savepoint or last-state)."""
+
+    enabled: bool = Field(
+        default=True,
+        description=(
+            "Run the new spec's program in a check pod first (its image, Spark in local mode, "
+            "no query started) and compare its sources and sinks with the running job's newest "
+            "checkpoint: a mismatch, or a program that fails to start, refuses the upgrade and "
+            "the running job goes on."
+        ),
+    )
+    timeout: Duration = Field(
+        default=Duration(minutes=10),
+        description="A check pod that gives no verdict within this refuses the upgrade.",
+    )
+
+    @field_validator("timeout")
+    @classmethod
+    def _positive_timeout(cls, value: Duration) -> Duration:
+        return positive(value)
+
+
 class FinishableSparkJobSpec(ApiModel):
     """The desired state of a FinishableSparkJob."""
 
@@ -410,6 +434,13 @@ class FinishableSparkJobSpec(ApiModel):
             "new spec from it), last-state (a new driver resumes from the newest checkpoint, "
             "without a stop) or stateless (a new run from nothing). A Batch run keeps the spec "
             "it started with unless stateless."
+        ),
+    )
+    upgrade_check: UpgradeCheckSpec = Field(
+        default_factory=UpgradeCheckSpec,
+        description=(
+            "Streaming, upgradeMode savepoint or last-state: check the new spec against the "
+            "running job's state before stopping it."
         ),
     )
     checkpointing: CheckpointingSpec = Field(

@@ -21,6 +21,7 @@ from finishable.api.models import (
     RequestAction,
     SavepointTrigger,
     Transition,
+    UpgradeCheckState,
 )
 
 
@@ -142,6 +143,16 @@ class Condition(ApiModel):
     )
 
 
+class UpgradeCheckStatus(ApiModel):
+    """The check of an upgraded spec against the running job's state (spec.upgradeCheck)."""
+
+    revision: str = Field(description="The spec revision checked.")
+    generation: int = Field(default=0, ge=0, description="The spec generation it was made for.")
+    state: UpgradeCheckState = Field(description="Checking, Passed or Refused.")
+    started_at: datetime = Field(description="When the check pod was asked for.")
+    message: str = Field(default="", description="Why it was refused.")
+
+
 class FinishableSparkJobStatus(ApiModel):
     """The observed state of a FinishableSparkJob, written by the operator only."""
 
@@ -200,6 +211,10 @@ class FinishableSparkJobStatus(ApiModel):
             "workVolume) of the spec the current driver attempt was started with; a Running job "
             "whose spec has another one is upgraded as spec.upgradeMode says."
         ),
+    )
+    upgrade_check: UpgradeCheckStatus | None = Field(
+        default=None,
+        description="The check of the pending upgrade's spec revision, while one is pending.",
     )
     lifecycle: LifecycleStatus = Field(
         default_factory=LifecycleStatus, description="The FLIP-147 lifecycle state."

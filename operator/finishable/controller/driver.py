@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NoReturn
 from urllib.parse import urlsplit
 
-from finishable.api.jobconfig import JobConfig, config_from_env
+from finishable.api.jobconfig import PREFLIGHT_ENV, JobConfig, config_from_env
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,8 @@ def run_driver(environ: Mapping[str, str] | None = None) -> NoReturn:
     try:
         program = program_path(config)
     except ProgramMissing as error:
-        _report_permanent(config, attempt, str(error))
+        if env.get(PREFLIGHT_ENV) != "1":  # a check pod must not fail the running attempt
+            _report_permanent(config, attempt, str(error))
         raise
     command = driver_command(config, program)
     log.info(

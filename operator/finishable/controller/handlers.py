@@ -3,7 +3,8 @@
 * two indexes keep, per job, its driver pods and the driver's report (``<job>-state``), so a
   reconcile reads nothing from the API, and so a restarted operator knows both before any job's
   loop starts (kopf fills every index before it runs other handlers);
-* a change of a job, of one of its driver pods or of its report wakes that job's loop;
+* a change of a job, of one of its driver pods, its upgrade check pod or its report wakes that
+  job's loop;
 * one daemon per job runs :class:`~finishable.controller.reconcile.JobLoop` (on creation, and
   for every existing job when the operator starts: kopf's resume);
 * the deletion handler (behind the finalizer) stops the driver and removes the children;
@@ -21,16 +22,11 @@ import kopf
 
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL
 from finishable.api.snapshot import SNAPSHOT_PLURAL
-from finishable.controller import disposal, naming, snapshots
+from finishable.controller import disposal, naming, snapshots, upgradecheck
 from finishable.controller.deletion import PodsStopping, remove_children, retain_on_delete
 from finishable.controller.metrics import JobKey
-from finishable.controller.reconcile import (
-    Controller,
-    DriverPod,
-    JobLoop,
-    StatusUnreadable,
-    driver_pod_of,
-)
+from finishable.controller.observe import DriverPod, driver_pod_of
+from finishable.controller.reconcile import Controller, JobLoop, StatusUnreadable
 from finishable.controller.requests import SnapshotRequests
 from finishable.controller.settings import OperatorOptions, configure
 from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, JobRef
@@ -45,6 +41,10 @@ JOBS = (API_GROUP, API_VERSION, PLURAL)
 SNAPSHOTS = (API_GROUP, API_VERSION, SNAPSHOT_PLURAL)
 DRIVER_PODS: dict[str, Any] = {
     LABEL_COMPONENT: naming.DRIVER,
+    LABEL_JOB: kopf.PRESENT,
+}
+CHECK_PODS: dict[str, Any] = {
+    LABEL_COMPONENT: upgradecheck.UPGRADE_CHECK,
     LABEL_JOB: kopf.PRESENT,
 }
 CONTROL_MAPS: dict[str, Any] = {
@@ -161,6 +161,11 @@ def driver_reports(
 
 @kopf.on.event("pods", labels=DRIVER_PODS, registry=registry)
 def driver_pod_changed(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
+    _controller(memo).wake(_key(namespace, labels[LABEL_JOB]))
+
+
+@kopf.on.event("pods", labels=CHECK_PODS, registry=registry)
+def upgrade_check_changed(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
     _controller(memo).wake(_key(namespace, labels[LABEL_JOB]))
 
 

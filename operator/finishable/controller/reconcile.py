@@ -29,7 +29,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from finishable.api.control import DriverReport
 from finishable.api.models import (
     API_GROUP,
     API_VERSION,
@@ -42,10 +41,11 @@ from finishable.api.models import (
 from finishable.api.spec import FinishableSparkJobSpec, SavepointsSpec
 from finishable.api.status import FinishableSparkJobStatus, SavepointStatus
 from finishable.api.validation import InvalidManifest, parse_spec
-from finishable.controller import builders, naming, snapshots, snapshotstore
+from finishable.controller import builders, naming, snapshots, snapshotstore, upgradecheck
 from finishable.controller.driverconf import with_operator_defaults
 from finishable.controller.kube import Conflict, Kube
 from finishable.controller.metrics import JobKey, Metrics
+from finishable.controller.observe import DriverPod, parse_report
 from finishable.controller.requests import SnapshotRequests
 from finishable.controller.status import EventPoster, StatusWriter
 from finishable.kube.objects import (
@@ -66,76 +66,14 @@ from finishable.lifecycle.decisions import (
     PodPhase,
 )
 from finishable.lifecycle.phases import next_status, request_deadline
-from finishable.state.control import ConfigMapControlChannel, decode
+from finishable.state.control import ConfigMapControlChannel
 from finishable.state.errors import BackendError
 
 log = logging.getLogger(__name__)
 
-LIVE_POD_PHASES = frozenset({PodPhase.PENDING, PodPhase.RUNNING})
-
 
 class StatusUnreadable(ValueError):
     """The stored status does not parse: the operator cannot know where the job is."""
-
-
-# -- observations (pure) -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DriverPod:
-    """What the operator needs of one driver pod."""
-
-    name: str
-    attempt: int
-    phase: PodPhase
-    message: str = ""
-    deleting: bool = False
-
-    @property
-    def alive(self) -> bool:
-        return self.phase in LIVE_POD_PHASES and not self.deleting
-
-
-def driver_pod_of(body: Mapping[str, Any]) -> DriverPod:
-    """A pod as the phase machine sees it: its phase and, when it ended, why."""
-    meta = body.get("metadata") or {}
-    status = body.get("status") or {}
-    try:
-        attempt = int((meta.get("labels") or {}).get(LABEL_ATTEMPT, "0"))
-    except ValueError:
-        attempt = 0
-    try:
-        phase = PodPhase(status.get("phase") or "Pending")
-    except ValueError:  # "Unknown": the node is unreachable; the pod may well be alive
-        phase = PodPhase.RUNNING
-    message = str(status.get("message") or status.get("reason") or "")
-    for container in status.get("containerStatuses") or []:
-        state = container.get("state") or {}
-        waiting, terminated = state.get("waiting"), state.get("terminated")
-        if waiting and waiting.get("reason") not in (None, "ContainerCreating"):
-            # ImagePullBackOff, CreateContainerConfigError...: why the driver does not start
-            message = ": ".join(filter(None, [waiting.get("reason"), waiting.get("message")]))
-        if terminated and terminated.get("exitCode"):
-            detail = terminated.get("message") or terminated.get("reason") or ""
-            message = f"exit code {terminated['exitCode']}" + (f" ({detail})" if detail else "")
-    return DriverPod(
-        name=str(meta.get("name")),
-        attempt=attempt,
-        phase=phase,
-        message=message,
-        deleting=bool(meta.get("deletionTimestamp")),
-    )
-
-
-def parse_report(text: str | None) -> DriverReport | None:
-    """The driver's report from ``<job>-state``; an unreadable one is logged and read as none."""
-    if not text:
-        return None
-    try:
-        return decode(DriverReport, text)
-    except ValidationError as error:
-        log.warning("ignoring an unreadable driver report: %s", error)
-        return None
 
 
 def read_spec(
@@ -275,6 +213,7 @@ class JobLoop:
             driver_message=current.message if current else "",
             report=parse_report(report_text),
             spec_problems=problems,
+            upgrade_check=await upgradecheck.observe(self.kube, self.job, self.status),
         )
         decision = next_status(self.status, spec, observation)
         batch = spec is not None and spec.mode is JobMode.BATCH
@@ -416,6 +355,11 @@ class JobLoop:
             await self.delete_executors(keep=None)
         elif action.kind is ActionKind.DELETE_SHUFFLE:
             await self.delete_shuffle(spec, phase)
+        elif action.kind is ActionKind.START_UPGRADE_CHECK:
+            master = self.controller.spark_master
+            await upgradecheck.start(self.kube, self.job, spec, self.status, master)
+        elif action.kind is ActionKind.DELETE_UPGRADE_CHECK:
+            await upgradecheck.delete(self.kube, self.job)
 
     async def start_driver(
         self, spec: FinishableSparkJobSpec, action: Action, pods: list[DriverPod]

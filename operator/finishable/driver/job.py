@@ -31,13 +31,14 @@ import secrets
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from finishable.api.control import DriverReport, DriverState
 from finishable.api.jobconfig import (
     ENDPOINT_BIND_ENV,
     ENDPOINT_HOST_ENV,
     FENCE_GRACE_ENV,
+    PREFLIGHT_ENV,
     TOKEN_ENV,
     ControlType,
     JobConfig,
@@ -60,6 +61,7 @@ from finishable.driver.placement import check_placement
 from finishable.driver.runner_watch import watch_runner
 from finishable.driver.sink_defaults import default_staging, prepared_iceberg
 from finishable.driver.source_coordinator import SourceCoordinator
+from finishable.driver.streaming import preflight
 from finishable.driver.streaming.checkpoints import (
     CheckpointKeeper,
     Fingerprints,
@@ -75,7 +77,7 @@ from finishable.state.control import (
     ControlChannel,
     LocalControlChannel,
 )
-from finishable.state.errors import Fenced
+from finishable.state.errors import Fenced, StateError
 from finishable.state.fence import (
     DEFAULT_GRACE_SECONDS,
     Epoch,
@@ -103,18 +105,26 @@ class FinishableJob:
         token: str | None = None,
         spark: SparkSession | None = None,
         control: ControlChannel | None = None,
+        preflight: bool = False,
     ) -> None:
         self.timings = PhaseTimings()  # seconds per phase, logged when run() ends
         self.config = config
         self.attempt = attempt
         self.restore_from = restore_from
         self._token = token or secrets.token_urlsafe(24)
-        self._state = _claim_state(config, attempt)
-        self._control = control or open_control(config)
+        self._attempt_dir = Path(config.work_dir) / f"attempt-{attempt}"
+        # An upgrade check (driver/streaming/preflight.py) claims nothing and writes nothing:
+        # the running driver's state stays its own, and its reports go to a scratch channel.
+        self._preflight = preflight
+        self._state = _read_state(config, attempt) if preflight else _claim_state(config, attempt)
+        self._control = control or (
+            LocalControlChannel(self._attempt_dir / "preflight")
+            if preflight
+            else open_control(config)
+        )
         self._control.write_guard = self._state.fence.check  # reports of a stale attempt: none
         self._store = SnapshotStore(self._state, retained=config.spec.checkpointing.retained)
         self._lineage = lineage_of(config.run_key, restore_from)
-        self._attempt_dir = Path(config.work_dir) / f"attempt-{attempt}"
         self._checkpoint_dir = self._attempt_dir / "checkpoint"
         self._sources: list[SourceCoordinator] = []
         self._output: tuple[DataFrame, TransactionalSink, str] | None = None
@@ -125,9 +135,10 @@ class FinishableJob:
         )
         self._endpoint.start()
         with self.timings.phase("session_start"):
-            self._spark = spark or _spark_session(config)
+            self._spark = spark or _spark_session(config, preflight=preflight)
         with self.timings.phase("predecessor_wait"):
-            self._state.fence.wait_out_predecessor()
+            if not preflight:
+                self._state.fence.wait_out_predecessor()
         self._report(DriverState.STARTING, f"attempt {attempt} starting")
         self._batch: BatchRuntime | None = None
         if config.spec.mode is JobMode.BATCH:
@@ -156,6 +167,7 @@ class FinishableJob:
             restore_from=restore_from,
             token=os.environ.get(TOKEN_ENV) or None,
             spark=spark,
+            preflight=os.environ.get(PREFLIGHT_ENV) == "1",
         )
         job._report_uncaught_errors()
         if spark is None:
@@ -176,6 +188,8 @@ class FinishableJob:
                     DriverState.FAILED, f"{kind.__name__}: {error}", permanent=is_permanent(error)
                 )
             previous(kind, error, trace)
+            if self._preflight:  # the error is the check's verdict: nothing may log after it
+                preflight.conclude(f"{kind.__name__}: {error}", 1)
 
         sys.excepthook = report
 
@@ -187,6 +201,13 @@ class FinishableJob:
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def checking_upgrade(self) -> bool:
+        """True in an upgrade check pod (docs/savepoints.md): the program should only declare
+        its sources and sinks; ``run()`` ends the process with the verdict and runs nothing.
+        Side effects of the program's own (writing input, calling services) belong behind it."""
+        return self._preflight
 
     # -- building a Batch job ---------------------------------------------------------------
 
@@ -286,6 +307,8 @@ class FinishableJob:
     def run(self) -> Outcome:
         """Run until stopped, drained or finished; raise ``JobFailed`` if the job fails
         (``JobSuperseded`` if a newer attempt of the job took over its state)."""
+        if self._preflight:
+            self._run_preflight()
         try:
             if self._batch is not None:
                 return self._run_batch(self._batch)
@@ -334,17 +357,39 @@ class FinishableJob:
         log.info("job %s ended %s", self.name, outcome.state.value)
         return outcome
 
-    def _prepare(self) -> StreamingExecutor:
+    def _run_preflight(self) -> NoReturn:
+        """An upgrade check pod: end with whether this program can restore the running job's
+        state (driver/streaming/preflight.py); no query is started."""
+        try:
+            fingerprints = self._fingerprints()
+            message, code = preflight.verdict(self._store, self._lineage, fingerprints)
+        except (ProgramError, StateError, OSError) as error:
+            message, code = f"{type(error).__name__}: {error}", 1
+        self._close()
+        try:
+            self._spark.stop()  # before the verdict, so that it is the log's last line
+        except Exception:
+            log.warning("stopping Spark failed", exc_info=True)
+        preflight.conclude(message, code)
+
+    def _fingerprints(self) -> Fingerprints:
+        """What a savepoint of this program records and a restore compares: its sources and
+        its sink."""
         if self._output is None:
             raise ProgramError("the program called run() without write_stream(): nothing to run")
         if not self._sources:
             raise ProgramError("the program called run() without read_stream(): nothing to read")
-        dataframe, sink, output_mode = self._output
-        check_placement(self._spark, self.config, dataframe)
-        fingerprints = Fingerprints(
+        sink = self._output[1]
+        return Fingerprints(
             sources={c.name: c.source.fingerprint() for c in self._sources},
             sinks={sink.sink_name: json.dumps(sink.fingerprint(), sort_keys=True)},
         )
+
+    def _prepare(self) -> StreamingExecutor:
+        fingerprints = self._fingerprints()
+        assert self._output is not None  # _fingerprints refused a program without one
+        dataframe, sink, output_mode = self._output
+        check_placement(self._spark, self.config, dataframe)
         restored = find_restore(
             self._store,
             lineage=self._lineage,
@@ -441,6 +486,13 @@ def _stop_at_exit(spark: SparkSession) -> None:
     atexit.register(stop)
 
 
+def _read_state(config: JobConfig, attempt: int) -> FencedBackend:
+    """The job's state backend for an upgrade check: read-only, and not claimed."""
+    backend = open_backend(config.state_url, job=config.name, namespace=config.namespace)
+    fence = Fence(backend, config.job_key, Epoch(config.run, attempt))
+    return FencedBackend(preflight.ReadOnlyBackend(backend), fence)
+
+
 def _claim_state(config: JobConfig, attempt: int) -> FencedBackend:
     """The job's state backend, claimed for this attempt (``Fenced`` if a newer one did)."""
     text = os.environ.get(FENCE_GRACE_ENV, str(DEFAULT_GRACE_SECONDS))
@@ -487,8 +539,9 @@ def _owned_by_the_job(config: JobConfig) -> list[dict[str, Any]]:
     return [owner_reference(job, block_owner_deletion=False)]
 
 
-def _spark_session(config: JobConfig) -> SparkSession:
-    """A session configured from the spec; local mode unless the spec or environment says not."""
+def _spark_session(config: JobConfig, *, preflight: bool = False) -> SparkSession:
+    """A session configured from the spec; local mode unless the spec or environment says not
+    (an upgrade check runs no query: one local core, whatever the spec says)."""
     from pyspark.sql import SparkSession  # noqa: PLC0415 - heavy, and only for drivers
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -504,7 +557,9 @@ def _spark_session(config: JobConfig) -> SparkSession:
         conf["spark.sql.adaptive.enabled"] = "false"
     conf.update(config.spec.application.spark_conf)
     builder = SparkSession.builder.appName(config.name)
-    if "spark.master" not in conf and "SPARK_MASTER" not in os.environ:
+    if preflight:
+        conf["spark.master"] = "local[1]"
+    elif "spark.master" not in conf and "SPARK_MASTER" not in os.environ:
         builder = builder.master("local[2]")
     for key, value in conf.items():
         builder = builder.config(key, value)

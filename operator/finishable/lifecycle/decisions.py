@@ -57,6 +57,17 @@ class PodPhase(StrEnum):
 
 
 @dataclass(frozen=True)
+class CheckPod:
+    """The upgrade check pod of the job (spec.upgradeCheck), as observed."""
+
+    name: str
+    generation: int  # the spec generation it checks (each check pod has its own)
+    phase: PodPhase
+    exit_code: int | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class Observation:
     """What the caller saw just now. ``spec_problems`` lists why the spec cannot run, if so."""
 
@@ -66,6 +77,7 @@ class Observation:
     driver_message: str = ""
     report: DriverReport | None = None
     spec_problems: tuple[str, ...] = ()
+    upgrade_check: CheckPod | None = None
 
 
 class ActionKind(StrEnum):
@@ -77,6 +89,8 @@ class ActionKind(StrEnum):
     DELETE_DRIVER = "DeleteDriver"  # delete the driver pod(s) and executors
     DELETE_SHUFFLE = "DeleteShuffle"  # delete the shuffle StatefulSet (its data goes)
     DELETE_EXECUTORS = "DeleteExecutors"  # delete every executor pod of the job
+    START_UPGRADE_CHECK = "StartUpgradeCheck"  # create the check pod of the spec's revision
+    DELETE_UPGRADE_CHECK = "DeleteUpgradeCheck"  # delete the job's check pods (and configs)
     REQUEUE = "Requeue"  # call again after `after` even if nothing changes
 
 

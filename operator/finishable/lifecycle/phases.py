@@ -59,6 +59,7 @@ from finishable.lifecycle.decisions import (
 )
 from finishable.lifecycle.health import STALLED_REASON, checkpoint_health
 from finishable.lifecycle.table import LifecycleMode
+from finishable.lifecycle.upgradecheck import REFUSED_REASON, check_upgrade, needs_check
 
 P = Phase
 
@@ -573,7 +574,12 @@ def _upgrade(step: _Step, spec: FinishableSparkJobSpec) -> bool:
     status = step.status
     if status.spec_revision is None:
         status.spec_revision = spec.revision
-    if not _upgrade_pending(status, spec) or _stop_failed_recently(step):
+    if not _upgrade_pending(status, spec):
+        if status.upgrade_check is not None:  # the spec was set back: no check pod is needed
+            status.upgrade_check = None
+            step.act(Action(ActionKind.DELETE_UPGRADE_CHECK))
+        return False
+    if _stop_failed_recently(step):
         return False
     mode = spec.upgrade_mode
     if spec.mode is JobMode.BATCH and mode is not UpgradeMode.STATELESS:
@@ -583,6 +589,8 @@ def _upgrade(step: _Step, spec: FinishableSparkJobSpec) -> bool:
             f"finished tasks were computed by it); the change applies when run {status.run} "
             "restarts, or now as a new run with spec.upgradeMode: stateless",
         )
+        return False
+    if needs_check(spec) and not _upgrade_checked(step, spec):
         return False
     change = f"upgrade from spec revision {status.spec_revision} to {spec.revision}"
     step.events.append(Event("Normal", "UpgradeStarted", f"{change} ({mode.value})"))
@@ -605,6 +613,38 @@ def _upgrade(step: _Step, spec: FinishableSparkJobSpec) -> bool:
     stateless = f"{change}: run {status.run} starts from nothing (stateless)"
     _start(step, spec, "", stateless, Transition.UPGRADE)
     return True
+
+
+def _upgrade_checked(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+    """True once the check pod found that the new spec can restore the running job's state;
+    until then (and after a refusal) the running job goes on (lifecycle/upgradecheck.py)."""
+    status = step.status
+    check = check_upgrade(
+        status.upgrade_check,
+        step.obs.upgrade_check,
+        spec,
+        now=step.obs.now,
+        generation=step.obs.generation,
+    )
+    status.upgrade_check = check.status
+    if check.delete:
+        step.act(Action(ActionKind.DELETE_UPGRADE_CHECK))
+    if check.start:
+        step.act(
+            Action(
+                ActionKind.START_UPGRADE_CHECK,
+                attempt=status.attempt,
+                run=status.run,
+                restore_from=status.restore_from,
+            )
+        )
+    if check.event is not None:
+        step.events.append(check.event)
+    if check.refused:
+        step.degraded = (REFUSED_REASON, check.refused)
+    if check.look_again_in is not None:
+        step.act(Action(ActionKind.REQUEUE, after=check.look_again_in))
+    return check.passed
 
 
 def _watch_checkpoints(step: _Step, spec: FinishableSparkJobSpec) -> None:

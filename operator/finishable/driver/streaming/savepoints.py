@@ -241,15 +241,10 @@ def decode_savepoint(data: bytes, location: str = "the savepoint") -> Savepoint:
     return Savepoint(manifest, entries["checkpoint.tar"], coordinators, files)
 
 
-def check_restorable(
-    manifest: SavepointManifest,
-    *,
-    sources: Mapping[str, str],
-    sinks: Mapping[str, str],
-    allow_drained: bool,
-    location: str = "the savepoint",
-) -> None:
-    """Refuse, with a reason, a savepoint this job must not start from."""
+def restore_problems(
+    manifest: SavepointManifest, *, sources: Mapping[str, str], sinks: Mapping[str, str]
+) -> list[str]:
+    """What keeps a job with these sources and sinks from restoring ``manifest``'s state."""
     problems: list[str] = []
     for kind, theirs, ours in (
         ("source", manifest.sources, sources),
@@ -262,6 +257,19 @@ def check_restorable(
                 problems.append(f"this job's {kind} {name!r} is not in it")
             elif theirs[name] != ours[name]:
                 problems.append(f"the {kind} {name!r} changed since it was taken")
+    return problems
+
+
+def check_restorable(
+    manifest: SavepointManifest,
+    *,
+    sources: Mapping[str, str],
+    sinks: Mapping[str, str],
+    allow_drained: bool,
+    location: str = "the savepoint",
+) -> None:
+    """Refuse, with a reason, a savepoint this job must not start from."""
+    problems = restore_problems(manifest, sources=sources, sinks=sinks)
     if problems:
         raise IncompatibleSavepoint(
             f"cannot start from {location}: "

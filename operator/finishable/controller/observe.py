@@ -1,0 +1,81 @@
+"""What the operator observes of a job's pods and its driver's report (pure parsing).
+
+The kopf indexes hold a :class:`DriverPod` per driver pod (``driver_pod_of``) and the raw report;
+a reconcile turns them into the phase machine's
+:class:`~finishable.lifecycle.decisions.Observation`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from finishable.api.control import DriverReport
+from finishable.kube.objects import LABEL_ATTEMPT
+from finishable.lifecycle.decisions import PodPhase
+from finishable.state.control import decode
+
+log = logging.getLogger(__name__)
+
+LIVE_POD_PHASES = frozenset({PodPhase.PENDING, PodPhase.RUNNING})
+
+
+@dataclass(frozen=True)
+class DriverPod:
+    """What the operator needs of one driver pod."""
+
+    name: str
+    attempt: int
+    phase: PodPhase
+    message: str = ""
+    deleting: bool = False
+
+    @property
+    def alive(self) -> bool:
+        return self.phase in LIVE_POD_PHASES and not self.deleting
+
+
+def driver_pod_of(body: Mapping[str, Any]) -> DriverPod:
+    """A pod as the phase machine sees it: its phase and, when it ended, why."""
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    try:
+        attempt = int((meta.get("labels") or {}).get(LABEL_ATTEMPT, "0"))
+    except ValueError:
+        attempt = 0
+    try:
+        phase = PodPhase(status.get("phase") or "Pending")
+    except ValueError:  # "Unknown": the node is unreachable; the pod may well be alive
+        phase = PodPhase.RUNNING
+    message = str(status.get("message") or status.get("reason") or "")
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        waiting, terminated = state.get("waiting"), state.get("terminated")
+        if waiting and waiting.get("reason") not in (None, "ContainerCreating"):
+            # ImagePullBackOff, CreateContainerConfigError...: why the driver does not start
+            message = ": ".join(filter(None, [waiting.get("reason"), waiting.get("message")]))
+        if terminated and terminated.get("exitCode"):
+            detail = terminated.get("message") or terminated.get("reason") or ""
+            message = f"exit code {terminated['exitCode']}" + (f" ({detail})" if detail else "")
+    return DriverPod(
+        name=str(meta.get("name")),
+        attempt=attempt,
+        phase=phase,
+        message=message,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def parse_report(text: str | None) -> DriverReport | None:
+    """The driver's report from ``<job>-state``; an unreadable one is logged and read as none."""
+    if not text:
+        return None
+    try:
+        return decode(DriverReport, text)
+    except ValidationError as error:
+        log.warning("ignoring an unreadable driver report: %s", error)
+        return None

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from finishable.api.models import Phase, RequestAction, SavepointTrigger
+from finishable.api.savepointspec import SavepointHistorySpec
 from finishable.api.snapshot import FinishableSparkSnapshotStatus
-from finishable.api.spec import SavepointHistorySpec
 from finishable.api.status import ControlRequest, SavepointStatus
 from finishable.controller.snapshots import (
     SnapshotUnusable,

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
 from finishable.api.models import DesiredState, Phase, dump
+from finishable.api.savepointspec import UpgradeCheckSpec
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import (
     CheckpointStatus,
@@ -168,9 +169,13 @@ def test_lifecycle_transitions_are_timed_from_their_start_to_their_aim() -> None
     assert transition_seconds(registry, "submission") == (1, 7)
     assert job.status.transition is None
 
-    # an upgrade: stop with savepoint, a new attempt from it, Running with the new spec
+    # an upgrade: stop with savepoint, a new attempt from it, Running with the new spec (timed
+    # from its stop: the check before it is lifecycle/upgradecheck.py's, not timed here)
     job.spec = job.spec.model_copy(
-        update={"application": job.spec.application.model_copy(update={"args": ["--new"]})}
+        update={
+            "application": job.spec.application.model_copy(update={"args": ["--new"]}),
+            "upgrade_check": UpgradeCheckSpec(enabled=False),
+        }
     )
     job.generation += 1
     job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))

@@ -38,7 +38,8 @@ from finishable.api.models import (
     Phase,
     is_valid_job_name,
 )
-from finishable.api.spec import FinishableSparkJobSpec, SavepointsSpec
+from finishable.api.savepointspec import SavepointsSpec
+from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import FinishableSparkJobStatus, SavepointStatus
 from finishable.api.validation import InvalidManifest, parse_spec
 from finishable.controller import builders, naming, snapshots, snapshotstore, upgradecheck

@@ -29,6 +29,7 @@ from finishable.api.models import (
     SavepointTrigger,
     dump,
 )
+from finishable.api.savepointspec import SavepointHistorySpec
 from finishable.api.snapshot import (
     SNAPSHOT_KIND,
     FinishableSparkSnapshotSpec,
@@ -36,7 +37,7 @@ from finishable.api.snapshot import (
     SnapshotKind,
     SnapshotState,
 )
-from finishable.api.spec import FinishableSparkJobSpec, SavepointHistorySpec
+from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import ControlRequest, FinishableSparkJobStatus, SavepointStatus
 from finishable.controller.naming import FINALIZER
 from finishable.kube.objects import LABEL_JOB, JobRef, job_label_value, owner_reference

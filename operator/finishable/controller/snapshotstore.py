@@ -10,8 +10,8 @@ import logging
 from datetime import UTC, datetime
 
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL, SavepointTrigger
+from finishable.api.savepointspec import SavepointHistorySpec
 from finishable.api.snapshot import SNAPSHOT_PLURAL
-from finishable.api.spec import SavepointHistorySpec
 from finishable.api.status import SavepointStatus
 from finishable.controller import snapshots
 from finishable.controller.kube import Kube

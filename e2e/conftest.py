@@ -55,7 +55,14 @@ def cluster(
         data = tmp_path_factory.mktemp("data")
         data.chmod(0o777)  # the jobs' /data: the image's user (uid 1000) writes there
         pods = local_cluster.directory / "pods"
-        return LocalE2ECluster(api, NAMESPACE, data, pods, local_cluster.operator_logs)
+        return LocalE2ECluster(
+            api,
+            NAMESPACE,
+            data,
+            pods,
+            local_cluster.operator_logs,
+            object_storage=local_cluster.object_storage,
+        )
     kubeconfig = os.environ["E2E_KUBECONFIG"]
     data_dir = os.environ.get("E2E_DATA_DIR")
     if not data_dir:

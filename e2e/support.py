@@ -135,6 +135,10 @@ class E2ECluster(abc.ABC):
 
     # -- objects ----------------------------------------------------------------------------
 
+    def object_storage(self, prefix: str) -> str | None:
+        """An object storage URL of ``prefix`` that pods reach, when the cluster has one."""
+        return None
+
     def objects(self, plural: str, selector: str, api_version: str = "v1") -> list[dict[str, Any]]:
         path = self.api.path(plural, api_version=api_version)
         response = self.api.request("GET", path, query={"labelSelector": selector})
@@ -229,10 +233,16 @@ class LocalE2ECluster(E2ECluster):
         data_dir: Path,
         pods_dir: Path,
         operator_logs: Callable[[], str],
+        *,
+        object_storage: Callable[[str], str] | None = None,
     ) -> None:
         super().__init__(api, namespace, data_dir, "finishable-spark-operator:0.1.0")
         self.pods_dir = pods_dir
         self.operator_logs = operator_logs
+        self._object_storage = object_storage
+
+    def object_storage(self, prefix: str) -> str | None:
+        return self._object_storage(prefix) if self._object_storage is not None else None
 
     def container_running(self, container_id: str) -> bool:
         """Whether the container still runs (an ended process, a removed container)."""

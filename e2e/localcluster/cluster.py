@@ -133,6 +133,10 @@ class LocalCluster:
         """The partition service's storage, as pods reach the object store."""
         return self.object_store.url("cluster-partitions", self.runtime.api_host)
 
+    def object_storage(self, prefix: str) -> str:
+        """An ``s3://`` URL of ``prefix`` in the cluster's bucket, as pods reach it."""
+        return self.object_store.url(prefix, self.runtime.api_host)
+
     def partition_storage_from_host(self) -> str:
         return self.object_store.url("cluster-partitions", "127.0.0.1")
 

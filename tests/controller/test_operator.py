@@ -241,7 +241,11 @@ def test_a_last_state_upgrade_replaces_the_driver_without_a_stop(k8s: Cluster) -
     wait_for(lambda: k8s.get("pods", "laststate-driver-1") is None, "the old driver is deleted")
 
 
-def test_an_upgrade_its_check_refuses_is_not_applied_and_the_job_runs_on(k8s: Cluster) -> None:
+def test_an_upgrade_its_check_refuses_is_not_applied_and_the_job_runs_on(
+    k8s: Cluster, operator: OperatorProcess
+) -> None:
+    name = "finishable_upgrade_checks_total"
+    refusals = sample(operator.metrics(), name, outcome="refused") or 0
     k8s.start_running("refused", STREAMING)
     k8s.edit("refused", application={"args": ["--renamed-source"]})
     verdict = "upgrade check refused: checkpoint 4 of the running job does not match the new "
@@ -264,6 +268,7 @@ def test_an_upgrade_its_check_refuses_is_not_applied_and_the_job_runs_on(k8s: Cl
     assert k8s.get("pods", "refused-driver-1") is not None
     assert k8s.get("pods", "refused-check-2") is not None, "kept for its log"
     wait_for(lambda: "UpgradeRefused" in k8s.event_reasons("refused"), "an UpgradeRefused Event")
+    assert sample(operator.metrics(), name, outcome="refused") == refusals + 1
 
     k8s.edit("refused", application={"args": ["--fast"]})  # the old program again
     wait_for(lambda: degraded() is None, "the refusal cleared")

@@ -13,7 +13,13 @@ from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from finishable.api.models import ConditionStatus, ConditionType, Phase, Transition
+from finishable.api.models import (
+    ConditionStatus,
+    ConditionType,
+    Phase,
+    Transition,
+    UpgradeCheckState,
+)
 from finishable.api.snapshot import SnapshotState
 from finishable.api.status import FinishableSparkJobStatus
 from finishable.lifecycle.decisions import transition_outcome
@@ -56,6 +62,13 @@ class Metrics:
             "to Running).",
             ["transition"],
             buckets=_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.upgrade_checks = Counter(
+            "finishable_upgrade_checks",
+            "Upgrade checks by outcome: passed (the upgrade went on) or refused (the job ran on "
+            "unchanged).",
+            ["outcome"],
             registry=registry,
         )
         self.checkpoints = Counter(
@@ -161,6 +174,8 @@ class Metrics:
             self.stop_latency.labels(drain)
         for transition in Transition:
             self.lifecycle_transition.labels(transition.value)
+        for outcome in (UpgradeCheckState.PASSED, UpgradeCheckState.REFUSED):
+            self.upgrade_checks.labels(outcome.value.lower())
         self._per_job_counters = (
             self.checkpoints,
             self.savepoints,
@@ -233,6 +248,7 @@ class Metrics:
             self._record_transition(before, after, now)
         self._record_lifecycle_transition(before, after, now)
         self._record_progress(key, before, after)
+        self._record_upgrade_check(before, after)
         retained = after.recovery.shuffle_retained_until is not None
         self.shuffle_retained.labels(*key).set(shuffle_replicas if retained else 0)
         if after.restarts_left is not None:
@@ -298,6 +314,15 @@ class Metrics:
         ):
             if new > old:
                 counter.labels(*key).inc(new - old)
+
+    def _record_upgrade_check(
+        self, before: FinishableSparkJobStatus, after: FinishableSparkJobStatus
+    ) -> None:
+        check, old = after.upgrade_check, before.upgrade_check
+        if check is None or check.state is UpgradeCheckState.CHECKING:
+            return
+        if old is None or (old.generation, old.state) != (check.generation, check.state):
+            self.upgrade_checks.labels(check.state.value.lower()).inc()
 
     def _set_phase(self, key: JobKey, status: FinishableSparkJobStatus) -> None:
         phase = status.phase

@@ -1,0 +1,137 @@
+"""Savepoints as resources on a cluster: periodic savepoints trimmed to the history, a second job
+restored by ``snapshotRef`` that goes on exactly where the first one stopped, and a ``last-state``
+upgrade of it (checked first, then a new driver from the newest checkpoint, without a stop).
+
+Both jobs keep their state in the cluster's object storage (a savepoint in one job's ConfigMaps
+is not another job's to read) and publish into the same sink, so the drained output must be that
+of a prefix of the input files: nothing the first job committed is published again, nothing is
+skipped between them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from e2e.clickcounts import assert_prefix_of_input, committed
+from e2e.support import DATA_MOUNT, E2ECluster, example, wait_for
+from finishable.api.snapshot import SNAPSHOT_PLURAL
+from finishable.controller.snapshots import SNAPSHOT_API_VERSION as SNAPSHOT_API
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ORIGIN = "sp-origin"
+FOLLOWER = "sp-follower"
+DATA = "savepoints"  # under /data: the input both jobs read and the sink both publish to
+START = 240.0
+STOP = 300.0
+HISTORY = 2
+
+
+def manifest(cluster: E2ECluster, name: str, **spec: Any) -> dict[str, Any]:
+    storage = cluster.object_storage(f"state/{name}")
+    if storage is None:
+        pytest.skip("needs object storage that pods reach (the local cluster's)")
+    body = example("examples/streaming/cluster.yaml", cluster.data_dir, cluster.image, **spec)
+    body["metadata"]["name"] = name
+    body["spec"]["application"]["args"] = [
+        f"--input={DATA_MOUNT}/{DATA}/input",
+        f"--output={DATA_MOUNT}/{DATA}/output",
+        "--files=4",
+        "--keep-generating=5",
+    ]
+    body["spec"]["executor"]["instances"] = 1
+    body["spec"]["checkpointing"]["storage"] = {"type": "ObjectStore", "url": storage}
+    return body
+
+
+def snapshots(cluster: E2ECluster, job: str) -> list[dict[str, Any]]:
+    return cluster.objects(SNAPSHOT_PLURAL, f"finishable.dev/job={job}", SNAPSHOT_API)
+
+
+def reasons(cluster: E2ECluster, job: str) -> list[str]:
+    return [str(event.get("reason")) for event in cluster.events(job)]
+
+
+def checkpoint_id(cluster: E2ECluster, job: str) -> int:
+    return int((cluster.status(job).get("lastCheckpoint") or {}).get("id", -1))
+
+
+def a_checkpoint_after_now(cluster: E2ECluster, job: str, what: str) -> None:
+    before = checkpoint_id(cluster, job)
+    wait_for(
+        lambda: checkpoint_id(cluster, job) > before,
+        f"a checkpoint of {job} {what}",
+        START,
+        on_fail=lambda: cluster.logs(job),
+    )
+
+
+def test_periodic_savepoints_a_restore_by_name_and_a_last_state_upgrade(
+    cluster: E2ECluster,
+) -> None:
+    # Periodic savepoints, each a FinishableSparkSnapshot, the history trimmed to the newest 2.
+    savepoints = {"interval": "15s", "history": {"maxCount": HISTORY}}
+    response = cluster.apply(manifest(cluster, ORIGIN, savepoints=savepoints))
+    assert response.status == 201, response.body
+    cluster.wait_phase(ORIGIN, "Running", START)
+    wait_for(
+        lambda: "SavepointHistoryTrimmed" in reasons(cluster, ORIGIN),
+        "a third periodic savepoint, and the oldest trimmed",
+        START + 60,
+        on_fail=lambda: cluster.logs(ORIGIN),
+    )
+    cluster.set_state(ORIGIN, "Suspended")
+    stopped = cluster.wait_phase(ORIGIN, "Suspended", STOP)
+    before_stop = committed(cluster.data_dir / DATA / "output")
+    location = stopped["savepoint"]["location"]
+    assert location.startswith("s3://"), location
+
+    def trimmed() -> list[dict[str, Any]] | None:
+        kept = snapshots(cluster, ORIGIN)
+        return kept if len(kept) == HISTORY else None
+
+    kept = wait_for(trimmed, f"the newest {HISTORY} of the origin's snapshots kept", 60)
+    by_trigger = {s["status"]["trigger"]: s for s in kept}
+    assert sorted(by_trigger) == ["periodic", "stop"], [s["status"] for s in kept]
+    stop = by_trigger["stop"]
+    assert stop["status"]["location"] == location and stop["status"]["state"] == "Completed"
+
+    # A second job restored by the snapshot's name, into the same sink: it goes on from the
+    # savepoint's batch (the sink has published nothing after it).
+    restore = {"snapshotRef": stop["metadata"]["name"]}
+    follower = manifest(cluster, FOLLOWER, upgradeMode="last-state", restoreFrom=restore)
+    response = cluster.apply(follower)
+    assert response.status == 201, response.body
+    running = cluster.wait_phase(FOLLOWER, "Running", START)
+    assert running["restoreFrom"] == location and running["attempt"] == 1
+    a_checkpoint_after_now(cluster, FOLLOWER, "after its restore")
+
+    # A last-state upgrade: the check passes, then the run's next attempt replaces the driver
+    # and resumes from the newest checkpoint; nothing is stopped with a savepoint.
+    args = [*follower["spec"]["application"]["args"], "--files-per-batch=3"]
+    cluster.patch_spec(FOLLOWER, {"application": {"args": args}})
+    upgraded = wait_for(
+        lambda: (
+            (s := cluster.status(FOLLOWER)).get("attempt") == 2 and s["phase"] == "Running" and s
+        ),
+        "the upgraded follower running as attempt 2",
+        STOP + START,
+        on_fail=lambda: cluster.logs(FOLLOWER),
+    )
+    assert (upgraded["run"], upgraded["restarts"]) == (1, 0), "the same run, no crash"
+    assert upgraded["restoreFrom"] == location, "the run's restore point is unchanged"
+    assert "UpgradeCheckPassed" in reasons(cluster, FOLLOWER)
+    assert snapshots(cluster, FOLLOWER) == [], "a last-state upgrade takes no savepoint"
+    a_checkpoint_after_now(cluster, FOLLOWER, "after the upgrade")
+
+    read_before_drain = cluster.status(FOLLOWER)["coordinator"]["splitsFinished"]
+    cluster.set_state(FOLLOWER, "Finished")
+    cluster.wait_phase(FOLLOWER, "Finished", STOP)
+    output = committed(cluster.data_dir / DATA / "output")
+    assert {key: output.get(key) for key in before_stop} == before_stop
+    assert_prefix_of_input(output, cluster.data_dir / DATA / "input", read_before_drain)
+
+    cluster.delete(FOLLOWER)
+    cluster.delete(ORIGIN)

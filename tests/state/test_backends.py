@@ -15,7 +15,8 @@ from finishable.state import (
     open_backend,
     validate_name,
 )
-from finishable.state.objectstore import ObjectStoreBackend
+from finishable.state.backends import ReadOnlyBackend
+from finishable.state.objectstore import ObjectStoreBackend, reached_like
 
 from .conftest import BackendCase, S3Server
 
@@ -168,3 +169,32 @@ def test_an_object_overwritten_while_read_on_s3_is_read_whole(s3_server: S3Serve
     racing.replacement = completed
     backend.fs = racing  # type: ignore[assignment]
     assert backend.get("request") == completed
+
+
+def test_a_read_only_backend_reads_and_refuses_every_write(tmp_path: Path) -> None:
+    inner = LocalDirBackend(tmp_path)
+    inner.put("snapshots/chk-1.blob", b"state")
+    reader = ReadOnlyBackend(inner)
+    assert reader.get("snapshots/chk-1.blob") == b"state"
+    assert reader.list("snapshots/") == ["snapshots/chk-1.blob"]
+    assert reader.location("x") == inner.location("x")
+    with pytest.raises(PermissionError, match="read-only"):
+        reader.put("snapshots/chk-2.blob", b"new")
+    with pytest.raises(PermissionError, match="read-only"):
+        reader.delete("snapshots/chk-1.blob")
+    assert inner.list("") == ["snapshots/chk-1.blob"] and inner.get("snapshots/chk-1.blob")
+
+
+def test_a_location_from_a_status_is_reached_like_the_readers_own_storage() -> None:
+    own = "s3://key:secret@bucket/state/job-b?endpoint_override=minio:9000&scheme=http"
+    shown = "s3://bucket/state/job-a/snapshots/sp-000000000004.blob"
+    assert reached_like(shown, own) == (
+        "s3://key:secret@bucket/state/job-a/snapshots/sp-000000000004.blob"
+        "?endpoint_override=minio:9000&scheme=http"
+    )
+    assert reached_like(shown, "s3://bucket/state/b") == shown, "nothing to borrow"
+    explicit = "s3://bucket/a/sp-1.blob?endpoint_override=other:9000"
+    assert reached_like(explicit, own) == explicit, "its own options win"
+    assert reached_like("gs://bucket/a/sp-1.blob", own) == "gs://bucket/a/sp-1.blob"
+    assert reached_like("/mnt/sp-1.blob", own) == "/mnt/sp-1.blob"
+    assert reached_like(shown, "configmap:") == shown

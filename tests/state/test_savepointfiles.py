@@ -112,6 +112,18 @@ def test_dispose_deletes_an_s3_savepoint(
     assert _names(url) == ["snapshots/chk-000000000003.blob", "snapshots/chk-000000000003.meta"]
 
 
+def test_dispose_reaches_the_storage_as_the_jobs_url_does(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = s3_server.url("reached")  # its endpoint and keys in the URL, as a job's spec has them
+    location = _savepoint(url)
+    assert "?" not in location and "@" not in location, "a status shows no connection details"
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("FINISHABLE_STATE_URL", url)  # as the disposal pod gets it
+    assert main(["dispose-savepoint", location]) == 0
+    assert _names(url) == ["snapshots/chk-000000000003.blob", "snapshots/chk-000000000003.meta"]
+
+
 def test_the_command_refuses_what_is_not_a_savepoint_blob(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

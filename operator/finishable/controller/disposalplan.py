@@ -31,7 +31,12 @@ from finishable.controller.podparts import (
 )
 from finishable.controller.snapshots import holders
 from finishable.kube.objects import JobRef, labels, owner_reference
-from finishable.state.savepointfiles import configmap_files, is_configmap, object_storage_files
+from finishable.state.savepointfiles import (
+    STATE_URL_ENV,
+    configmap_files,
+    is_configmap,
+    object_storage_files,
+)
 
 DISPOSER = "disposer"  # the component label (and container name) of disposal pods
 POD_SUFFIX = "-dispose"
@@ -122,7 +127,11 @@ def disposal_pod(
         "name": DISPOSER,
         "image": spec.image,
         "command": ["finishable", "dispose-savepoint", location],
-        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "env": [
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+            # how the driver reaches the storage: a location in a status has no credentials
+            {"name": STATE_URL_ENV, "value": spec.checkpointing.storage.url or ""},
+        ],
         **storage_env_from(spec),
         "resources": {
             "requests": {"cpu": "100m", "memory": "256Mi"},

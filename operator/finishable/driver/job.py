@@ -72,6 +72,7 @@ from finishable.driver.streaming.checkpoints import (
 from finishable.driver.streaming.executor import StreamingExecutor
 from finishable.driver.streaming.savepoints import SavepointError
 from finishable.state import SnapshotStore, open_backend
+from finishable.state.backends import ReadOnlyBackend
 from finishable.state.control import (
     ConfigMapControlChannel,
     ControlChannel,
@@ -490,7 +491,7 @@ def _read_state(config: JobConfig, attempt: int) -> FencedBackend:
     """The job's state backend for an upgrade check: read-only, and not claimed."""
     backend = open_backend(config.state_url, job=config.name, namespace=config.namespace)
     fence = Fence(backend, config.job_key, Epoch(config.run, attempt))
-    return FencedBackend(preflight.ReadOnlyBackend(backend), fence)
+    return FencedBackend(ReadOnlyBackend(backend), fence)
 
 
 def _claim_state(config: JobConfig, attempt: int) -> FencedBackend:

@@ -81,6 +81,42 @@ class ObjectBackend(abc.ABC):
         self.close()
 
 
+class WrappedBackend(ObjectBackend):
+    """A backend that adds a rule to another one's writes; reads pass through."""
+
+    def __init__(self, inner: ObjectBackend) -> None:
+        self.inner = inner
+
+    def put(self, name: str, data: bytes) -> None:
+        self.inner.put(name, data)
+
+    def delete(self, name: str) -> None:
+        self.inner.delete(name)
+
+    def get(self, name: str) -> bytes:
+        return self.inner.get(name)
+
+    def list(self, prefix: str = "") -> list[str]:
+        return self.inner.list(prefix)
+
+    def location(self, name: str = "") -> str:
+        return self.inner.location(name)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class ReadOnlyBackend(WrappedBackend):
+    """Another process's state, read without the right to change it (an upgrade check reads
+    the running job's): a write is a bug, and raises."""
+
+    def put(self, name: str, data: bytes) -> None:
+        raise PermissionError(f"{self.inner.location(name)} is read-only here")
+
+    def delete(self, name: str) -> None:
+        raise PermissionError(f"{self.inner.location(name)} is read-only here")
+
+
 def open_backend(
     url: str,
     *,

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from finishable.state.backends import ObjectBackend
+from finishable.state.backends import ObjectBackend, WrappedBackend
 from finishable.state.errors import Fenced, ObjectNotFound
 
 log = logging.getLogger(__name__)
@@ -168,11 +168,11 @@ def _document(**fields: str) -> bytes:
     return json.dumps({**fields, "time": time.time()}).encode("utf-8")
 
 
-class FencedBackend(ObjectBackend):
+class FencedBackend(WrappedBackend):
     """A backend whose writes are refused (``Fenced``) once a newer attempt claimed the job."""
 
     def __init__(self, inner: ObjectBackend, fence: Fence) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.fence = fence
 
     def _guarded(self, what: str, name: str, write: Callable[[], None]) -> None:
@@ -195,18 +195,6 @@ class FencedBackend(ObjectBackend):
 
     def delete(self, name: str) -> None:
         self._guarded("the delete", name, lambda: self.inner.delete(name))
-
-    def get(self, name: str) -> bytes:
-        return self.inner.get(name)
-
-    def list(self, prefix: str = "") -> list[str]:
-        return self.inner.list(prefix)
-
-    def location(self, name: str = "") -> str:
-        return self.inner.location(name)
-
-    def close(self) -> None:
-        self.inner.close()
 
     def __repr__(self) -> str:
         return f"FencedBackend({self.inner!r}, {self.fence.epoch})"

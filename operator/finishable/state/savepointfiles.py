@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ from finishable.state.errors import StateError
 from finishable.state.snapshots import savepoint_meta_of
 
 log = logging.getLogger(__name__)
+
+STATE_URL_ENV = "FINISHABLE_STATE_URL"
+"""The job's storage URL in a disposal pod: how to reach a location shown without credentials."""
 
 CONFIGMAP_SCHEME = "configmap"
 
@@ -75,12 +79,16 @@ def configmap_files(location: str, job: str) -> SavepointFiles:
     return files
 
 
-def dispose_savepoint(location: str) -> None:
-    """Delete the object-storage savepoint at ``location``: its meta, then its blob.
-    :class:`ValueError` when it names no savepoint blob; :class:`StateError` or :class:`OSError`
-    when the storage fails."""
+def dispose_savepoint(location: str, reach_like: str = "") -> None:
+    """Delete the object-storage savepoint at ``location``: its meta, then its blob, reached
+    with the credentials and options of ``reach_like`` (the job's storage URL) when
+    ``location`` has none. :class:`ValueError` when it names no savepoint blob;
+    :class:`StateError` or :class:`OSError` when the storage fails."""
+    from finishable.state.objectstore import reached_like  # noqa: PLC0415 - pyarrow: pods only
+
     files = object_storage_files(location)
-    with open_backend(files.root) as backend:
+    root = reached_like(files.root, reach_like) if reach_like else files.root
+    with open_backend(root) as backend:
         backend.delete(files.meta)
         backend.delete(files.blob)
     log.info("disposed of the savepoint at %s", location)
@@ -95,7 +103,7 @@ def dispose_command(args: argparse.Namespace, out: TextIO) -> int:
     1 with a one-line message on stderr otherwise."""
     location = str(args.location)
     try:
-        dispose_savepoint(location)
+        dispose_savepoint(location, str(args.reach_like or ""))
     except ValueError as error:
         sys.stderr.write(f"cannot dispose of the savepoint: {_one_line(error)}\n")
         return 1
@@ -116,4 +124,11 @@ def add_dispose_command(add: Callable[..., argparse.ArgumentParser]) -> None:
     )
     sub.add_argument(
         "location", metavar="LOCATION", help="the savepoint's location: <root>/sp-<digits>.blob"
+    )
+    sub.add_argument(
+        "--reach-like",
+        metavar="URL",
+        default=os.environ.get(STATE_URL_ENV, ""),
+        help="reach LOCATION with this storage URL's credentials and options (endpoint, "
+        f"region) when it names none (default: ${STATE_URL_ENV})",
     )

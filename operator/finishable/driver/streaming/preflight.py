@@ -7,7 +7,7 @@ upgrade would restore (the stop's savepoint has the same sources and sinks), and
 process with the verdict: exit code 0, or :data:`PREFLIGHT_REFUSED_EXIT_CODE` with the reason
 as the termination message and the last line of the log. Nothing is written to the job's
 state: the check claims no attempt (it must not fence the running driver), and its store is
-read-only.
+read-only (``state.backends.ReadOnlyBackend``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from finishable.driver.streaming.savepoints import (
     restore_problems,
 )
 from finishable.state import (
-    ObjectBackend,
     SnapshotCorrupt,
     SnapshotKind,
     SnapshotNotFound,
@@ -37,31 +36,6 @@ log = logging.getLogger(__name__)
 
 TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
 TERMINATION_MESSAGE_MAX = 4096  # what the kubelet keeps of it
-
-
-class ReadOnlyBackend(ObjectBackend):
-    """The job's state as a check sees it: reads pass, a write is a bug and raises."""
-
-    def __init__(self, inner: ObjectBackend) -> None:
-        self.inner = inner
-
-    def put(self, name: str, data: bytes) -> None:
-        raise PermissionError(f"an upgrade check does not write the job's state ({name})")
-
-    def delete(self, name: str) -> None:
-        raise PermissionError(f"an upgrade check does not delete the job's state ({name})")
-
-    def get(self, name: str) -> bytes:
-        return self.inner.get(name)
-
-    def list(self, prefix: str = "") -> list[str]:
-        return self.inner.list(prefix)
-
-    def location(self, name: str = "") -> str:
-        return self.inner.location(name)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def verdict(store: SnapshotStore, lineage: str, fingerprints: Fingerprints) -> tuple[str, int]:

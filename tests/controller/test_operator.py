@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from finishable.api.control import DriverState
+from finishable.api.jobconfig import JobConfig
 from finishable.api.status import CheckpointStatus, SavepointStatus
 from tests.charts.test_rbac import OPERATOR_CLIENTS
 from tests.controller.cluster import JOBS, MERGE, Cluster, OperatorProcess, install, wait_for
@@ -401,6 +402,10 @@ def test_a_job_starts_from_the_snapshot_its_restore_from_names(k8s: Cluster) -> 
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["FINISHABLE_RESTORE_FROM"] == "configmap:origin/sp-3"
     assert k8s.status("follower")["restoreFrom"] == "configmap:origin/sp-3"
+    config = k8s.get("configmaps", "follower-config")
+    assert config is not None
+    driver_config = JobConfig.model_validate_json(config["data"]["job.json"])  # as the driver
+    assert driver_config.spec.restore_from.savepoint == "configmap:origin/sp-3"
 
 
 def test_a_missing_snapshot_ref_holds_the_job_with_a_clear_error_until_it_exists(

@@ -15,8 +15,8 @@ from finishable.state import (
     open_backend,
     validate_name,
 )
-from finishable.state.backends import ReadOnlyBackend
-from finishable.state.objectstore import ObjectStoreBackend, reached_like
+from finishable.state.backends import ReadOnlyBackend, reached_like
+from finishable.state.objectstore import ObjectStoreBackend
 
 from .conftest import BackendCase, S3Server
 

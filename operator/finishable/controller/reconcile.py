@@ -277,7 +277,8 @@ class JobLoop:
         except snapshots.SnapshotUnusable as error:
             self.post(Event("Warning", "SnapshotRefUnusable", str(error)))
             raise
-        restore = spec.restore_from.model_copy(update={"savepoint": location})
+        # The driver's configuration names the location only: a spec with both is invalid.
+        restore = spec.restore_from.model_copy(update={"savepoint": location, "snapshot_ref": None})
         return spec.model_copy(update={"restore_from": restore})
 
     async def record_snapshot(

@@ -397,6 +397,7 @@ class FinishableJob:
             restore_from=self.restore_from,
             allow_drained=self.config.spec.restore_from.allow_drained,
             fingerprints=fingerprints,
+            reach_like=self.config.state_url,
         )
         problem = sink_ahead_problem(
             restored,

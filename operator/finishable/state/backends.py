@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from finishable.api.models import OBJECT_STORE_SCHEMES
 
@@ -151,3 +151,21 @@ def open_backend(
 
     path = urlsplit(url).path if scheme == "local" else url
     return LocalDirBackend(path)
+
+
+def reached_like(location: str, url: str) -> str:
+    """``location`` with the credentials and options (endpoint, scheme, region) of ``url``,
+    when it names none of its own and is in the same kind of storage.
+
+    A status shows object storage locations without them (no secret belongs in a status), so a
+    savepoint location copied from one is reached as the reader's own storage is reached: what
+    users of S3-compatible stores (MinIO, Ceph) expect. A location with its own query or
+    credentials is taken as it is."""
+    target, own = urlsplit(location), urlsplit(url)
+    if target.query or "@" in target.netloc or not target.scheme:
+        return location
+    if target.scheme.lower() != own.scheme.lower():
+        return location
+    userinfo = own.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@{target.netloc}" if userinfo else target.netloc
+    return urlunsplit(target._replace(netloc=netloc, query=own.query))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TextIO
 from urllib.parse import urlsplit
 
-from finishable.state.backends import open_backend
+from finishable.state.backends import open_backend, reached_like
 from finishable.state.configmap import configmap_name
 from finishable.state.errors import StateError
 from finishable.state.snapshots import savepoint_meta_of
@@ -84,8 +84,6 @@ def dispose_savepoint(location: str, reach_like: str = "") -> None:
     with the credentials and options of ``reach_like`` (the job's storage URL) when
     ``location`` has none. :class:`ValueError` when it names no savepoint blob;
     :class:`StateError` or :class:`OSError` when the storage fails."""
-    from finishable.state.objectstore import reached_like  # noqa: PLC0415 - pyarrow: pods only
-
     files = object_storage_files(location)
     root = reached_like(files.root, reach_like) if reach_like else files.root
     with open_backend(root) as backend:

@@ -58,6 +58,7 @@ from finishable.state import (
     StateError,
     open_backend,
 )
+from finishable.state.backends import reached_like
 from finishable.state.contents import ContentStore
 from finishable.state.snapshots import decode_blob
 from finishable.timings import PhaseTimings
@@ -164,9 +165,12 @@ def sink_ahead_problem(
     )
 
 
-def read_snapshot_location(location: str, store: SnapshotStore) -> tuple[bytes, str]:
+def read_snapshot_location(
+    location: str, store: SnapshotStore, reach_like: str = ""
+) -> tuple[bytes, str]:
     """The payload of the snapshot blob at ``location`` (a savepoint or checkpoint location as
-    reported in status), verified; and a short description of it."""
+    reported in status), verified; and a short description of it. A location without
+    credentials or options is reached like ``reach_like``, the job's own storage URL."""
     match = _SNAPSHOT_NAME.search(location)
     if match is not None:
         kind = SnapshotKind.SAVEPOINT if match["tag"] == "sp" else SnapshotKind.CHECKPOINT
@@ -187,7 +191,7 @@ def read_snapshot_location(location: str, store: SnapshotStore) -> tuple[bytes, 
     if not name:
         raise SavepointError(f"{location!r} does not name a savepoint file")
     try:
-        with open_backend(root or ".") as backend:
+        with open_backend(reached_like(root, reach_like) if root else ".") as backend:
             blob = backend.get(name)
     except ObjectNotFound:
         raise SavepointError(f"no savepoint at {location}") from None
@@ -209,6 +213,7 @@ def find_restore(
     restore_from: str,
     allow_drained: bool,
     fingerprints: Fingerprints,
+    reach_like: str = "",
 ) -> Restored:
     """The newest readable checkpoint of ``lineage``, else the savepoint ``restore_from``, else
     nothing. A damaged newest checkpoint falls back to the one before with a warning."""
@@ -233,7 +238,7 @@ def find_restore(
     if not restore_from:
         return Restored("nothing (a new run)", None)
     try:
-        payload, what = read_snapshot_location(restore_from, store)
+        payload, what = read_snapshot_location(restore_from, store, reach_like)
         savepoint = decode_savepoint(payload, restore_from)
         check_restorable(
             savepoint.manifest,

@@ -19,14 +19,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pyspark
 
@@ -35,7 +33,9 @@ from finishable.driver.failures import PermanentError
 from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
 from finishable.driver.streaming.cut import TornCut
 from finishable.driver.streaming.increments import Increments
+from finishable.driver.streaming.locations import SavepointUnreachable, read_snapshot_location
 from finishable.driver.streaming.savepoints import (
+    IncompatibleSavepoint,
     Savepoint,
     SavepointError,
     SavepointManifest,
@@ -56,11 +56,8 @@ from finishable.state import (
     SnapshotNotFound,
     SnapshotStore,
     StateError,
-    open_backend,
 )
-from finishable.state.backends import reached_like
 from finishable.state.contents import ContentStore
-from finishable.state.snapshots import decode_blob
 from finishable.timings import PhaseTimings
 
 log = logging.getLogger(__name__)
@@ -68,11 +65,6 @@ log = logging.getLogger(__name__)
 PENDING_OFFSETS = "pending/offsets"
 """The raw offsets entry of the batch a sink is about to publish (one object, overwritten)."""
 LINEAGE_KEY = "lineage"
-_SNAPSHOT_NAME = re.compile(r"(?:^|[/.-])snapshots[/.](?P<tag>sp|chk)-(?P<id>\d+)\.blob$")
-
-
-class SavepointUnreachable(SavepointError):
-    """The store that holds the savepoint did not answer: a later attempt may read it."""
 
 
 class UnrestorableSavepoint(PermanentError, SavepointError):
@@ -165,47 +157,6 @@ def sink_ahead_problem(
     )
 
 
-def read_snapshot_location(
-    location: str, store: SnapshotStore, reach_like: str = ""
-) -> tuple[bytes, str]:
-    """The payload of the snapshot blob at ``location`` (a savepoint or checkpoint location as
-    reported in status), verified; and a short description of it. A location without
-    credentials or options is reached like ``reach_like``, the job's own storage URL."""
-    match = _SNAPSHOT_NAME.search(location)
-    if match is not None:
-        kind = SnapshotKind.SAVEPOINT if match["tag"] == "sp" else SnapshotKind.CHECKPOINT
-        snapshot_id = int(match["id"])
-        name = f"{store.prefix}/{match['tag']}-{snapshot_id:012d}.blob"
-        if store.backend.location(name) == location:
-            try:
-                return store.get(kind, snapshot_id).data, f"{kind.value} {snapshot_id}"
-            except SnapshotNotFound:
-                raise SavepointError(f"no {kind.value} at {location}") from None
-    scheme = urlsplit(location).scheme.lower()
-    if scheme == "configmap":
-        raise SavepointError(
-            f"{location} is in the ConfigMaps of another job; copy it to object storage or "
-            "restore into the job that took it"
-        )
-    root, _, name = location.rpartition("/")
-    if not name:
-        raise SavepointError(f"{location!r} does not name a savepoint file")
-    try:
-        with open_backend(reached_like(root, reach_like) if root else ".") as backend:
-            blob = backend.get(name)
-    except ObjectNotFound:
-        raise SavepointError(f"no savepoint at {location}") from None
-    except (StateError, OSError) as error:
-        raise SavepointUnreachable(f"cannot read the savepoint at {location}: {error}") from None
-    except ValueError as error:
-        raise SavepointError(f"cannot read the savepoint at {location}: {error}") from None
-    try:
-        payload, _ = decode_blob(blob, what=location)
-    except SnapshotCorrupt as error:
-        raise SavepointError(str(error)) from None
-    return payload, location
-
-
 def find_restore(
     store: SnapshotStore,
     *,
@@ -217,29 +168,19 @@ def find_restore(
 ) -> Restored:
     """The newest readable checkpoint of ``lineage``, else the savepoint ``restore_from``, else
     nothing. A damaged newest checkpoint falls back to the one before with a warning."""
-    checkpoints = [
-        info
-        for info in store.list(SnapshotKind.CHECKPOINT)
-        if info.metadata.get(LINEAGE_KEY) == lineage
-    ]
-    for info in reversed(checkpoints):
-        try:
-            savepoint = decode_savepoint(store.get(info.kind, info.id).data, info.location)
-        except (SnapshotCorrupt, SnapshotNotFound, SavepointError) as error:
-            log.warning("checkpoint %d is unusable (%s); trying the one before", info.id, error)
-            continue
-        return Restored(
-            f"checkpoint {info.id} ({info.location})",
-            savepoint,
-            _pending_offsets(store, lineage, info.id + 1),
-            info,
-            ContentStore(store.backend, store.prefix),
-        )
+    newest = newest_checkpoint(store, lineage)
+    if newest is not None:
+        return newest
     if not restore_from:
         return Restored("nothing (a new run)", None)
     try:
         payload, what = read_snapshot_location(restore_from, store, reach_like)
         savepoint = decode_savepoint(payload, restore_from)
+        if savepoint.composite:
+            raise IncompatibleSavepoint(
+                f"cannot start from {restore_from}: it holds {len(savepoint.queries)} queries "
+                f"({', '.join(sorted(savepoint.queries))}) and this job has one"
+            )
         check_restorable(
             savepoint.manifest,
             sources=fingerprints.sources,
@@ -259,9 +200,34 @@ def find_restore(
     )
 
 
-def _pending_offsets(store: SnapshotStore, lineage: str, batch_id: int) -> bytes | None:
+def newest_checkpoint(
+    store: SnapshotStore, lineage: str, pending_key: str = PENDING_OFFSETS
+) -> Restored | None:
+    """The newest readable checkpoint of ``lineage`` in ``store``, with its pending offsets."""
+    checkpoints = [
+        info
+        for info in store.list(SnapshotKind.CHECKPOINT)
+        if info.metadata.get(LINEAGE_KEY) == lineage
+    ]
+    for info in reversed(checkpoints):
+        try:
+            savepoint = decode_savepoint(store.get(info.kind, info.id).data, info.location)
+        except (SnapshotCorrupt, SnapshotNotFound, SavepointError) as error:
+            log.warning("checkpoint %d is unusable (%s); trying the one before", info.id, error)
+            continue
+        return Restored(
+            f"checkpoint {info.id} ({info.location})",
+            savepoint,
+            _pending_offsets(store, lineage, info.id + 1, pending_key),
+            info,
+            ContentStore(store.backend, store.prefix),
+        )
+    return None
+
+
+def _pending_offsets(store: SnapshotStore, lineage: str, batch_id: int, key: str) -> bytes | None:
     try:
-        document = json.loads(store.backend.get(PENDING_OFFSETS))
+        document = json.loads(store.backend.get(key))
     except ObjectNotFound:
         return None
     except (StateError, ValueError) as error:
@@ -300,7 +266,9 @@ class CheckpointKeeper:
         fingerprints: Fingerprints,
         restored: Restored,
         timings: PhaseTimings | None = None,
+        pending_key: str = PENDING_OFFSETS,
     ) -> None:
+        self._pending_key = pending_key
         self._timings = timings or PhaseTimings()
         self._store = store
         self._job = job
@@ -354,7 +322,7 @@ class CheckpointKeeper:
                 "batch": batch_id,
                 "offsets": raw.decode("utf-8"),
             }
-            self._store.backend.put(PENDING_OFFSETS, json.dumps(document).encode("utf-8"))
+            self._store.backend.put(self._pending_key, json.dumps(document).encode("utf-8"))
             return {"stored_through": self._stored_through}
 
     def published(self, batch_id: int) -> dict[str, Any]:
@@ -419,8 +387,8 @@ class CheckpointKeeper:
     ) -> tuple[SnapshotInfo, StoredCheckpoint]:
         """Copy checkpoint ``batch_id`` as a savepoint (into ``target``, or the job's store)."""
         with self._lock:
-            stored = self.checkpoint(batch_id)
-            blob = self._blob(batch_id, drained=drained)
+            whole, stored = self.savepoint_state(batch_id, drained=drained)
+            blob = encode_savepoint(whole)
             store = target or self._store
             savepoint_id = max(store.ids(SnapshotKind.SAVEPOINT), default=0) + 1
             info = store.put_savepoint(
@@ -453,15 +421,19 @@ class CheckpointKeeper:
             spark_version=pyspark.__version__,
         )
 
-    def _blob(self, batch_id: int, *, drained: bool) -> bytes:
-        """A self-contained savepoint: Spark's checkpoint as a tar."""
-        return encode_savepoint(
-            Savepoint(
+    def savepoint_state(
+        self, batch_id: int, *, drained: bool
+    ) -> tuple[Savepoint, StoredCheckpoint]:
+        """Checkpoint ``batch_id`` and a self-contained savepoint of it (Spark's checkpoint as a
+        tar), not stored: a composite savepoint holds one per query."""
+        with self._lock:
+            stored = self.checkpoint(batch_id)
+            whole = Savepoint(
                 self._manifest(batch_id, drained=drained),
                 pack_checkpoint(self._dir, batch_id),
                 self._snapshots[batch_id],
             )
-        )
+            return whole, stored
 
     def _store_checkpoint(self, batch_id: int) -> StoredCheckpoint:
         """An incremental checkpoint: upload the files no stored checkpoint has, then the index."""

@@ -18,6 +18,13 @@ content files (:mod:`finishable.state.contents`), shared with the checkpoints be
 (Flink inlines small state the same way). A savepoint always carries everything in its tar, so
 that it stays valid whatever happens to the job's checkpoints.
 
+A job of several queries (one per ``write_stream``) takes a *composite* savepoint, format version
+3: its top-level manifest names every query and the batch it is cut at (``queries``), and each
+query's own savepoint, as above, sits under ``queries/<query>/``. The queries share nothing (each
+source feeds one query, each query writes its own sink), so the per-query cuts taken at each
+query's batch boundary together are one consistent cut of the job. A single-query job keeps
+writing versions 1 and 2.
+
 ``check_restorable`` refuses a savepoint of a job with other sources or sinks (the job name may
 differ: starting a new job from an old one's savepoint is the point), or a drained one (event
 time at its end: a job started from it would emit no more windows) unless forced, each with a
@@ -40,9 +47,14 @@ from finishable.api.models import ApiModel
 from finishable.driver.streaming.cut import read_cut
 
 FORMAT = "finishable.savepoint"
-FORMAT_VERSION = 2
-"""The newest format this version reads: 1 is self-contained, 2 has an index of shared files."""
+FORMAT_VERSION = 3
+"""The newest format this version reads: 1 is self-contained, 2 has an index of shared files,
+3 holds several queries' savepoints."""
 SELF_CONTAINED_VERSION = 1
+INCREMENTAL_VERSION = 2
+COMPOSITE_VERSION = 3
+QUERIES = "queries/"
+"""Where a composite savepoint keeps each query's entries: ``queries/<query>/<entry>``."""
 INDEX = "checkpoint.index"
 """An incremental checkpoint's index of shared files (path → sha256), as JSON, beside the
 ``checkpoint.tar`` of its small files; its manifest says version 2, so that a finishable too old
@@ -69,6 +81,10 @@ class SavepointManifest(ApiModel):
     sources: dict[str, str] = Field(default_factory=dict, description="Source fingerprints.")
     sinks: dict[str, str] = Field(default_factory=dict, description="Sink fingerprints.")
     spark_version: str = Field(default="", description="Spark version that wrote it.")
+    queries: dict[str, int] = Field(
+        default_factory=dict,
+        description="A composite savepoint: each query's committed batch (-1: none yet).",
+    )
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
 
@@ -84,9 +100,16 @@ class Savepoint:
     """An incremental checkpoint's other files: path in Spark's checkpoint → sha256 in the
     store's content files (:mod:`finishable.state.contents`)."""
 
+    queries: Mapping[str, Savepoint | None] = field(default_factory=dict)
+    """A composite savepoint: each query's own savepoint (None: it committed no batch yet)."""
+
     @property
     def incremental(self) -> bool:
         return bool(self.files)
+
+    @property
+    def composite(self) -> bool:
+        return bool(self.manifest.queries)
 
 
 # -- Spark's checkpoint directory ------------------------------------------------------------
@@ -183,18 +206,17 @@ def committed_watermark(checkpoint_dir: Path, batch_id: int) -> int | None:
 
 
 def encode_savepoint(savepoint: Savepoint) -> bytes:
-    """One blob for the snapshot store: manifest, checkpoint and coordinator snapshots."""
-    manifest = savepoint.manifest
-    if savepoint.incremental:
-        manifest = manifest.model_copy(update={"version": FORMAT_VERSION})
-    entries: dict[str, bytes] = {
-        "manifest.json": manifest.model_dump_json(by_alias=True, indent=2).encode(),
-        "checkpoint.tar": savepoint.checkpoint,
-    }
-    if savepoint.incremental:
-        entries[INDEX] = json.dumps({"files": dict(savepoint.files)}, sort_keys=True).encode()
-    for name, snapshot in sorted(savepoint.coordinators.items()):
-        entries[f"coordinators/{name}"] = snapshot
+    """One blob for the snapshot store: manifest, checkpoint and coordinator snapshots (of every
+    query, in a composite savepoint)."""
+    entries = _entries_of(savepoint)
+    if savepoint.composite:
+        for query, part in sorted(savepoint.queries.items()):
+            if part is None:
+                continue
+            if part.incremental or part.composite:
+                raise ValueError(f"query {query!r}: a composite savepoint holds whole savepoints")
+            for name, data in _entries_of(part).items():
+                entries[f"{QUERIES}{query}/{name}"] = data
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as archive:
         for name, data in entries.items():
@@ -202,6 +224,43 @@ def encode_savepoint(savepoint: Savepoint) -> bytes:
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
+
+
+def composite_savepoint(
+    manifest: SavepointManifest, queries: Mapping[str, Savepoint | None]
+) -> Savepoint:
+    """The savepoint of a job of several queries: ``manifest`` is the job's (its ``queries`` and
+    ``batch_id`` are filled in here), each query's savepoint as taken at its own boundary."""
+    batches = {
+        name: (-1 if part is None else part.manifest.batch_id) for name, part in queries.items()
+    }
+    top = manifest.model_copy(
+        update={
+            "version": COMPOSITE_VERSION,
+            "batch_id": max(0, *batches.values()),
+            "queries": batches,
+        }
+    )
+    # An empty checkpoint.tar, so that a finishable that cannot read version 3 says so.
+    return Savepoint(top, pack_files({}), queries=dict(queries))
+
+
+def _entries_of(savepoint: Savepoint) -> dict[str, bytes]:
+    manifest = savepoint.manifest
+    if savepoint.incremental:
+        manifest = manifest.model_copy(update={"version": INCREMENTAL_VERSION})
+    exclude = None if manifest.queries else {"queries"}  # one query: exactly as before
+    entries: dict[str, bytes] = {
+        "manifest.json": manifest.model_dump_json(
+            by_alias=True, indent=2, exclude=exclude
+        ).encode(),
+        "checkpoint.tar": savepoint.checkpoint,
+    }
+    if savepoint.incremental:
+        entries[INDEX] = json.dumps({"files": dict(savepoint.files)}, sort_keys=True).encode()
+    for name, snapshot in sorted(savepoint.coordinators.items()):
+        entries[f"coordinators/{name}"] = snapshot
+    return entries
 
 
 def decode_savepoint(data: bytes, location: str = "the savepoint") -> Savepoint:
@@ -215,6 +274,21 @@ def decode_savepoint(data: bytes, location: str = "the savepoint") -> Savepoint:
                     entries[member.name] = source.read()
     except (tarfile.TarError, EOFError, OSError) as error:
         raise SavepointError(f"{location} is not a finishable savepoint: {error}") from None
+    savepoint = _from_entries(entries, location)
+    if not savepoint.composite:
+        return savepoint
+    parts: dict[str, Savepoint | None] = {}
+    for query, batch in savepoint.manifest.queries.items():
+        prefix = f"{QUERIES}{query}/"
+        own = {n.removeprefix(prefix): d for n, d in entries.items() if n.startswith(prefix)}
+        part = _from_entries(own, f"{location} (query {query!r})") if batch >= 0 else None
+        if part is not None and (part.composite or part.manifest.batch_id != batch):
+            raise SavepointError(f"{location}: the savepoint of query {query!r} does not fit it")
+        parts[query] = part
+    return Savepoint(savepoint.manifest, savepoint.checkpoint, queries=parts)
+
+
+def _from_entries(entries: Mapping[str, bytes], location: str) -> Savepoint:
     missing = [name for name in ("manifest.json", "checkpoint.tar") if name not in entries]
     if missing:
         raise SavepointError(f"{location} is not a finishable savepoint: no {missing[0]}")
@@ -278,7 +352,55 @@ def check_restorable(
             "sources and sinks."
         )
     if manifest.drained and not allow_drained:
+        raise _drained(location)
+
+
+def _drained(location: str) -> IncompatibleSavepoint:
+    return IncompatibleSavepoint(
+        f"cannot start from {location}: it was drained (event time is at its end, so no "
+        "window would fire again); set spec.restoreFrom.allowDrained: true to use it anyway"
+    )
+
+
+def check_queries_restorable(
+    savepoint: Savepoint,
+    *,
+    queries: Mapping[str, tuple[Mapping[str, str], Mapping[str, str]]],
+    allow_drained: bool,
+    location: str = "the savepoint",
+) -> None:
+    """Refuse, naming the query, a savepoint whose queries are not this job's: ``queries`` maps
+    each of the program's queries to its (source, sink) fingerprints."""
+    ours = ", ".join(sorted(queries))
+    if not savepoint.composite:
         raise IncompatibleSavepoint(
-            f"cannot start from {location}: it was drained (event time is at its end, so no "
-            "window would fire again); set spec.restoreFrom.allowDrained: true to use it anyway"
+            f"cannot start from {location}: it holds the state of a job of one query, and this "
+            f"job has {len(queries)} ({ours}). Start without spec.restoreFrom, or from a "
+            "savepoint of a job with the same queries."
         )
+    problems = [
+        f"its query {name!r} is not in this job"
+        for name in sorted(set(savepoint.queries) - set(queries))
+    ] + [
+        f"this job's query {name!r} is not in it"
+        for name in sorted(set(queries) - set(savepoint.queries))
+    ]
+    if problems:
+        raise IncompatibleSavepoint(
+            f"cannot start from {location}: "
+            + "; ".join(problems)
+            + f". This job's queries are {ours}; start without spec.restoreFrom, or from a "
+            "savepoint of a job with the same queries (name them with write_stream(name=...))."
+        )
+    for name, part in sorted(savepoint.queries.items()):
+        if part is not None:
+            sources, sinks = queries[name]
+            check_restorable(
+                part.manifest,
+                sources=sources,
+                sinks=sinks,
+                allow_drained=True,
+                location=f"{location} (query {name!r})",
+            )
+    if savepoint.manifest.drained and not allow_drained:
+        raise _drained(location)

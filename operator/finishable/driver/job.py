@@ -8,6 +8,9 @@
     job.write_stream(counts, sinks.TransactionalFiles("s3://bucket/counts/", format="parquet"))
     job.run()   # blocks; obeys stop, drain, savepoint and the final checkpoint
 
+Each ``write_stream`` is one Spark query into its own sink (``driver/streaming/queries.py``);
+stop, drain, savepoints and the final checkpoint apply to all of them together.
+
 ``from_env`` reads the configuration the operator (or ``finishable run``) handed over, opens the
 control channel and the snapshot store, decides where this attempt starts from (the newest
 checkpoint of its run, else the savepoint it was told to start from, else nothing), starts the
@@ -24,7 +27,6 @@ session, state) and times (``timings.py``, logged when ``run`` ends) it also clo
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import secrets
@@ -52,7 +54,6 @@ from finishable.connectors.sinks import (
     TransactionalSink,
 )
 from finishable.connectors.sources import Source
-from finishable.connectors.streaming.commit_hook import HOOK_OPTION, BatchHookClient
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.batch.runtime import BatchRuntime
 from finishable.driver.failures import PermanentFailure, ProgramError, is_permanent
@@ -62,14 +63,10 @@ from finishable.driver.runner_watch import watch_runner
 from finishable.driver.sink_defaults import default_staging, prepared_iceberg
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.streaming import preflight
-from finishable.driver.streaming.checkpoints import (
-    CheckpointKeeper,
-    Fingerprints,
-    find_restore,
-    lineage_of,
-    sink_ahead_problem,
-)
+from finishable.driver.streaming.checkpoints import lineage_of
 from finishable.driver.streaming.executor import StreamingExecutor
+from finishable.driver.streaming.plan import QueryPlan
+from finishable.driver.streaming.queries import Output, assign_sources
 from finishable.driver.streaming.savepoints import SavepointError
 from finishable.state import SnapshotStore, open_backend
 from finishable.state.backends import ReadOnlyBackend
@@ -128,7 +125,7 @@ class FinishableJob:
         self._lineage = lineage_of(config.run_key, restore_from)
         self._checkpoint_dir = self._attempt_dir / "checkpoint"
         self._sources: list[SourceCoordinator] = []
-        self._output: tuple[DataFrame, TransactionalSink, str] | None = None
+        self._outputs: list[Output] = []
         self._endpoint = CoordinatorEndpoint(
             self._token,
             host=os.environ.get(ENDPOINT_BIND_ENV, "127.0.0.1"),
@@ -277,17 +274,28 @@ class FinishableJob:
         return coordinator.stream(self._spark, self._endpoint.url, self._token)
 
     def write_stream(
-        self, dataframe: DataFrame, sink: TransactionalSink, *, output_mode: str = "append"
+        self,
+        dataframe: DataFrame,
+        sink: TransactionalSink,
+        *,
+        output_mode: str = "append",
+        name: str | None = None,
     ) -> None:
-        """Write ``dataframe`` exactly once into ``sink`` (one output per job)."""
+        """Write ``dataframe`` exactly once into ``sink``: one streaming query.
+
+        Call it once per output: each call is a query of its own, reading the sources its
+        DataFrame reads (a source feeds one query). ``name`` identifies the query in checkpoints
+        and savepoints (default: the sink's name); keep it stable across versions of the program.
+        """
         if self._batch is not None:
             raise ProgramError(
                 "write_stream builds Streaming jobs, but spec.mode is Batch: use job.write"
             )
-        if self._output is not None:
+        query = name or sink.sink_name
+        if any(o.name == query for o in self._outputs):
             raise ProgramError(
-                "this job already writes to a sink: a FinishableJob has one output (union the "
-                "DataFrames, or run a second job)"
+                f"two queries are named {query!r}: pass write_stream(name=...) distinct names "
+                "(a query is named after its sink unless named)"
             )
         if output_mode.lower() not in ("append", "complete"):
             raise ProgramError(
@@ -301,7 +309,10 @@ class FinishableJob:
             sink = prepared_iceberg(self.config, sink, dataframe)
         elif isinstance(sink, TransactionalFiles):
             sink = sink.with_defaults()
-        self._output = (dataframe, sink, output_mode)
+        outputs = [*self._outputs, Output(query, dataframe, sink, output_mode)]
+        if len(outputs) > 1:
+            assign_sources(outputs, self._sources, complete=False)  # a shared source: now
+        self._outputs = outputs
 
     # -- running ------------------------------------------------------------------------------
 
@@ -362,8 +373,7 @@ class FinishableJob:
         """An upgrade check pod: end with whether this program can restore the running job's
         state (driver/streaming/preflight.py); no query is started."""
         try:
-            fingerprints = self._fingerprints()
-            message, code = preflight.verdict(self._store, self._lineage, fingerprints)
+            message, code = self._plan().check_upgrade(self._lineage)
         except (ProgramError, StateError, OSError) as error:
             message, code = f"{type(error).__name__}: {error}", 1
         self._close()
@@ -373,75 +383,48 @@ class FinishableJob:
             log.warning("stopping Spark failed", exc_info=True)
         preflight.conclude(message, code)
 
-    def _fingerprints(self) -> Fingerprints:
-        """What a savepoint of this program records and a restore compares: its sources and
-        its sink."""
-        if self._output is None:
-            raise ProgramError("the program called run() without write_stream(): nothing to run")
-        if not self._sources:
-            raise ProgramError("the program called run() without read_stream(): nothing to read")
-        sink = self._output[1]
-        return Fingerprints(
-            sources={c.name: c.source.fingerprint() for c in self._sources},
-            sinks={sink.sink_name: json.dumps(sink.fingerprint(), sort_keys=True)},
+    def _plan(self) -> QueryPlan:
+        """The program's queries: what each reads, where its state is (ProgramError if none)."""
+        return QueryPlan(
+            self._outputs,
+            self._sources,
+            job=self.name,
+            store=self._store,
+            checkpoint_dir=self._checkpoint_dir,
         )
 
     def _prepare(self) -> StreamingExecutor:
-        fingerprints = self._fingerprints()
-        assert self._output is not None  # _fingerprints refused a program without one
-        dataframe, sink, output_mode = self._output
-        check_placement(self._spark, self.config, dataframe)
-        restored = find_restore(
-            self._store,
+        plan = self._plan()
+        for output in plan.outputs:
+            check_placement(self._spark, self.config, output.dataframe)
+        restore = self.config.spec.restore_from
+        restored = plan.restores(
             lineage=self._lineage,
             restore_from=self.restore_from,
-            allow_drained=self.config.spec.restore_from.allow_drained,
-            fingerprints=fingerprints,
+            allow_drained=restore.allow_drained,
+            allow_sink_ahead=restore.allow_sink_ahead,
             reach_like=self.config.state_url,
         )
-        problem = sink_ahead_problem(
-            restored,
-            sink.sink_name,
-            sink.last_committed_batch(),
-            allowed=self.config.spec.restore_from.allow_sink_ahead,
-        )
-        if problem is not None:
-            raise PermanentFailure(problem)
-        log.info("attempt %d starts from %s", self.attempt, restored.origin)
+        if plan.single:
+            log.info(
+                "attempt %d starts from %s", self.attempt, next(iter(restored.values())).origin
+            )
         self._clear_work_dir()
-        restored.apply(self._checkpoint_dir)
-        for coordinator in self._sources:
-            coordinator.start(restored.restore_point(coordinator.name))
-            self._endpoint.add(coordinator.host)
-        keeper = CheckpointKeeper(
-            store=self._store,
-            job=self.name,
+        queries = plan.build(
+            restored,
             lineage=self._lineage,
-            checkpoint_dir=self._checkpoint_dir,
-            coordinators=self._sources,
-            fingerprints=fingerprints,
-            restored=restored,
+            hook_url=self._endpoint.url,
+            token=self._token,
+            interval_seconds=self.config.spec.checkpointing.interval.total_seconds(),
             timings=self.timings,
         )
-        self._endpoint.set_batch_hook(keeper.hook)
-        hook = BatchHookClient(self._endpoint.url, self._token, sink.sink_name)
-        interval = self.config.spec.checkpointing.interval.total_seconds()
-        writer = (
-            sink.write_stream(dataframe)
-            .option(HOOK_OPTION, hook.to_option())
-            .option("checkpointLocation", str(self._checkpoint_dir))
-            .outputMode(output_mode)
-            .queryName(self.name)
-            .trigger(processingTime=f"{int(interval * 1000)} milliseconds")
-        )
+        for coordinator in self._sources:
+            self._endpoint.add(coordinator.host)
+        self._endpoint.set_batch_hook(queries.hook)
         return StreamingExecutor(
             job=self.name,
             attempt=self.attempt,
-            writer=writer,
-            sink=sink,
-            coordinators=self._sources,
-            keeper=keeper,
-            checkpoint_dir=self._checkpoint_dir,
+            queries=queries,
             control=self._control,
             stop_timeout=self.config.spec.stop_timeout.total_seconds(),
             fence=self._state.fence,

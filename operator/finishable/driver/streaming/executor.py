@@ -1,10 +1,12 @@
-"""The streaming executor: runs the job's query and walks it through the FLIP-147 lifecycle.
+"""The streaming executor: runs the job's queries and walks them through the FLIP-147 lifecycle.
 
-Running, it stores a checkpoint per committed micro-batch (``CheckpointKeeper``), reports to the
-control channel and answers requests. Ending — a stop with savepoint, a stop with drain, or the
-final checkpoint once every bounded source is exhausted — is driven by the lifecycle table: one
-``TaskLifecycle`` per source task and one for the sink task, fed the events as they happen, and
-every action the table returns is performed by the handler registered for it below. Nothing
+Running, it stores a checkpoint per committed micro-batch of each query (``CheckpointKeeper``),
+reports to the control channel and answers requests. Ending — a stop with savepoint, a stop with
+drain, or the final checkpoint once every bounded source is exhausted — is driven by the
+lifecycle table: one ``TaskLifecycle`` per source task and one per query's sink task, fed the
+events as they happen, and every query takes part: the job ends when all of them have ended, and
+its savepoint holds every query's cut (``QuerySet``). Any query failing fails the job. One
+action the table returns is performed by the handler registered for it below. Nothing
 about *what* happens when is decided here; only *how* each action is done on Spark
 (docs/streaming-runtime.md has the mapping and why it is exactly-once).
 """
@@ -15,8 +17,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
 from finishable.api.models import RequestAction
@@ -26,23 +26,18 @@ from finishable.api.status import (
     CoordinatorStatus,
     SavepointStatus,
 )
-from finishable.connectors.sinks import TransactionalSink
-from finishable.driver.checkpoint_log import CheckpointLog
 from finishable.driver.outcome import JobFailed, Outcome
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.streaming.boundary import await_batch_boundary
-from finishable.driver.streaming.checkpoints import CheckpointKeeper, StoredCheckpoint
+from finishable.driver.streaming.checkpoints import StoredCheckpoint
 from finishable.driver.streaming.cut import CutError
+from finishable.driver.streaming.queries import Query, QuerySet
 from finishable.driver.streaming.termination import Termination
 from finishable.lifecycle.table import Action, LifecycleMode, TaskEvent, TaskKind
 from finishable.lifecycle.task import TaskLifecycle
 from finishable.state import SnapshotInfo, SnapshotStore, open_backend
 from finishable.state.control import ControlChannel
 from finishable.state.fence import Fence, FencedBackend
-
-if TYPE_CHECKING:
-    from pyspark.sql.streaming.query import StreamingQuery
-    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 log = logging.getLogger(__name__)
 
@@ -55,41 +50,31 @@ class StopFailed(RuntimeError):
 
 
 class StreamingExecutor:
-    """Runs one query of a job until it is stopped, drained, finished or fails."""
+    """Runs the queries of a job until they are stopped, drained, finished or one fails."""
 
     def __init__(
         self,
         *,
         job: str,
         attempt: int,
-        writer: DataStreamWriter,
-        sink: TransactionalSink,
-        coordinators: Sequence[SourceCoordinator],
-        keeper: CheckpointKeeper,
-        checkpoint_dir: Path,
+        queries: QuerySet,
         control: ControlChannel,
         stop_timeout: float,
         fence: Fence | None = None,
     ) -> None:
         self._job = job
         self._attempt = attempt
-        self._writer = writer
-        self._sink = sink
-        self._coordinators = list(coordinators)
-        self._keeper = keeper
-        self._dir = checkpoint_dir
-        self._log = CheckpointLog(str(checkpoint_dir))
+        self._queries = queries
+        self._coordinators = queries.coordinators
         self._control = control
         self._stop_timeout = stop_timeout
         self._fence = fence
-        self._query: StreamingQuery | None = None
         self._termination: Termination | None = None
         self._savepoint: SavepointStatus | None = None
         self._answer: RequestReport | None = None
         self._answered: set[str] = set()
         self._barriers = 0
         self._deadline = 0.0
-        self._rest: int | None = None
         self._reported_checkpoint: int | None = None
         self._reported_at = 0.0
         self._source_actions: dict[Action, Callable[[SourceCoordinator], None]] = {
@@ -97,9 +82,9 @@ class StreamingExecutor:
             Action.ADVANCE_TO_MAX_WATERMARK: self._emit_sentinel,
             Action.END_INPUT_AND_FINISH: lambda c: c.suspend(),
         }
-        self._sink_actions: dict[Action, Callable[[], None]] = {
+        self._sink_actions: dict[Action, Callable[[Query], None]] = {
             Action.ADVANCE_TO_MAX_WATERMARK: self._await_sentinels,
-            Action.END_INPUT_AND_FINISH: sink.finish,
+            Action.END_INPUT_AND_FINISH: lambda q: q.sink.finish(),
             Action.EMIT_CHECKPOINT_BARRIER: self._checkpoint_at_boundary,
             Action.CLOSE: self._stop_query,
         }
@@ -107,30 +92,32 @@ class StreamingExecutor:
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self) -> Outcome:
-        """Start the query and obey the control channel until the job ends."""
-        for coordinator in self._coordinators:
-            reconciliation = coordinator.begin_run(self._attempt, str(self._dir))
-            if reconciliation.in_flight_batch is not None:
-                log.info(
-                    "source %s: batch %d replays with %d adopted split(s)",
-                    coordinator.name,
-                    reconciliation.in_flight_batch,
-                    len(reconciliation.in_flight_splits),
-                )
-        self._query = self._writer.start()
-        log.info("query %s started (attempt %d)", self._job, self._attempt)
-        self._report(DriverState.RUNNING, force=True)
+        """Start the queries and obey the control channel until the job ends."""
         try:
+            for query in self._queries.queries:
+                for coordinator in query.coordinators:
+                    reconciliation = coordinator.begin_run(self._attempt, str(query.checkpoint_dir))
+                    if reconciliation.in_flight_batch is not None:
+                        log.info(
+                            "source %s: batch %d replays with %d adopted split(s)",
+                            coordinator.name,
+                            reconciliation.in_flight_batch,
+                            len(reconciliation.in_flight_splits),
+                        )
+                query.handle = query.writer.start()
+                log.info("query %s started (attempt %d)", query.name, self._attempt)
+            self._report(DriverState.RUNNING, force=True)
             return self._loop()
         finally:
-            self._stop_query()
+            for query in self._queries.queries:
+                self._stop_query(query)
             for coordinator in self._coordinators:
                 coordinator.end_run("query ended")
 
     def _loop(self) -> Outcome:
         while True:
             self._check_query()
-            self._keeper.store_latest()
+            self._queries.store_latest()
             request = self._control.read_request(self._attempt)
             if request is not None and request.id not in self._answered:
                 outcome = self._handle(request)
@@ -144,14 +131,17 @@ class StreamingExecutor:
             time.sleep(POLL_SECONDS)
 
     def _check_query(self) -> None:
-        query = self._query
-        if query is None:
-            return
-        error = query.exception()
-        if error is not None:
-            raise JobFailed(f"the query failed: {_first_line(str(error))}")
-        if not query.isActive:
-            raise JobFailed("the query stopped by itself")
+        """Any query failed or stopped by itself fails the job."""
+        for query in self._queries.queries:
+            handle = query.handle
+            if handle is None:
+                continue
+            which = "the query" if self._queries.single else f"the query {query.name!r}"
+            error = handle.exception()
+            if error is not None:
+                raise JobFailed(f"{which} failed: {_first_line(str(error))}")
+            if not handle.isActive:
+                raise JobFailed(f"{which} stopped by itself")
 
     def _exhausted(self) -> bool:
         return bool(self._coordinators) and all(
@@ -208,36 +198,41 @@ class StreamingExecutor:
         return SnapshotStore(backend)
 
     def _savepoint_now(self, request: ControlRequest, target: SnapshotStore | None) -> None:
-        """A savepoint without stopping: the newest committed batch, once there is one."""
+        """A savepoint without stopping: each query's newest stored checkpoint, once every
+        query that committed a batch has one (and one has)."""
         deadline = time.monotonic() + self._stop_timeout
         while True:
             self._check_query()
-            latest = self._keeper.store_latest()
-            if latest is not None:
-                self._record_savepoint(
-                    *self._keeper.savepoint(
-                        latest.batch_id, drained=False, request_id=request.id, target=target
-                    ),
-                    drained=False,
-                    request_id=request.id,
+            batches: dict[str, int] = {}
+            for query in self._queries.queries:
+                latest = query.keeper.store_latest()
+                committed = query.log.last_committed()
+                batches[query.name] = -1 if latest is None else latest.batch_id
+                if latest is None and committed >= 0:
+                    batches.clear()  # its first checkpoint is on its way
+                    break
+            if batches and max(batches.values()) >= 0:
+                info, batch = self._queries.savepoint(
+                    batches, drained=False, request_id=request.id, target=target
                 )
+                self._record_savepoint(info, batch, drained=False, request_id=request.id)
                 return
             if time.monotonic() >= deadline:
                 raise StopFailed("no micro-batch completed, so there is nothing to save yet")
             time.sleep(POLL_SECONDS)
 
     def _record_savepoint(
-        self, info: SnapshotInfo, stored: StoredCheckpoint, *, drained: bool, request_id: str | None
+        self, info: SnapshotInfo, batch_id: int, *, drained: bool, request_id: str | None
     ) -> None:
         self._savepoint = SavepointStatus(
             location=info.location,
             drained=drained,
             time=datetime.fromtimestamp(info.created_at, UTC),
             request_id=request_id,
-            id=stored.batch_id,
+            id=batch_id,
             size_bytes=info.size,
         )
-        log.info("savepoint at batch %d: %s", stored.batch_id, info.location)
+        log.info("savepoint at batch %d: %s", batch_id, info.location)
 
     # -- ending, driven by the lifecycle table --------------------------------------------
 
@@ -247,18 +242,21 @@ class StreamingExecutor:
         request: ControlRequest | None,
         target: SnapshotStore | None = None,
     ) -> None:
-        """Walk every task through ``mode`` to CLOSED, performing the table's actions."""
+        """Walk every task of every query through ``mode`` to CLOSED, performing the table's
+        actions; one savepoint (or final checkpoint) holds every query's cut."""
         stopping = mode is not LifecycleMode.FINAL_CHECKPOINT
+        queries = self._queries.queries
         self._barriers += 1
         ending = Termination(
             mode=mode,
             barrier=self._barriers,
             sources={c.name: TaskLifecycle(TaskKind.SOURCE, mode) for c in self._coordinators},
-            sink=TaskLifecycle(TaskKind.NON_SOURCE, mode),
+            sinks={q.name: TaskLifecycle(TaskKind.NON_SOURCE, mode) for q in queries},
         )
         self._termination = ending
         self._deadline = time.monotonic() + self._stop_timeout
-        self._rest = None
+        for query in queries:
+            query.rest = None
 
         # 1. Every source: a savepoint trigger (stop modes) or the end of its input.
         for coordinator in self._coordinators:
@@ -270,16 +268,20 @@ class StreamingExecutor:
             self._perform_source(coordinator, actions, ending)
         self._report_ending()
 
-        # 2. The sink task hears MAX_WATERMARK (drain and final checkpoint) and EndOfData.
-        if Action.EMIT_MAX_WATERMARK in ending.emitted:
-            self._perform_sink(ending.sink.handle(TaskEvent.MAX_WATERMARK_ALIGNED), ending)
-        self._perform_sink(ending.sink.handle(TaskEvent.END_OF_USER_RECORDS_ALIGNED), ending)
+        # 2. Each sink task hears MAX_WATERMARK (drain and final checkpoint) and EndOfData.
+        for query in queries:
+            sink = ending.sinks[query.name]
+            if Action.EMIT_MAX_WATERMARK in ending.emitted:
+                self._perform_sink(query, sink.handle(TaskEvent.MAX_WATERMARK_ALIGNED))
+            self._perform_sink(query, sink.handle(TaskEvent.END_OF_USER_RECORDS_ALIGNED))
         self._report_ending()
 
-        # 3. The barrier is the batch boundary: nothing planned is uncommitted, nothing new comes.
-        ending.batch = self._boundary()
+        # 3. The barrier is each query's batch boundary: nothing planned is uncommitted, nothing
+        # new comes.
+        for query in queries:
+            ending.batches[query.name] = self._boundary(query)
         if not stopping:
-            ending.barrier = max(ending.batch, 0)
+            ending.barrier = max(0, *ending.batches.values())
             for coordinator in self._coordinators:
                 self._perform_source(
                     coordinator,
@@ -288,21 +290,22 @@ class StreamingExecutor:
                     ),
                     ending,
                 )
-        self._perform_sink(
-            ending.sink.handle(
-                TaskEvent.CHECKPOINT_BARRIER_ALIGNED, ending.barrier, savepoint=stopping
-            ),
-            ending,
-        )
+        for query in queries:
+            self._perform_sink(
+                query,
+                ending.sinks[query.name].handle(
+                    TaskEvent.CHECKPOINT_BARRIER_ALIGNED, ending.barrier, savepoint=stopping
+                ),
+            )
 
         # 4. The final checkpoint or savepoint completes; every task may close.
         drained = mode is not LifecycleMode.STOP_WITH_SAVEPOINT
-        if ending.batch >= 0:
+        if max(ending.batches.values()) >= 0:
             request_id = request.id if request is not None else None
-            info, stored = self._keeper.savepoint(
-                ending.batch, drained=drained, request_id=request_id, target=target
+            info, batch = self._queries.savepoint(
+                ending.batches, drained=drained, request_id=request_id, target=target
             )
-            self._record_savepoint(info, stored, drained=drained, request_id=request_id)
+            self._record_savepoint(info, batch, drained=drained, request_id=request_id)
         for coordinator in self._coordinators:
             task = ending.sources[coordinator.name]
             self._perform_source(
@@ -310,20 +313,26 @@ class StreamingExecutor:
                 task.handle(TaskEvent.CHECKPOINT_COMPLETED, ending.barrier, savepoint=stopping),
                 ending,
             )
-        self._perform_sink(
-            ending.sink.handle(TaskEvent.CHECKPOINT_COMPLETED, ending.barrier, savepoint=stopping),
-            ending,
-        )
-        # The sink has no downstream task to acknowledge its EndOfData: it acknowledges itself;
-        # the sources' EndOfData is acknowledged by the sink, which received it.
-        self._perform_sink(ending.sink.handle(TaskEvent.END_OF_DATA_ACKNOWLEDGED), ending)
+        for query in queries:
+            sink = ending.sinks[query.name]
+            self._perform_sink(
+                query,
+                sink.handle(TaskEvent.CHECKPOINT_COMPLETED, ending.barrier, savepoint=stopping),
+            )
+            # A sink has no downstream task to acknowledge its EndOfData: it acknowledges
+            # itself; the sources' EndOfData is acknowledged by the sink, which received it.
+            self._perform_sink(query, sink.handle(TaskEvent.END_OF_DATA_ACKNOWLEDGED))
         for coordinator in self._coordinators:
             task = ending.sources[coordinator.name]
             self._perform_source(
                 coordinator, task.handle(TaskEvent.END_OF_DATA_ACKNOWLEDGED), ending
             )
-        self._perform_sink(ending.sink.handle(TaskEvent.END_OF_PARTITION_RECEIVED), ending)
-        if not ending.sink.closed or not all(t.closed for t in ending.sources.values()):
+        for query in queries:
+            self._perform_sink(
+                query, ending.sinks[query.name].handle(TaskEvent.END_OF_PARTITION_RECEIVED)
+            )
+        open_sinks = [t for t in ending.sinks.values() if not t.closed]
+        if open_sinks or not all(t.closed for t in ending.sources.values()):
             raise JobFailed(f"the {mode.value} ended with tasks still open: {ending.status()}")
 
     def _perform_source(
@@ -335,56 +344,58 @@ class StreamingExecutor:
                 handler(coordinator)
             ending.emitted.add(action)
 
-    def _perform_sink(self, actions: Sequence[Action], ending: Termination) -> None:
+    def _perform_sink(self, query: Query, actions: Sequence[Action]) -> None:
         for action in actions:
             handler = self._sink_actions.get(action)
             if handler is not None:
-                handler()
+                handler(query)
 
     def _emit_sentinel(self, coordinator: SourceCoordinator) -> None:
         """MAX_WATERMARK, Spark style: one far-future row that sinks never publish."""
         coordinator.emit_sentinel(f"drain-{self._job}")
 
-    def _await_sentinels(self) -> None:
-        """Every sentinel was read, and the batches after it moved the watermark and fired."""
-        while any(c.state().sentinel_pending for c in self._coordinators):
+    def _await_sentinels(self, query: Query) -> None:
+        """Every sentinel of the query's sources was read, and the batches after it moved the
+        watermark and fired."""
+        while any(c.state().sentinel_pending for c in query.coordinators):
             self._check_query()
             if time.monotonic() >= self._deadline:
                 raise StopFailed("the drain's sentinel batch did not complete in time")
             time.sleep(POLL_SECONDS / 2)
-        self._boundary()
+        self._boundary(query)
 
-    def _boundary(self) -> int:
+    def _boundary(self, query: Query) -> int:
         """The batch the suspended query rests at. A rest found before still holds if nothing
         was planned since (the sources stay suspended and the sentinels are consumed), which
         spares a drain a second wait for two held requests."""
         self._check_query()
-        rest = self._rest
-        planned = max(self._log.batch_ids("offsets"), default=-1)
-        if rest is not None and planned == rest == self._log.last_committed():
+        rest = query.rest
+        planned = max(query.log.batch_ids("offsets"), default=-1)
+        if rest is not None and planned == rest == query.log.last_committed():
             return rest
         remaining = max(1.0, self._deadline - time.monotonic())
         try:
-            self._rest = await_batch_boundary(self._coordinators, self._log, timeout=remaining)
+            query.rest = await_batch_boundary(query.coordinators, query.log, timeout=remaining)
         except TimeoutError as error:
             raise StopFailed(str(error)) from None
-        return self._rest
+        return query.rest
 
-    def _checkpoint_at_boundary(self) -> None:
+    def _checkpoint_at_boundary(self, query: Query) -> None:
         ending = self._termination
-        if ending is not None and ending.batch >= 0:
-            self._keeper.checkpoint(ending.batch)
+        batch = ending.batches.get(query.name, -1) if ending is not None else -1
+        if batch >= 0:
+            query.keeper.checkpoint(batch)
 
-    def _stop_query(self) -> None:
-        query = self._query
-        if query is not None and query.isActive:
-            query.stop()
+    def _stop_query(self, query: Query) -> None:
+        handle = query.handle
+        if handle is not None and handle.isActive:
+            handle.stop()
 
     # -- reports ----------------------------------------------------------------------------
 
     def _ended(self, state: DriverState) -> Outcome:
         self._report(state, force=True)
-        return Outcome(state, self._savepoint, self._keeper.latest)
+        return Outcome(state, self._savepoint, self._queries.latest)
 
     def _report_ending(self) -> None:
         ending = self._termination
@@ -407,7 +418,7 @@ class StreamingExecutor:
     def _report(
         self, state: DriverState, *, force: bool = False, message: str = "", permanent: bool = False
     ) -> None:
-        latest = self._keeper.latest
+        latest = self._queries.latest
         checkpoint = latest.batch_id if latest is not None else None
         now = time.monotonic()
         if (

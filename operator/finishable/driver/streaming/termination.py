@@ -14,7 +14,7 @@ from finishable.lifecycle.table import Action
 from finishable.lifecycle.task import TaskLifecycle
 
 SINK_TASK = "sink"
-"""The name the sink task is reported under."""
+"""The name the sink task is reported under (followed by the query's, for several)."""
 
 
 @dataclass
@@ -25,9 +25,11 @@ class Termination:
     barrier: int
     """The checkpoint id the tasks know the final checkpoint or savepoint by."""
     sources: dict[str, TaskLifecycle]
-    sink: TaskLifecycle
-    batch: int = -1
-    """The committed batch the final checkpoint is cut at, once the boundary is reached."""
+    sinks: dict[str, TaskLifecycle]
+    """Each query's sink task, by query name."""
+    batches: dict[str, int] = field(default_factory=dict)
+    """Each query's committed batch its final checkpoint is cut at, once its boundary is
+    reached (-1: it committed none)."""
     emitted: set[Action] = field(default_factory=set)
 
     def status(self) -> LifecycleStatus:
@@ -40,12 +42,13 @@ class Termination:
             )
             for name, task in self.sources.items()
         ]
-        tasks.append(
+        tasks.extend(
             LifecycleTaskStatus(
-                name=SINK_TASK,
+                name=SINK_TASK if len(self.sinks) == 1 else f"{SINK_TASK} {name}",
                 kind=TaskKind.NON_SOURCE,
-                task_status=self.sink.task_status,
-                operator_status=self.sink.operator_status,
+                task_status=task.task_status,
+                operator_status=task.operator_status,
             )
+            for name, task in self.sinks.items()
         )
         return LifecycleStatus(mode=self.mode, tasks=tasks)

@@ -46,8 +46,7 @@ STREAMING_FILES_LINE = (
     'name="counts"))'
 )
 STREAMING_ICEBERG_LINE = (
-    'job.write_stream(counts, sinks.Iceberg("clicks.counts", warehouse=args.output, '
-    'name="counts"))'
+    'job.write_stream(counts, sinks.Iceberg("clicks.counts", warehouse=args.output, name="counts"))'
 )
 BATCH_FILES_LINE = (
     'job.write(totals, sinks.TransactionalFiles(output_url, format="parquet", name="totals"))'

@@ -4,6 +4,8 @@ into its own sink, exactly once.
 * ``pages``: clicks (JSON files) counted per (minute window, page);
 * ``seeds``: a bounded generated range counted per minute window of its event time.
 
+With ``--bounded`` both inputs are bounded and the job ends through its final checkpoint.
+
 ``--mode=shared`` feeds the clicks to both queries and ``--mode=duplicate`` names both queries
 alike: programs the runtime must refuse. A user's program in every respect.
 """
@@ -28,6 +30,7 @@ def main() -> None:
     parser.add_argument("--output", required=True)
     parser.add_argument("--seed-rows", type=int, default=30_000)
     parser.add_argument("--mode", default="two", choices=("two", "shared", "duplicate"))
+    parser.add_argument("--bounded", action="store_true", help="the clicks end with the listing")
     args = parser.parse_args()
 
     job = FinishableJob.from_env()
@@ -36,6 +39,7 @@ def main() -> None:
             args.input,
             format="json",
             schema=SCHEMA,
+            bounded=args.bounded,
             discovery_interval="0.5s",
             max_splits_per_batch=1,
         ),

@@ -143,6 +143,25 @@ def test_two_queries_stop_with_one_savepoint_resume_and_drain_exactly_once(
     assert final.manifest.drained and set(final.manifest.queries) == {"pages", "seeds"}
 
 
+def test_two_bounded_queries_end_finished_through_one_final_checkpoint(
+    tmp_path: Path, cleanup: list[Job]
+) -> None:
+    job = multi_query_job(tmp_path, "bounded", "--bounded", "--seed-rows=8000")
+    cleanup.append(job)
+    for index in range(3):
+        write_clicks(job.input, index)
+    job.run()
+    output = job.finish()
+    assert "Finishing" in output and "Finished" in output
+    status = job.status()
+    assert status["phase"] == "Finished"
+    assert status["lifecycle"]["mode"] == "FINAL_CHECKPOINT"
+    assert all(task["taskStatus"] == "CLOSED" for task in status["lifecycle"]["tasks"])
+    # The last windows of each query are only published by the final checkpoint's batches.
+    assert published_pages(job.output) == Counter(ground_truth(job.input))
+    assert published_seeds(job.output) == seed_truth(8000)
+
+
 @pytest.mark.parametrize(
     ("mode", "reason"),
     [

@@ -2,8 +2,9 @@
 
 ``multi_query_program.py`` counts clicks per (minute, page) into one sink and a generated range
 per minute into another. The job is stopped with a savepoint (one savepoint holding both
-queries' cuts), resumed from it with more input, and drained; each sink must then hold exactly
-the counts pandas computes from the same input. Programs that feed one source to two queries, or
+queries' cuts), resumed from it with more input, its driver killed (each query recovers from
+its own checkpoints), and drained; each sink must then hold exactly the counts pandas computes
+from the same input. Programs that feed one source to two queries, or
 name two queries alike, are refused with the reason.
 """
 
@@ -103,6 +104,13 @@ def test_two_queries_stop_with_one_savepoint_resume_and_drain_exactly_once(
     job.run()
     job.wait_read(4 + 6)
     job.wait("both queries checkpointed", lambda _: all(checkpointed(job, q) for q in QUERIES))
+    taken = job.cli("savepoint", "--timeout", "180")  # without stopping: both queries in it
+    assert taken.returncode == 0, taken.stdout + taken.stderr + job.driver_logs()
+    running = decode_savepoint(
+        read_snapshot_location(job.status()["savepoint"]["location"], job.store())[0]
+    )
+    assert set(running.manifest.queries) == set(QUERIES) and not running.manifest.drained
+    assert job.status()["phase"] == "Running"
     stopped = job.cli("stop", "--timeout", "180")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr + job.driver_logs()
     assert "Suspended" in job.finish()
@@ -127,7 +135,15 @@ def test_two_queries_stop_with_one_savepoint_resume_and_drain_exactly_once(
     # Resume from that savepoint with more clicks, then drain: both sinks exactly the truth.
     for index in range(4, 7):
         write_clicks(job.input, index)
+    read = int(status["coordinator"]["splitsFinished"])
     job.run("--resume")
+    job.wait_read(read + 3, attempt=2)
+    # A driver crash: the next attempt restores each query from its own newest checkpoint.
+    killed = job.kill_driver()
+    job.wait(
+        "the next attempt",
+        lambda s: s.get("attempt", 0) > killed and s.get("phase") == "Running",
+    )
     job.wait_read(7 + SEED_SPLITS)
     drained = job.cli("stop", "--drain", "--timeout", "180")
     assert drained.returncode == 0, drained.stdout + drained.stderr + job.driver_logs()

@@ -5,7 +5,7 @@ reports to the control channel and answers requests. Ending — a stop with save
 drain, or the final checkpoint once every bounded source is exhausted — is driven by the
 lifecycle table: one ``TaskLifecycle`` per source task and one per query's sink task, fed the
 events as they happen, and every query takes part: the job ends when all of them have ended, and
-its savepoint holds every query's cut (``QuerySet``). Any query failing fails the job. One
+its savepoint holds every query's cut (``QuerySet``); any query failing fails the job. Every
 action the table returns is performed by the handler registered for it below. Nothing
 about *what* happens when is decided here; only *how* each action is done on Spark
 (docs/streaming-runtime.md has the mapping and why it is exactly-once).
@@ -93,17 +93,18 @@ class StreamingExecutor:
 
     def run(self) -> Outcome:
         """Start the queries and obey the control channel until the job ends."""
+        for query in self._queries.queries:
+            for coordinator in query.coordinators:
+                reconciliation = coordinator.begin_run(self._attempt, str(query.checkpoint_dir))
+                if reconciliation.in_flight_batch is not None:
+                    log.info(
+                        "source %s: batch %d replays with %d adopted split(s)",
+                        coordinator.name,
+                        reconciliation.in_flight_batch,
+                        len(reconciliation.in_flight_splits),
+                    )
         try:
             for query in self._queries.queries:
-                for coordinator in query.coordinators:
-                    reconciliation = coordinator.begin_run(self._attempt, str(query.checkpoint_dir))
-                    if reconciliation.in_flight_batch is not None:
-                        log.info(
-                            "source %s: batch %d replays with %d adopted split(s)",
-                            coordinator.name,
-                            reconciliation.in_flight_batch,
-                            len(reconciliation.in_flight_splits),
-                        )
                 query.handle = query.writer.start()
                 log.info("query %s started (attempt %d)", query.name, self._attempt)
             self._report(DriverState.RUNNING, force=True)

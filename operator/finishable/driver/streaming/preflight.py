@@ -19,16 +19,11 @@ from pathlib import Path
 from typing import NoReturn
 
 from finishable.api.jobconfig import PREFLIGHT_REFUSED_EXIT_CODE, PREFLIGHT_VERDICT_PREFIX
-from finishable.driver.streaming.checkpoints import LINEAGE_KEY, Fingerprints
+from finishable.driver.streaming.checkpoints import Fingerprints, newest_checkpoint
 from finishable.driver.streaming.savepoints import (
-    SavepointError,
-    decode_savepoint,
     restore_problems,
 )
 from finishable.state import (
-    SnapshotCorrupt,
-    SnapshotKind,
-    SnapshotNotFound,
     SnapshotStore,
 )
 
@@ -41,28 +36,20 @@ TERMINATION_MESSAGE_MAX = 4096  # what the kubelet keeps of it
 def verdict(store: SnapshotStore, lineage: str, fingerprints: Fingerprints) -> tuple[str, int]:
     """The check's message and exit code against the newest readable checkpoint of
     ``lineage`` (a damaged one is skipped, as a restore would)."""
-    checkpoints = [
-        info
-        for info in store.list(SnapshotKind.CHECKPOINT)
-        if info.metadata.get(LINEAGE_KEY) == lineage
-    ]
-    for info in reversed(checkpoints):
-        try:
-            savepoint = decode_savepoint(store.get(info.kind, info.id).data, info.location)
-        except (SnapshotCorrupt, SnapshotNotFound, SavepointError) as error:
-            log.warning("checkpoint %d is unusable (%s); checking the one before", info.id, error)
-            continue
+    newest = newest_checkpoint(store, lineage)
+    if newest is not None and newest.savepoint is not None and newest.stored is not None:
+        checkpoint = newest.stored.id
         problems = restore_problems(
-            savepoint.manifest, sources=fingerprints.sources, sinks=fingerprints.sinks
+            newest.savepoint.manifest, sources=fingerprints.sources, sinks=fingerprints.sinks
         )
         if problems:
             return (
-                f"checkpoint {info.id} of the running job does not match the new program: "
+                f"checkpoint {checkpoint} of the running job does not match the new program: "
                 + "; ".join(problems),
                 PREFLIGHT_REFUSED_EXIT_CODE,
             )
         return (
-            f"the new program can restore checkpoint {info.id} of the running job: its "
+            f"the new program can restore checkpoint {checkpoint} of the running job: its "
             f"{len(fingerprints.sources)} source(s) and {len(fingerprints.sinks)} sink(s) match",
             0,
         )

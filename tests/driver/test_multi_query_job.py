@@ -26,7 +26,12 @@ from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.streaming.locations import read_snapshot_location
 from finishable.driver.streaming.savepoints import decode_savepoint
 from finishable.state import SnapshotKind
-from tests.driver.test_streaming_job import Job, ground_truth, write_clicks
+from tests.driver.test_streaming_job import (
+    Job,
+    finished_through_the_final_checkpoint,
+    ground_truth,
+    write_clicks,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -167,12 +172,7 @@ def test_two_bounded_queries_end_finished_through_one_final_checkpoint(
     for index in range(3):
         write_clicks(job.input, index)
     job.run()
-    output = job.finish()
-    assert "Finishing" in output and "Finished" in output
-    status = job.status()
-    assert status["phase"] == "Finished"
-    assert status["lifecycle"]["mode"] == "FINAL_CHECKPOINT"
-    assert all(task["taskStatus"] == "CLOSED" for task in status["lifecycle"]["tasks"])
+    finished_through_the_final_checkpoint(job)
     # The last windows of each query are only published by the final checkpoint's batches.
     assert published_pages(job.output) == Counter(ground_truth(job.input))
     assert published_seeds(job.output) == seed_truth(8000)

@@ -234,6 +234,16 @@ class Job:
         return SnapshotStore(LocalDirBackend(self.state / self.name / "state"))
 
 
+def finished_through_the_final_checkpoint(job: Job) -> None:
+    """The runner ended, the job Finished by its final checkpoint, every task CLOSED."""
+    output = job.finish()
+    assert "Finishing" in output and "Finished" in output
+    status = job.status()
+    assert status["phase"] == "Finished"
+    assert status["lifecycle"]["mode"] == "FINAL_CHECKPOINT"
+    assert all(task["taskStatus"] == "CLOSED" for task in status["lifecycle"]["tasks"])
+
+
 @pytest.fixture
 def cleanup() -> Iterator[list[Job]]:
     jobs: list[Job] = []
@@ -426,12 +436,7 @@ def test_bounded_input_ends_finished_through_its_final_checkpoint(
     for index in range(4):
         write_clicks(job.input, index)
     job.run()
-    output = job.finish()
-    assert "Finishing" in output and "Finished" in output
-    status = job.status()
-    assert status["phase"] == "Finished"
-    assert status["lifecycle"]["mode"] == "FINAL_CHECKPOINT"
-    assert all(task["taskStatus"] == "CLOSED" for task in status["lifecycle"]["tasks"])
+    finished_through_the_final_checkpoint(job)
     # The last windows are only published by the final checkpoint's batch.
     assert published(job.output) == Counter(ground_truth(job.input))
 

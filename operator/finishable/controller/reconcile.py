@@ -357,9 +357,15 @@ class JobLoop:
             await self.delete_executors(keep=None)
         elif action.kind is ActionKind.DELETE_SHUFFLE:
             await self.delete_shuffle(spec, phase)
-        elif action.kind is ActionKind.START_UPGRADE_CHECK:
-            master = self.controller.spark_master
-            await upgradecheck.start(self.kube, self.job, spec, self.status, master)
+        elif action.kind is ActionKind.START_UPGRADE_CHECK and self.status.upgrade_check:
+            await upgradecheck.start(
+                self.kube,
+                self.job,
+                spec,
+                action,
+                generation=self.status.upgrade_check.generation,
+                master=self.controller.spark_master,
+            )
         elif action.kind is ActionKind.DELETE_UPGRADE_CHECK:
             await upgradecheck.delete(self.kube, self.job)
 

@@ -27,7 +27,7 @@ from finishable.controller.kube import Kube
 from finishable.controller.naming import ANNOTATION_PREFIX, JOB_CONFIG_KEY
 from finishable.controller.observe import driver_pod_of
 from finishable.kube.objects import LABEL_ATTEMPT, LABEL_COMPONENT, JobRef, selector
-from finishable.lifecycle.decisions import CheckPod
+from finishable.lifecycle.decisions import Action, CheckPod
 
 log = logging.getLogger(__name__)
 
@@ -136,21 +136,21 @@ async def start(
     kube: Kube,
     job: JobRef,
     spec: FinishableSparkJobSpec,
-    status: FinishableSparkJobStatus,
+    action: Action,
+    *,
+    generation: int,
     master: str,
 ) -> None:
-    """Create the check's ConfigMap and pod (idempotent)."""
-    check = status.upgrade_check
-    if check is None:
-        return
-    await kube.upsert_configmap(check_config_map(job, spec, master, check.generation))
+    """Create the ConfigMap and pod of the check made at ``generation`` (idempotent), for the
+    running attempt, run and restore point the action names."""
+    await kube.upsert_configmap(check_config_map(job, spec, master, generation))
     body = check_pod(
         job,
         spec,
-        generation=check.generation,
-        run=status.run,
-        attempt=status.attempt,
-        restore_from=status.restore_from,
+        generation=generation,
+        run=action.run,
+        attempt=action.attempt,
+        restore_from=action.restore_from,
         master=master,
     )
     if await kube.create(body):

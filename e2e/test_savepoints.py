@@ -90,9 +90,15 @@ def test_periodic_savepoints_a_restore_by_name_and_a_last_state_upgrade(
 
     def trimmed() -> list[dict[str, Any]] | None:
         kept = snapshots(cluster, ORIGIN)
-        return kept if len(kept) == HISTORY else None
+        stop_kept = any(s["status"]["location"] == location for s in kept)
+        return kept if stop_kept and len(kept) == HISTORY else None
 
-    kept = wait_for(trimmed, f"the newest {HISTORY} of the origin's snapshots kept", 60)
+    kept = wait_for(
+        trimmed,
+        f"the stop's snapshot and the newest periodic one kept ({HISTORY} in all)",
+        60,
+        on_fail=lambda: str([s["status"] for s in snapshots(cluster, ORIGIN)]),
+    )
     by_trigger = {s["status"]["trigger"]: s for s in kept}
     assert sorted(by_trigger) == ["periodic", "stop"], [s["status"] for s in kept]
     stop = by_trigger["stop"]

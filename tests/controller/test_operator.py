@@ -335,6 +335,9 @@ def test_each_completed_savepoint_is_recorded_as_a_snapshot_owned_by_the_job(
     k8s.answer("snapped", 1, request, DriverState.SUSPENDED, savepoint=stop)
     k8s.set_pod_phase("snapped-driver-1", "Succeeded", missing_ok=True)
     k8s.wait_phase("snapped", "Suspended")
+    # listed by the time the job is seen Suspended: recorded before the status said so
+    listed = [s["status"].get("location") for s in snapshots_of(k8s, "snapped")]
+    assert "configmap:snapped/sp-9" in listed, listed
     snapshot = completed_snapshot(k8s, "snapped", "configmap:snapped/sp-9")
     meta, spec, status = snapshot["metadata"], snapshot["spec"], snapshot["status"]
     assert meta["name"].startswith("snapped-savepoint-9-")

@@ -36,6 +36,7 @@ from finishable.api.models import (
     PLURAL,
     JobMode,
     Phase,
+    SavepointTrigger,
     is_valid_job_name,
 )
 from finishable.api.savepointspec import SavepointsSpec
@@ -168,9 +169,17 @@ class JobLoop:
         )
         self._children_for_attempt: int | None = None
         self._shuffle_deleted = False
-        # The savepoint to record as a FinishableSparkSnapshot: the stored one when the loop
-        # starts (a create that answers 409 is a success), then each new one.
-        self._unrecorded: SavepointStatus | None = self.status.savepoint
+        # The savepoint to record as a FinishableSparkSnapshot, with what asked for it: the
+        # stored one when the loop starts (a create that answers 409 is a success), then each
+        # new one.
+        self._unrecorded: tuple[SavepointStatus, SavepointTrigger] | None = None
+        if self.status.savepoint is not None:
+            self._unrecorded = (
+                self.status.savepoint,
+                snapshots.trigger_of(
+                    self.status.savepoint, self.status.pending_request, self.status.phase
+                ),
+            )
         self.requests = SnapshotRequests(self.kube, self.job)
 
     # -- the loop ---------------------------------------------------------------------------
@@ -221,6 +230,14 @@ class JobLoop:
         replicas = decision.status.shuffle_replicas or (
             spec.effective_shuffle.replicas if spec is not None and batch else 0
         )
+        saved = decision.status.savepoint
+        if saved is not None and saved != self.status.savepoint and saved.location:
+            trigger = snapshots.trigger_of(
+                saved, self.status.pending_request, decision.status.phase
+            )
+            self._unrecorded = (saved, trigger)
+            # Before the status says so: a job seen Suspended has its stop's snapshot listed.
+            await self.record_snapshot(spec, decision.status)
         try:
             written = await self.controller.writer.write(
                 self.job,
@@ -240,12 +257,9 @@ class JobLoop:
         if written is None:
             return None
         self.stored, self.resource_version = written
-        before, self.status = self.status, decision.status
-        saved = decision.status.savepoint
-        if saved is not None and saved != before.savepoint and saved.location:
-            self._unrecorded = saved
+        self.status = decision.status
         requeue = await self.perform(decision, spec, pods)
-        await self.record_snapshot(before, spec)
+        await self.record_snapshot(spec, self.status)  # what failed before the write, again
         if spec is not None:
             await self.requests.serve(spec, self.status, recording=self._unrecorded is not None)
         return requeue
@@ -282,24 +296,25 @@ class JobLoop:
         return spec.model_copy(update={"restore_from": restore})
 
     async def record_snapshot(
-        self, before: FinishableSparkJobStatus, spec: FinishableSparkJobSpec | None
+        self, spec: FinishableSparkJobSpec | None, status: FinishableSparkJobStatus
     ) -> None:
         """Record the newest completed savepoint as a FinishableSparkSnapshot (or fill in the
-        ones created by hand that asked for it); a failure is retried on the next step."""
-        savepoint = self._unrecorded
-        if savepoint is None or not savepoint.location:
+        ones created by hand that asked for it) for the job ``status`` describes; a failure is
+        retried on the next step."""
+        unrecorded = self._unrecorded
+        if unrecorded is None or not unrecorded[0].location:
             self._unrecorded = None
             return
-        trigger = snapshots.trigger_of(savepoint, before.pending_request, self.status.phase)
+        savepoint, trigger = unrecorded
         savepoints = spec.savepoints if spec is not None else SavepointsSpec()
         try:
-            if not await self.requests.fill(savepoint, self.status, trigger):
+            if not await self.requests.fill(savepoint, status, trigger):
                 await snapshotstore.record(
                     self.kube,
                     self.job,
                     savepoint,
                     trigger,
-                    run=self.status.run,
+                    run=status.run,
                     dispose_on_delete=savepoints.dispose_on_delete,
                 )
             # Trimmed as each one is recorded: a failure here records (409) and trims again.
@@ -309,7 +324,7 @@ class JobLoop:
                 "%s: savepoint %s not recorded yet: %s", self.key, savepoint.location, error
             )
             return
-        if self._unrecorded is savepoint:
+        if self._unrecorded is unrecorded:
             self._unrecorded = None
 
     # -- actions ----------------------------------------------------------------------------

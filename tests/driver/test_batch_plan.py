@@ -47,7 +47,7 @@ def listed(*keys: tuple[str, int], sha: str = "a") -> dict[tuple[str, int], List
     return {key: Listed("s1", sha) for key in keys}
 
 
-def no_staged(_: Any) -> bool:
+def no_staged(_stage: str, _staged: Any) -> bool:
     return False
 
 
@@ -117,12 +117,47 @@ def test_read_tasks_without_any_snapshot_all_run_again() -> None:
 def test_sink_tasks_survive_when_their_staged_file_does() -> None:
     staged = {"path": "staging/x.parquet", "size": 10}
     event = TaskFinished("sink-out", 1, 1, staged=staged)
-    log = replay([(1, SINK), (2, event), (3, OutputCommitted("out", 5))])
-    kept = recover(log, {}, lambda s: s["path"] == "staging/x.parquet")
+    log = replay([(1, SINK), (2, event)])
+    kept = recover(log, {}, lambda stage, s: (stage, s["path"]) == ("sink-out", staged["path"]))
     assert set(kept.finished["sink-out"]) == {1}
-    assert kept.committed
+    assert kept.committed == frozenset()
     lost = recover(log, {}, no_staged)
     assert lost.finished["sink-out"] == {}
+
+
+def test_a_sink_that_published_keeps_its_tasks_and_the_other_sinks_run_on() -> None:
+    # Two sinks; the driver was killed after publishing "out" and before publishing "counts".
+    counts = StageInitialized("sink-counts", StageKind.SINK.value, 2, inputs=("totals",))
+    staged = {"path": "staging/c.parquet", "size": 10}
+    log = replay(
+        [
+            (1, TOTALS),
+            (2, SINK),
+            (3, counts),
+            (4, OutputPlanned("out", 3)),
+            (5, OutputPlanned("counts", 0)),
+            (6, OutputPlanned("out", 9)),  # the first plan of a sink is the one it keeps
+            (7, finished("totals", 0)),
+            (8, finished("totals", 1)),
+            *[(9 + t, TaskFinished("sink-out", t, 1, staged=staged)) for t in (0, 1)],
+            *[(11 + t, TaskFinished("sink-counts", t, 1, staged=staged)) for t in (0, 1)],
+            (13, OutputCommitted("out", 5)),
+        ]
+    )
+    assert {name: plan.batch_id for name, plan in log.planned.items()} == {"out": 3, "counts": 0}
+    # out's publish cleaned its staging up; counts' staged files are there; totals are gone
+    recovery = recover(log, {}, lambda stage, _: stage == "sink-counts")
+    assert recovery.committed == frozenset({"out"})
+    assert set(recovery.finished["sink-out"]) == set(recovery.finished["sink-counts"]) == {0, 1}
+    shapes = [
+        StageShape("totals", StageKind.STAGE, 2),
+        StageShape("sink-out", StageKind.SINK, 2, ("totals",), narrow=True),
+        StageShape("sink-counts", StageKind.SINK, 2, ("totals",), narrow=True),
+    ]
+    assert schedule(shapes, recovery.finished_tasks()) == {}, "nothing runs again"
+    # counts' staged files lost too: its tasks and what they read run again, out's do not
+    lost = recover(log, {}, no_staged)
+    assert schedule(shapes, lost.finished_tasks()) == {"totals": [0, 1], "sink-counts": [0, 1]}
 
 
 def test_a_reset_task_is_not_revived_by_a_later_snapshot() -> None:
@@ -197,19 +232,25 @@ def test_schedule_ignores_finished_tasks_outside_a_stage(bad: int) -> None:
 
 # -- compaction: the live events replay to the same log -----------------------------------------
 
-_STAGES = [READ, TOTALS, SINK, StageInitialized("paid", StageKind.READ.value, 9, source="x")]
+_STAGES = [
+    READ,
+    TOTALS,
+    SINK,
+    StageInitialized("sink-counts", StageKind.SINK.value, 2, inputs=("totals",)),
+    StageInitialized("paid", StageKind.READ.value, 9, source="x"),
+]
 
 
 def _an_event() -> st.SearchStrategy[object]:
-    stage = st.sampled_from(["paid", "totals", "sink-out", "other"])
+    stage = st.sampled_from(["paid", "totals", "sink-out", "sink-counts", "other"])
     task = st.integers(0, 3)
     return st.one_of(
         st.sampled_from(_STAGES),
         st.builds(finished, stage, task, st.sampled_from(["a", "b"])),
         st.builds(TaskReset, stage, task),
         st.builds(CoordinatorSnapshot, st.sampled_from(["orders", "x"]), st.text("ab", max_size=3)),
-        st.builds(OutputPlanned, st.just("out"), st.integers(0, 2)),
-        st.builds(OutputCommitted, st.just("out"), st.integers(0, 9)),
+        st.builds(OutputPlanned, st.sampled_from(["out", "counts"]), st.integers(0, 2)),
+        st.builds(OutputCommitted, st.sampled_from(["out", "counts"]), st.integers(0, 9)),
     )
 
 

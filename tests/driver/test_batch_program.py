@@ -21,11 +21,15 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 
 from finishable import FinishableJob, sinks, sources
 from finishable.api.jobconfig import JobConfig
+from finishable.driver.batch.core import event_log_prefix, logged_runs
+from finishable.driver.batch.plan import OutputCommitted, TaskFinished, decode_event
 from finishable.driver.failures import ProgramError
 from finishable.driver.outcome import JobFailed
 from finishable.local.shuffle import LocalShuffle
 from finishable.shuffle import ShuffleClient
 from finishable.shuffle.streams import ipc_chunks
+from finishable.state import LocalDirBackend
+from finishable.state.eventlog import read_events
 
 SCHEMA = "customer STRING, status STRING, cents LONG"
 
@@ -72,7 +76,13 @@ def orders(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def make_job(
-    spark: SparkSession, tmp: Path, shuffle: LocalShuffle, *, mode: str = "Batch", urls: bool = True
+    spark: SparkSession,
+    tmp: Path,
+    shuffle: LocalShuffle,
+    *,
+    mode: str = "Batch",
+    urls: bool = True,
+    attempt: int = 1,
 ) -> FinishableJob:
     config = JobConfig.model_validate(
         {
@@ -89,7 +99,7 @@ def make_job(
             "shuffleUrls": shuffle.urls() if urls and mode == "Batch" else [],
         }
     )
-    return FinishableJob(config, spark=spark, token=shuffle.token)
+    return FinishableJob(config, spark=spark, token=shuffle.token, attempt=attempt)
 
 
 def two_stage_job(
@@ -113,6 +123,11 @@ def paid_cents_per_customer(orders: Path) -> dict[str, int]:
 
 def published(sink: sinks.TransactionalFiles) -> dict[str, int]:
     return {r["customer"]: r["cents"] for r in sink.read_committed().to_pylist()}
+
+
+def manifests(sink_root: Path) -> list[bytes]:
+    """A sink's commit markers, byte for byte: a second publish would rewrite or add one."""
+    return [path.read_bytes() for path in sorted((sink_root / "_manifests").iterdir())]
 
 
 def test_a_two_stage_job_publishes_what_pandas_computes(
@@ -205,6 +220,60 @@ def test_late_and_duplicate_task_attempts_are_refused_and_the_output_is_exact(
     assert all("is a duplicate" in a["refused"] for a in answers["duplicate"])
     assert answers["again"] == [{"ok": True, "committed": True}]
     assert published(sink) == paid_cents_per_customer(orders)
+
+
+def test_two_sinks_publish_once_each_and_a_failed_publish_publishes_only_the_missing_one(
+    spark: SparkSession, orders: Path, tmp_path: Path
+) -> None:
+    """One job writes per-customer totals and order counts to two sinks. Publishing the second
+    fails (a stray file lies where its batch's directory goes) after the first published: the
+    next attempt runs no task, leaves the first sink alone and publishes the second."""
+    servers = LocalShuffle(tmp_path / "shuffle", "program", 2, "5m")  # attempt 2 fences them
+    servers.ensure()
+    output = tmp_path / "out"
+    totals_sink = sinks.TransactionalFiles(str(output), name="totals")
+    counts_sink = sinks.TransactionalFiles(str(output), name="counts")
+    stray = output / "counts" / "batch=00000000000000000000"
+
+    def declare(attempt: int) -> FinishableJob:
+        job = make_job(spark, tmp_path, servers, attempt=attempt)
+        rows = job.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
+        paid = job.stage("paid", rows.where(F.col("status") == "paid").select("customer", "cents"))
+        job.write(paid.groupBy("customer").agg(F.sum("cents").alias("cents")), totals_sink)
+        job.write(paid.groupBy("customer").agg(F.count("*").alias("orders")), counts_sink)
+        return job
+
+    frame = pd.concat(pd.read_json(p, lines=True) for p in sorted(orders.glob("*.json")))
+    paid_orders = frame[frame["status"] == "paid"].groupby("customer")["cents"].count()
+    try:
+        first = declare(1)
+        with pytest.raises(ValueError, match="two sinks are named 'totals'"):
+            first.write(spark.range(1), sinks.TransactionalFiles(str(tmp_path), name="totals"))
+        stray.parent.mkdir(parents=True, exist_ok=True)
+        stray.write_text("in the way")
+        with pytest.raises(JobFailed, match="batch=00000000000000000000"):
+            first.run()
+        assert published(totals_sink) == paid_cents_per_customer(orders)
+        assert counts_sink.store.committed_batches() == [], "nothing of counts is visible"
+        published_once = manifests(output / "totals")
+
+        stray.unlink()
+        declare(2).run()
+        counted = {r["customer"]: r["orders"] for r in counts_sink.read_committed().to_pylist()}
+        assert counted == paid_orders.to_dict()
+        assert published(totals_sink) == paid_cents_per_customer(orders)
+        assert manifests(output / "totals") == published_once, "totals is not published again"
+        backend = LocalDirBackend(tmp_path / "state")
+        (run,) = logged_runs(backend)
+        events = [
+            decode_event(e.type, e.data) for e in read_events(backend, prefix=event_log_prefix(run))
+        ]
+        rerun = [e for e in events if isinstance(e, TaskFinished) and e.attempt == 2]
+        assert rerun == [], "the second attempt ran no task"
+        committed = [e.sink for e in events if isinstance(e, OutputCommitted)]
+        assert committed == ["totals", "counts"]
+    finally:
+        servers.stop()
 
 
 def test_a_shuffle_over_a_source_is_refused_with_what_to_do(

@@ -47,6 +47,7 @@ from finishable.api.jobconfig import (
     config_from_env,
 )
 from finishable.api.models import JobMode
+from finishable.connectors.sink_store import SinkError
 from finishable.connectors.sinks import (
     Iceberg,
     TransactionalCallback,
@@ -359,7 +360,7 @@ class FinishableJob:
         try:
             check_placement(self._spark, self.config)
             outcome = runtime.run()
-        except (JobFailed, ValueError, OSError) as error:
+        except (JobFailed, ValueError, OSError, SinkError) as error:  # a publish that failed too
             message = str(error)
             log.error("job %s attempt %d failed: %s", self.name, self.attempt, message)
             runtime.report_failure(message, permanent=is_permanent(error))

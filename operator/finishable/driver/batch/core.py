@@ -103,6 +103,10 @@ class DeclaredStage:
     initialized: bool = False
 
     @property
+    def sink_name(self) -> str | None:
+        return self.sink.sink_name if self.sink is not None else None
+
+    @property
     def shape(self) -> StageShape:
         return StageShape(self.name, self.kind, self.parallelism, self.inputs, self.narrow)
 

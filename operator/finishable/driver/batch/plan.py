@@ -13,13 +13,17 @@ to the job event log:
   its old ``TaskFinished``);
 * ``CoordinatorSnapshot`` of a source's split enumerator, taken with ``NO_CHECKPOINT`` after
   read tasks finished, no more often than ``snapshotMinPause``;
-* ``OutputCommitted`` once the sink published the job's output (the final checkpoint).
+* ``OutputPlanned`` once per sink, before any of its tasks stages: the sink batch the run
+  publishes as;
+* ``OutputCommitted`` once a sink published the job's output (the final checkpoint commits each
+  sink in turn; the job is done when every sink it writes to is).
 
 Recovery (:func:`recover`) replays the log against what survives: a task counts as finished when
 its last ``TaskFinished`` is in the log *and* every partition it names is still listed with the
-same checksum (or its staged file still exists). A read task that finished after the newest
+same checksum (or its staged file still exists, or its sink committed already: publishing
+cleans the staging up). A read task that finished after the newest
 snapshot of its source is reset, since the restored enumerator does not know its splits are done.
-:func:`schedule` then walks up from the unfinished sink with the job graph: only tasks an
+:func:`schedule` then walks up from the unfinished sinks with the job graph: only tasks an
 unfinished sink still needs run again. No I/O here.
 """
 
@@ -126,10 +130,15 @@ class OutputPlanned:
 
 @dataclass(frozen=True, slots=True)
 class OutputCommitted:
-    """The sink published the job's output: the job is done."""
+    """The sink published its part of the job's output: no later attempt publishes it again."""
 
     sink: str
     rows: int
+
+
+def sink_stage_name(sink: str) -> str:
+    """The stage that stages a sink's output (what ``StageInitialized`` names it)."""
+    return f"sink-{sink}"
 
 
 EVENT_TYPES: dict[str, type[Any]] = {
@@ -179,12 +188,13 @@ class StageRecord:
 
 @dataclass
 class JobLog:
-    """The replayed log: stages in order, newest snapshot per source, whether output is done."""
+    """The replayed log: stages in order, newest snapshot per source, per sink its planned
+    batch and whether it published."""
 
     stages: dict[str, StageRecord] = field(default_factory=dict)
     snapshots: dict[str, tuple[int, CoordinatorSnapshot]] = field(default_factory=dict)
-    planned: OutputPlanned | None = None
-    committed: OutputCommitted | None = None
+    planned: dict[str, OutputPlanned] = field(default_factory=dict)
+    committed: dict[str, OutputCommitted] = field(default_factory=dict)
     last_seq: int = 0
 
 
@@ -206,9 +216,9 @@ def replay(events: Iterable[tuple[int, object]]) -> JobLog:
         elif isinstance(event, CoordinatorSnapshot):
             job.snapshots[event.coordinator] = (seq, event)
         elif isinstance(event, OutputPlanned):
-            job.planned = job.planned or event
+            job.planned.setdefault(event.sink, event)
         elif isinstance(event, OutputCommitted):
-            job.committed = event
+            job.committed[event.sink] = event
     return job
 
 
@@ -217,15 +227,15 @@ def live_events(events: Iterable[JobEvent]) -> list[JobEvent]:
 
     ``replay`` of the result equals ``replay`` of ``events``: the first ``StageInitialized`` of
     each stage, each task's last ``TaskFinished`` unless a ``TaskReset`` came after it, each
-    source's newest ``CoordinatorSnapshot``, the first ``OutputPlanned`` and the last
+    source's newest ``CoordinatorSnapshot``, each sink's first ``OutputPlanned`` and last
     ``OutputCommitted``. Events of types this version does not know are kept for the one that
     wrote them.
     """
     stages: dict[str, JobEvent] = {}
     finished: dict[tuple[str, int], JobEvent] = {}
     snapshots: dict[str, JobEvent] = {}
-    planned: list[JobEvent] = []
-    committed: list[JobEvent] = []
+    planned: dict[str, JobEvent] = {}
+    committed: dict[str, JobEvent] = {}
     unknown: list[JobEvent] = []
     for event in events:
         typed = decode_event(event.type, event.data)
@@ -239,12 +249,18 @@ def live_events(events: Iterable[JobEvent]) -> list[JobEvent]:
         elif isinstance(typed, CoordinatorSnapshot):
             snapshots[typed.coordinator] = event
         elif isinstance(typed, OutputPlanned):
-            planned = planned or [event]
+            planned.setdefault(typed.sink, event)
         elif isinstance(typed, OutputCommitted):
-            committed = [event]
+            committed[typed.sink] = event
         else:
             unknown.append(event)
-    kept = [*stages.values(), *finished.values(), *snapshots.values(), *planned, *committed]
+    kept = [
+        *stages.values(),
+        *finished.values(),
+        *snapshots.values(),
+        *planned.values(),
+        *committed.values(),
+    ]
     return sorted([*kept, *unknown], key=lambda event: event.seq)
 
 
@@ -269,7 +285,8 @@ class Recovery:
     """Per stage, tasks that had finished but must run again (output lost, or after snapshot)."""
     restore: dict[str, CoordinatorSnapshot | None]
     """Per source, the snapshot to restore its enumerator from (``None``: from scratch)."""
-    committed: bool
+    committed: frozenset[str]
+    """The sinks that published already."""
 
     def finished_tasks(self) -> set[TaskId]:
         return {TaskId(stage, task) for stage, tasks in self.finished.items() for task in tasks}
@@ -278,22 +295,27 @@ class Recovery:
 def recover(
     job: JobLog,
     listed: Mapping[tuple[str, int], Listed],
-    staged_exists: Callable[[Mapping[str, Any]], bool],
+    staged_exists: Callable[[str, Mapping[str, Any]], bool],
 ) -> Recovery:
     """Decide which finished tasks survive (FLIP-383 steps 3 and 4, before scheduling).
 
     ``listed`` maps (dataset, partition) to what the live shuffle servers list;
-    ``staged_exists`` says whether a sink task's staged file is still there.
+    ``staged_exists(stage, staged)`` says whether a sink task's staged file is still there. The
+    tasks of a sink that published survive without it: its publish cleaned the staging up, and
+    a sink publishes once per run.
     """
     finished: dict[str, dict[int, TaskFinished]] = {}
     reset: dict[str, set[int]] = {}
+    published = {sink_stage_name(sink) for sink in job.committed}
     for name, record in job.stages.items():
         kept: dict[int, TaskFinished] = {}
         lost: set[int] = set()
         snapshot = job.snapshots.get(record.init.source or "")
         for task, (seq, event) in record.finished.items():
             if record.init.kind == StageKind.SINK:
-                survives = event.staged is not None and staged_exists(event.staged)
+                survives = name in published or (
+                    event.staged is not None and staged_exists(name, event.staged)
+                )
             else:
                 survives = all(
                     (found := listed.get((p.dataset, p.partition))) is not None
@@ -311,7 +333,7 @@ def recover(
     restore: dict[str, CoordinatorSnapshot | None] = {
         source: snapshot for source, (_, snapshot) in job.snapshots.items()
     }
-    return Recovery(finished, reset, restore, job.committed is not None)
+    return Recovery(finished, reset, restore, frozenset(job.committed))
 
 
 # -- scheduling ----------------------------------------------------------------------------------

@@ -118,10 +118,10 @@ class RecoveryMixin(RuntimeCore):
         except (SinkError, OSError):
             return False
 
-    def _staged_exists(self, staged: Mapping[str, Any]) -> bool:
-        sink = next((s.sink for s in self._stages if s.sink is not None), None)
+    def _staged_exists(self, stage: str, staged: Mapping[str, Any]) -> bool:
+        sink = next((s.sink for s in self._stages if s.name == stage), None)
         if sink is None:
-            return True  # checked again when the program declares its sink
+            return True  # checked again when the program declares the sink
         return self._staged_exists_in(sink, staged)
 
     def _recovery_message(self) -> str:

@@ -1,9 +1,10 @@
 """Running a Batch job's stages in rounds, and the final commit of its output.
 
-``run`` walks up from the unfinished sink (:func:`~finishable.driver.batch.plan.schedule`) and
+``run`` walks up from the unfinished sinks (:func:`~finishable.driver.batch.plan.schedule`) and
 runs only those tasks, stage by stage, one Spark job per stage run ("round"): a round is at most
 as many tasks as the stage has slots, told to the tasks through a Spark local property. When
-nothing is left to run, the final checkpoint publishes every sink task's staged file, once.
+nothing is left to run, the final checkpoint publishes every sink task's staged file, once,
+sink by sink.
 """
 
 from __future__ import annotations
@@ -119,10 +120,14 @@ class RoundsMixin(RuntimeCore):
         if missing:
             raise JobFailed(f"stage {stage.name}: task(s) {missing} ended without output")
 
-    def _commit(self, sink_stage: DeclaredStage) -> None:
-        """The final checkpoint: publish every sink task's staged file, once."""
-        sink = sink_stage.sink
-        assert sink is not None
+    def _commit(self, sink_stages: list[DeclaredStage]) -> None:
+        """The final checkpoint: publish every sink task's staged file, once, sink by sink in
+        the order the program declared them. A sink an earlier attempt published is not
+        published again; each sink is exactly once on its own (a reader of two sinks may see
+        one published before the other is)."""
+        todo = [s for s in sink_stages if s.sink_name not in self._log.committed]
+        if not todo:
+            return
         for read in self._reads.values():
             progress = read.coordinator.host.progress().result(30)
             if progress is None or not progress.fully_finished:
@@ -130,22 +135,30 @@ class RoundsMixin(RuntimeCore):
                     f"read {read.name!r} is not fully finished at the final checkpoint "
                     f"({progress}): refusing to publish output that misses input"
                 )
+        self.fence.check()  # a superseded attempt publishes nothing
+        for stage in self._stages:
+            if stage.promote:
+                self.promotion.stage(stage)
+        for sink_stage in todo:
+            self._publish(sink_stage)
+
+    def _publish(self, sink_stage: DeclaredStage) -> None:
+        sink = sink_stage.sink
+        assert sink is not None
         parts = [
             StagedMessage(staged_from_json(event.staged))
             for _, event in sorted(sink_stage.finished.items())
             if event.staged is not None
         ]
-        self.fence.check()  # a superseded attempt publishes nothing
-        for stage in self._stages:
-            if stage.promote:
-                self.promotion.stage(stage)
+        self.fence.check()
         if isinstance(sink, Iceberg):
             rows = self._commit_iceberg(sink, sink_stage, parts)
         else:
             rows = self._publish_files(sink, sink_stage, parts)
-        self.events.append(OutputCommitted(sink.sink_name, rows), type="OutputCommitted")
+        committed = OutputCommitted(sink.sink_name, rows)
+        self.events.append(committed, type="OutputCommitted")
         self.events.flush(timeout=60)
-        self._log.committed = OutputCommitted(sink.sink_name, rows)
+        self._log.committed[sink.sink_name] = committed
 
     def _publish_files(
         self, sink: TransactionalFiles, sink_stage: DeclaredStage, parts: list[StagedMessage]

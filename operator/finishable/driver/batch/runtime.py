@@ -2,7 +2,8 @@
 
 A program declares the job graph with ``job.read(source)`` (reader slots pulling splits),
 ``job.stage(name, df)`` (a dataset materialised on the shuffle servers, read back by the next
-stages) and ``job.write(df, sink)`` (the two-phase sink); ``job.run()`` executes it here.
+stages) and ``job.write(df, sink)`` (a two-phase sink; a job may write to several, each under its
+own name); ``job.run()`` executes it here.
 
 ``BatchRuntime`` is the program's side of one driver attempt: declaring the graph and the loop of
 ``run``. The rest lives next to it, one responsibility a module, all on the state of
@@ -39,7 +40,13 @@ from finishable.driver.batch.core import (
 )
 from finishable.driver.batch.hook import TaskHookMixin
 from finishable.driver.batch.leases import ReaderLeases
-from finishable.driver.batch.plan import OutputPlanned, StageKind, live_events, schedule
+from finishable.driver.batch.plan import (
+    OutputPlanned,
+    StageKind,
+    live_events,
+    schedule,
+    sink_stage_name,
+)
 from finishable.driver.batch.promotion import Promotion, require_storage
 from finishable.driver.batch.recovery import RecoveryMixin
 from finishable.driver.batch.rounds import RoundsMixin
@@ -217,33 +224,41 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         return self.spark.read.format(cls.name()).options(**options).load()
 
     def write(self, dataframe: DataFrame, sink: BatchSink) -> None:
-        """The job's output: staged per task, published once on the final checkpoint."""
+        """An output of the job: staged per task, published once on the final checkpoint."""
         if not isinstance(sink, TransactionalFiles | Iceberg):
             raise ProgramError(
                 "a Batch job writes to sinks.TransactionalFiles or sinks.Iceberg, got "
                 f"{type(sink).__name__}"
             )
-        if any(s.kind is StageKind.SINK for s in self._stages):
-            raise ProgramError("this job already writes to a sink: a Batch job has one output")
         sink = sink.with_defaults(name=self.config.name)
+        _check_name("sink name", sink.sink_name)
+        name = sink_stage_name(sink.sink_name)
+        if any(s.name == name for s in self._stages):
+            raise ProgramError(
+                f"two sinks are named {sink.sink_name!r}: a job that writes to several sinks "
+                "names each (name=...)"
+            )
         sink.store.probe()
         output_batch = self._plan_output(sink)
-        stage = self._declare(f"sink-{sink.sink_name}", dataframe, StageKind.SINK)
+        stage = self._declare(name, dataframe, StageKind.SINK)
         stage.sink = sink
         stage.output_batch = output_batch
+        if sink.sink_name in self._log.committed:
+            return  # published: its staging is cleaned up, and it publishes nothing again
         # The staged files of finished sink tasks are checked now that the sink is known.
         for task, event in list(stage.finished.items()):
             if event.staged is None or not self._staged_exists_in(sink, event.staged):
                 del stage.finished[task]
 
     def _plan_output(self, sink: BatchSink) -> int:
-        """The sink batch this run publishes as: the one its log names, else the next free one.
+        """The batch this run publishes to ``sink`` as: the one its log names, else the next
+        free one.
 
         A run's output replaces what earlier runs published in the sink (an overwrite batch),
         so a job deleted and applied again, or restarted from scratch, publishes again and a
         reader sees one run's output. The choice is logged before any task stages for it.
         """
-        planned = self._log.planned
+        planned = self._log.planned.get(sink.sink_name)
         if planned is not None:
             return planned.batch_id
         last = sink.last_committed_batch()
@@ -251,7 +266,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         event = OutputPlanned(sink.sink_name, batch_id)
         self.events.append(event, type="OutputPlanned")
         self.events.flush(timeout=60)
-        self._log.planned = event
+        self._log.planned[sink.sink_name] = event
         if last is not None:
             replaces = isinstance(sink, TransactionalFiles) or sink.mode == "overwrite"
             log.info(
@@ -323,8 +338,8 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
     # -- running ----------------------------------------------------------------------------
 
     def run(self) -> Outcome:
-        sink = next((s for s in self._stages if s.kind is StageKind.SINK), None)
-        if sink is None or sink.sink is None:
+        sinks = [s for s in self._stages if s.kind is StageKind.SINK]
+        if not sinks:
             raise ProgramError("the program called run() without job.write(): nothing to run")
         with self.timings.phase("recovery_resets"):
             self._reset_unfinished_readers()
@@ -335,11 +350,11 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         failures = 0
         promoted: list[Manifest] = []
         try:
-            while not self._log.committed:
+            while True:
                 plan = schedule([s.shape for s in self._stages], self._finished_tasks())
                 if not plan:
                     with self.timings.phase("commit"):
-                        self._commit(sink)
+                        self._commit(sinks)
                     break
                 try:
                     for stage in self._stages:

@@ -109,6 +109,14 @@ def test_two_queries_stop_with_one_savepoint_resume_and_drain_exactly_once(
     job.run()
     job.wait_read(4 + 6)
     job.wait("both queries checkpointed", lambda _: all(checkpointed(job, q) for q in QUERIES))
+    # the status shows each query's own newest checkpoint and input (the health check's view)
+    job.wait(
+        "each query's checkpoint in the status",
+        lambda s: (
+            sorted(q["name"] for q in s.get("queries", []) if q.get("lastCheckpoint"))
+            == sorted(QUERIES)
+        ),
+    )
     taken = job.cli("savepoint", "--timeout", "180")  # without stopping: both queries in it
     assert taken.returncode == 0, taken.stdout + taken.stderr + job.driver_logs()
     running = decode_savepoint(

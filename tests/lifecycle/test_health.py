@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from finishable.api.control import DriverState
+from finishable.api.control import DriverReport, DriverState
 from finishable.api.models import ConditionStatus, ConditionType, Phase
-from finishable.api.status import CheckpointStatus, CoordinatorStatus
+from finishable.api.status import CheckpointStatus, CoordinatorStatus, QueryStatus
 from finishable.lifecycle.decisions import ActionKind, PodPhase
 from tests.lifecycle.test_phases import Job, kinds
 
@@ -50,6 +50,45 @@ def test_an_idle_source_is_never_stalled() -> None:
     report = job.report(DriverState.RUNNING, last_checkpoint=checkpoint(job, 7), coordinator=IDLE)
     job.step(PodPhase.RUNNING, report, after=timedelta(hours=5))
     assert job.condition(ConditionType.DEGRADED)[0] is ConditionStatus.FALSE
+
+
+def test_a_job_of_several_queries_is_watched_query_by_query() -> None:
+    job = running(health={"maxMissedIntervals": 3})
+    newest = {"counts": checkpoint(job, 0), "pages": checkpoint(job, 0)}
+
+    def report(*checkpointing: str, pages_unread: int = 0) -> DriverReport:
+        for name in checkpointing:
+            newest[name] = checkpoint(job, newest[name].id + 1)
+        queries = [
+            QueryStatus(name="counts", last_checkpoint=newest["counts"], splits_total=9),
+            QueryStatus(
+                name="pages",
+                last_checkpoint=newest["pages"],
+                splits_total=5 + pages_unread,
+                splits_finished=5,
+            ),
+        ]
+        return job.report(
+            DriverState.RUNNING,
+            last_checkpoint=max(newest.values(), key=lambda c: c.time or job.now),
+            coordinator=CoordinatorStatus(splits_total=14 + pages_unread, splits_finished=5),
+            queries=queries,
+        )
+
+    # "pages" has read all its input and is idle for ten minutes while "counts" checkpoints
+    for _ in range(60):
+        job.step(PodPhase.RUNNING, report("counts"), after=timedelta(seconds=10))
+    assert job.condition(ConditionType.DEGRADED)[0] is ConditionStatus.FALSE
+    assert [q.name for q in job.status.queries] == ["counts", "pages"]
+
+    # "counts" stops checkpointing with its input waiting, while "pages" gets input and
+    # checkpoints: the job's newest checkpoint stays fresh, yet the job is stalled
+    for _ in range(4):
+        job.step(PodPhase.RUNNING, report("pages", pages_unread=2), after=timedelta(seconds=10))
+    status, reason, message = job.condition(ConditionType.DEGRADED)
+    assert (status, reason) == (ConditionStatus.TRUE, "CheckpointsStalled"), message
+    assert message.startswith("query counts: no checkpoint completed for 50s (checkpoint 60 is")
+    assert "while 9 split(s) wait" in message
 
 
 def test_an_attempt_without_a_checkpoint_counts_from_when_it_ran() -> None:

@@ -19,6 +19,7 @@ from finishable.api.status import (
     ClusterPartitionStatus,
     CoordinatorStatus,
     LifecycleStatus,
+    QueryStatus,
     SavepointStatus,
 )
 
@@ -61,6 +62,9 @@ class DriverReport(ApiModel):
     savepoint: SavepointStatus | None = Field(default=None, description="Newest savepoint.")
     request: RequestReport | None = Field(default=None, description="Answer to the last request.")
     coordinator: CoordinatorStatus | None = Field(default=None, description="Split progress.")
+    queries: list[QueryStatus] = Field(
+        default_factory=list, description="Per query, of a job of several."
+    )
     tasks_skipped: int = Field(default=0, ge=0, description="Batch recovery: tasks not re-run.")
     tasks_rerun: int = Field(default=0, ge=0, description="Batch recovery: tasks re-run.")
     splits_reread: int = Field(default=0, ge=0, description="Finished splits read again.")

@@ -85,6 +85,17 @@ class CoordinatorStatus(ApiModel):
     splits_finished: int = Field(default=0, ge=0, description="Splits fully read.")
 
 
+class QueryStatus(ApiModel):
+    """One query of a Streaming job of several: its own checkpoints and input."""
+
+    name: str = Field(description="The query's name (its sink's, or write_stream(name=...)).")
+    last_checkpoint: CheckpointStatus | None = Field(
+        default=None, description="The query's newest completed checkpoint."
+    )
+    splits_total: int = Field(default=0, ge=0, description="Splits its sources discovered.")
+    splits_finished: int = Field(default=0, ge=0, description="Splits it fully read.")
+
+
 class TransitionStatus(ApiModel):
     """The lifecycle transition under way."""
 
@@ -235,6 +246,13 @@ class FinishableSparkJobStatus(ApiModel):
     )
     coordinator: CoordinatorStatus = Field(
         default_factory=CoordinatorStatus, description="Split progress."
+    )
+    queries: list[QueryStatus] = Field(
+        default_factory=list,
+        description=(
+            "A Streaming job of several queries: each query's newest checkpoint and split "
+            "progress (lastCheckpoint is the newest of any; the health check watches each)."
+        ),
     )
     recovery: RecoveryStatus = Field(
         default_factory=RecoveryStatus, description="Crash recovery figures."

@@ -191,6 +191,8 @@ def _absorb_report(step: _Step) -> None:
         status.last_checkpoint = report.last_checkpoint
     if report.coordinator is not None:
         status.coordinator = report.coordinator
+    if report.queries:
+        status.queries = report.queries
     if report.savepoint is not None:
         status.savepoint = report.savepoint
     if report.cluster_partitions:

@@ -127,12 +127,27 @@ def test_restore_checks_compare_query_by_query(tmp_path: Path) -> None:
 
     with pytest.raises(IncompatibleSavepoint, match="holds the state of a job of one query"):
         check_queries_restorable(part(root, 2, PAGES), queries=program(), allow_drained=False)
+    # a query dropped from the program: refused, unless its state may be dropped
     fewer = {"pages": program()["pages"]}
-    with pytest.raises(IncompatibleSavepoint, match="its query 'seeds' is not in this job"):
+    with pytest.raises(
+        IncompatibleSavepoint,
+        match=r"its query 'seeds' is not in this job \(whose queries are pages\).*"
+        r"allowNonRestoredState: true",
+    ):
         check_queries_restorable(whole, queries=fewer, allow_drained=False)
+    check_queries_restorable(whole, queries=fewer, allow_drained=False, allow_non_restored=True)
+    renamed = {"pages": program()["pages"], "seeds-v2": program()["seeds"]}
+    with pytest.raises(IncompatibleSavepoint, match="its query 'seeds' is not in this job"):
+        check_queries_restorable(whole, queries=renamed, allow_drained=False)
+    # a query added to the program starts from nothing, as a new operator does in Flink
     more = {**program(), "users": ({"users": "u"}, {"users": "u"})}
-    with pytest.raises(IncompatibleSavepoint, match="this job's query 'users' is not in it"):
-        check_queries_restorable(whole, queries=more, allow_drained=False)
+    check_queries_restorable(whole, queries=more, allow_drained=False)
+    # what is kept is still compared
+    changed_and_fewer = {"seeds": ({"seeds": "other"}, {"seeds": "s2"})}
+    with pytest.raises(IncompatibleSavepoint, match=r"\(query 'seeds'\).*source 'seeds' changed"):
+        check_queries_restorable(
+            whole, queries=changed_and_fewer, allow_drained=False, allow_non_restored=True
+        )
     changed = {**program(), "seeds": ({"seeds": "other"}, {"seeds": "s2"})}
     with pytest.raises(IncompatibleSavepoint, match=r"\(query 'seeds'\).*source 'seeds' changed"):
         check_queries_restorable(whole, queries=changed, allow_drained=False)

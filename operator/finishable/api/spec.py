@@ -107,6 +107,15 @@ class RestoreSpec(ApiModel):
             "stream (event time at its maximum), so a job started from it emits no more windows."
         ),
     )
+    allow_non_restored_state: bool = Field(
+        default=False,
+        description=(
+            "Streaming, several queries: start from a savepoint (or, in an upgrade, a running "
+            "job) that holds queries this program no longer has; their state is dropped, as "
+            "Flink's allowNonRestoredState. A query the savepoint does not hold starts from "
+            "nothing either way."
+        ),
+    )
     allow_sink_ahead: bool = Field(
         default=False,
         description=(

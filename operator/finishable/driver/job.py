@@ -374,7 +374,8 @@ class FinishableJob:
         """An upgrade check pod: end with whether this program can restore the running job's
         state (driver/streaming/preflight.py); no query is started."""
         try:
-            message, code = self._plan().check_upgrade(self._lineage)
+            allow = self.config.spec.restore_from.allow_non_restored_state
+            message, code = self._plan().check_upgrade(self._lineage, allow_non_restored=allow)
         except (ProgramError, StateError, OSError) as error:
             message, code = f"{type(error).__name__}: {error}", 1
         self._close()
@@ -404,6 +405,7 @@ class FinishableJob:
             restore_from=self.restore_from,
             allow_drained=restore.allow_drained,
             allow_sink_ahead=restore.allow_sink_ahead,
+            allow_non_restored=restore.allow_non_restored_state,
             reach_like=self.config.state_url,
         )
         if plan.single:

@@ -106,6 +106,7 @@ class QueryPlan:
         restore_from: str,
         allow_drained: bool,
         allow_sink_ahead: bool,
+        allow_non_restored: bool = False,
         reach_like: str = "",
     ) -> dict[str, Restored]:
         """Where each query starts; a sink ahead of its query's start is a PermanentFailure."""
@@ -129,6 +130,7 @@ class QueryPlan:
                 restore_from=restore_from,
                 allow_drained=allow_drained,
                 fingerprints=self.fingerprints,
+                allow_non_restored=allow_non_restored,
                 reach_like=reach_like,
             )
         for output in self.outputs:
@@ -142,9 +144,10 @@ class QueryPlan:
                 raise PermanentFailure(problem)
         return restored
 
-    def check_upgrade(self, lineage: str) -> tuple[str, int]:
+    def check_upgrade(self, lineage: str, *, allow_non_restored: bool = False) -> tuple[str, int]:
         """The upgrade check's verdict (``preflight.verdict``) against the running job's newest
-        checkpoints of ``lineage``, query by query; a different set of queries is refused."""
+        checkpoints of ``lineage``, query by query. A query the program adds starts from
+        nothing; one it drops is refused unless ``allow_non_restored`` (as a restore does)."""
         if self.single:
             return preflight.verdict(self._store, lineage, self.fingerprints[self.outputs[0].name])
         running = sorted(
@@ -155,11 +158,18 @@ class QueryPlan:
         if newest_checkpoint(self._store, lineage) is not None and not running:
             running = ["(one query)"]
         ours = sorted(self.stores)
-        if running and running != ours:
+        if running == ["(one query)"]:
             return (
-                f"the running job's queries ({', '.join(running)}) are not this program's "
-                f"({', '.join(ours)}): a savepoint holds every query's state and restores only "
-                "into the same queries",
+                f"the running job has one query and this program has {len(ours)} "
+                f"({', '.join(ours)}): a job's state does not move between the two layouts",
+                PREFLIGHT_REFUSED_EXIT_CODE,
+            )
+        dropped = sorted(set(running) - set(ours))
+        if dropped and not allow_non_restored:
+            return (
+                f"the running job's queries {', '.join(dropped)} are not in this program (whose "
+                f"queries are {', '.join(ours)}): keep their names (write_stream(name=...)), "
+                "or drop their state with spec.restoreFrom.allowNonRestoredState: true",
                 PREFLIGHT_REFUSED_EXIT_CODE,
             )
         verdicts = {

@@ -290,6 +290,7 @@ def find_query_restores(
     restore_from: str,
     allow_drained: bool,
     fingerprints: Mapping[str, Fingerprints],
+    allow_non_restored: bool = False,
     reach_like: str = "",
 ) -> dict[str, Restored]:
     """Where each query of a job of several starts: its newest checkpoint of ``lineage`` (in its
@@ -316,6 +317,7 @@ def find_query_restores(
                 savepoint,
                 queries={q: (f.sources, f.sinks) for q, f in fingerprints.items()},
                 allow_drained=allow_drained,
+                allow_non_restored=allow_non_restored,
                 location=restore_from,
             )
         except SavepointUnreachable:

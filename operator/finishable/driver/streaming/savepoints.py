@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import tarfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ from pydantic import Field, ValidationError
 
 from finishable.api.models import ApiModel
 from finishable.driver.streaming.cut import read_cut
+
+log = logging.getLogger(__name__)
 
 FORMAT = "finishable.savepoint"
 FORMAT_VERSION = 3
@@ -367,10 +370,15 @@ def check_queries_restorable(
     *,
     queries: Mapping[str, tuple[Mapping[str, str], Mapping[str, str]]],
     allow_drained: bool,
+    allow_non_restored: bool = False,
     location: str = "the savepoint",
 ) -> None:
     """Refuse, naming the query, a savepoint whose queries are not this job's: ``queries`` maps
-    each of the program's queries to its (source, sink) fingerprints."""
+    each of the program's queries to its (source, sink) fingerprints.
+
+    As Flink does with operators: a query of the program that the savepoint does not hold
+    starts from nothing; a query of the savepoint that the program does not have is refused (a
+    renamed query would lose its state silently) unless ``allow_non_restored`` drops it."""
     ours = ", ".join(sorted(queries))
     if not savepoint.composite:
         raise IncompatibleSavepoint(
@@ -378,22 +386,21 @@ def check_queries_restorable(
             f"job has {len(queries)} ({ours}). Start without spec.restoreFrom, or from a "
             "savepoint of a job with the same queries."
         )
-    problems = [
-        f"its query {name!r} is not in this job"
-        for name in sorted(set(savepoint.queries) - set(queries))
-    ] + [
-        f"this job's query {name!r} is not in it"
-        for name in sorted(set(queries) - set(savepoint.queries))
-    ]
-    if problems:
+    dropped = sorted(set(savepoint.queries) - set(queries))
+    if dropped and not allow_non_restored:
+        named = ", ".join(repr(name) for name in dropped)
+        which = f"its query {named} is" if len(dropped) == 1 else f"its queries {named} are"
         raise IncompatibleSavepoint(
-            f"cannot start from {location}: "
-            + "; ".join(problems)
-            + f". This job's queries are {ours}; start without spec.restoreFrom, or from a "
-            "savepoint of a job with the same queries (name them with write_stream(name=...))."
+            f"cannot start from {location}: {which} not in this job (whose queries are "
+            f"{ours}). Keep the names (write_stream(name=...)), or drop that state with "
+            "spec.restoreFrom.allowNonRestoredState: true."
         )
+    if dropped:
+        log.warning("%s: the state of the queries %s is dropped", location, dropped)
+    for name in sorted(set(queries) - set(savepoint.queries)):
+        log.info("%s does not hold query %r: it starts from nothing", location, name)
     for name, part in sorted(savepoint.queries.items()):
-        if part is not None:
+        if part is not None and name in queries:
             sources, sinks = queries[name]
             check_restorable(
                 part.manifest,

@@ -231,7 +231,6 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
                 f"{type(sink).__name__}"
             )
         sink = sink.with_defaults(name=self.config.name)
-        _check_name("sink name", sink.sink_name)
         name = sink_stage_name(sink.sink_name)
         if any(s.name == name for s in self._stages):
             raise ProgramError(

@@ -155,10 +155,8 @@ class QueryPlan:
             for name in checkpointed_queries(self._store)
             if newest_checkpoint(query_store(self._store, name), lineage) is not None
         )
-        if newest_checkpoint(self._store, lineage) is not None and not running:
-            running = ["(one query)"]
         ours = sorted(self.stores)
-        if running == ["(one query)"]:
+        if not running and newest_checkpoint(self._store, lineage) is not None:
             return (
                 f"the running job has one query and this program has {len(ours)} "
                 f"({', '.join(ours)}): a job's state does not move between the two layouts",

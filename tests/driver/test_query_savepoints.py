@@ -20,6 +20,7 @@ from finishable.driver.streaming.checkpoints import (
     find_restore,
     lineage_of,
 )
+from finishable.driver.streaming.plan import query_set_refusal
 from finishable.driver.streaming.queries import find_query_restores, pending_key, query_store
 from finishable.driver.streaming.savepoints import (
     COMPOSITE_VERSION,
@@ -221,3 +222,36 @@ def test_each_query_restarts_from_its_own_checkpoint_else_its_part_of_the_savepo
             allow_drained=False,
             fingerprints=PROGRAM,
         )
+
+
+def test_the_upgrade_check_judges_the_set_of_queries_as_a_restore_does() -> None:
+    def refusal(
+        running: list[str],
+        ours: list[str],
+        *,
+        one_query_running: bool = False,
+        allow_non_restored: bool = False,
+    ) -> str:
+        return query_set_refusal(
+            running,
+            ours,
+            single=len(ours) == 1,
+            one_query_running=one_query_running,
+            allow_non_restored=allow_non_restored,
+        )
+
+    assert refusal(["pages", "seeds"], ["pages", "seeds"]) == ""
+    assert refusal(["pages", "seeds"], ["pages", "seeds", "users"]) == "", "an added query"
+    assert refusal([], ["pages", "seeds"]) == "", "nothing running yet"
+    dropped = refusal(["pages", "seeds"], ["pages", "users"])
+    assert dropped.startswith("the running job's queries seeds are not in this program")
+    assert "allowNonRestoredState: true" in dropped
+    assert refusal(["pages", "seeds"], ["pages", "users"], allow_non_restored=True) == ""
+    # the layouts do not convert, whichever way (a one-query program would restore nothing)
+    assert refusal(["pages", "seeds"], ["pages"]).startswith(
+        "the running job has 2 queries (pages, seeds) and this program has one"
+    )
+    assert refusal([], ["pages", "seeds"], one_query_running=True).startswith(
+        "the running job has one query and this program has 2"
+    )
+    assert refusal([], ["pages"], one_query_running=True) == ""

@@ -148,28 +148,23 @@ class QueryPlan:
         """The upgrade check's verdict (``preflight.verdict``) against the running job's newest
         checkpoints of ``lineage``, query by query. A query the program adds starts from
         nothing; one it drops is refused unless ``allow_non_restored`` (as a restore does)."""
-        if self.single:
-            return preflight.verdict(self._store, lineage, self.fingerprints[self.outputs[0].name])
         running = sorted(
             name
             for name in checkpointed_queries(self._store)
             if newest_checkpoint(query_store(self._store, name), lineage) is not None
         )
+        refusal = query_set_refusal(
+            running,
+            sorted(self.stores),
+            single=self.single,
+            one_query_running=newest_checkpoint(self._store, lineage) is not None,
+            allow_non_restored=allow_non_restored,
+        )
+        if refusal:
+            return refusal, PREFLIGHT_REFUSED_EXIT_CODE
+        if self.single:
+            return preflight.verdict(self._store, lineage, self.fingerprints[self.outputs[0].name])
         ours = sorted(self.stores)
-        if not running and newest_checkpoint(self._store, lineage) is not None:
-            return (
-                f"the running job has one query and this program has {len(ours)} "
-                f"({', '.join(ours)}): a job's state does not move between the two layouts",
-                PREFLIGHT_REFUSED_EXIT_CODE,
-            )
-        dropped = sorted(set(running) - set(ours))
-        if dropped and not allow_non_restored:
-            return (
-                f"the running job's queries {', '.join(dropped)} are not in this program (whose "
-                f"queries are {', '.join(ours)}): keep their names (write_stream(name=...)), "
-                "or drop their state with spec.restoreFrom.allowNonRestoredState: true",
-                PREFLIGHT_REFUSED_EXIT_CODE,
-            )
         verdicts = {
             name: preflight.verdict(self.stores[name], lineage, self.fingerprints[name])
             for name in ours
@@ -237,3 +232,37 @@ class QueryPlan:
             lineage=lineage,
             fingerprints=self.all_fingerprints(),
         )
+
+
+def query_set_refusal(
+    running: Sequence[str],
+    ours: Sequence[str],
+    *,
+    single: bool,
+    one_query_running: bool,
+    allow_non_restored: bool,
+) -> str:
+    """Why the running job's queries (``running``: those of a job of several with a checkpoint;
+    ``one_query_running``: a job of one query has one) cannot move into this program's
+    (``ours``), or "" when they can. A query the program adds starts from nothing; one it
+    drops is refused unless ``allow_non_restored``; the two layouts do not convert."""
+    if single and running:
+        return (
+            f"the running job has {len(running)} queries ({', '.join(running)}) and this "
+            "program has one: a job's state does not move between the two layouts"
+        )
+    if single:
+        return ""
+    if not running and one_query_running:
+        return (
+            f"the running job has one query and this program has {len(ours)} "
+            f"({', '.join(ours)}): a job's state does not move between the two layouts"
+        )
+    dropped = sorted(set(running) - set(ours))
+    if dropped and not allow_non_restored:
+        return (
+            f"the running job's queries {', '.join(dropped)} are not in this program (whose "
+            f"queries are {', '.join(ours)}): keep their names (write_stream(name=...)), or "
+            "drop their state with spec.restoreFrom.allowNonRestoredState: true"
+        )
+    return ""

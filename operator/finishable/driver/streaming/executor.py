@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
 from finishable.api.models import RequestAction
 from finishable.api.status import (
-    CheckpointStatus,
     ControlRequest,
     CoordinatorStatus,
-    QueryStatus,
     SavepointStatus,
 )
 from finishable.driver.outcome import JobFailed, Outcome
@@ -32,7 +30,7 @@ from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.streaming.boundary import await_batch_boundary
 from finishable.driver.streaming.checkpoints import StoredCheckpoint
 from finishable.driver.streaming.cut import CutError
-from finishable.driver.streaming.queries import Query, QuerySet
+from finishable.driver.streaming.queries import Query, QuerySet, checkpoint_status, splits
 from finishable.driver.streaming.termination import Termination
 from finishable.lifecycle.table import Action, LifecycleMode, TaskEvent, TaskKind
 from finishable.lifecycle.task import TaskLifecycle
@@ -437,11 +435,11 @@ class StreamingExecutor:
                 attempt=self._attempt,
                 state=state,
                 lifecycle=ending.status() if ending is not None else None,
-                last_checkpoint=_checkpoint_status(latest),
+                last_checkpoint=checkpoint_status(latest),
                 savepoint=self._savepoint,
                 request=self._answer,
                 coordinator=self._progress(latest),
-                queries=self._query_progress(),
+                queries=self._queries.statuses(),
                 message=message or self._skipped(),
                 permanent=permanent,
                 updated_at=datetime.now(UTC),
@@ -462,50 +460,12 @@ class StreamingExecutor:
         return f"skipped {len(skipped)} unreadable input split(s): {named}{more}"
 
     def _progress(self, latest: StoredCheckpoint | None) -> CoordinatorStatus:
-        total, finished = _splits(self._coordinators)
+        total, finished = splits(self._coordinators)
         return CoordinatorStatus(
             snapshot=latest.location if latest is not None else None,
             splits_total=total,
             splits_finished=finished,
         )
-
-    def _query_progress(self) -> list[QueryStatus]:
-        """Each query's newest checkpoint and splits, for a job of several: the health check
-        watches them one by one (one stuck query must not hide behind the others)."""
-        if self._queries.single:
-            return []
-        statuses = []
-        for query in self._queries.queries:
-            total, finished = _splits(query.coordinators)
-            statuses.append(
-                QueryStatus(
-                    name=query.name,
-                    last_checkpoint=_checkpoint_status(query.keeper.latest),
-                    splits_total=total,
-                    splits_finished=finished,
-                )
-            )
-        return statuses
-
-
-def _checkpoint_status(stored: StoredCheckpoint | None) -> CheckpointStatus | None:
-    if stored is None:
-        return None
-    return CheckpointStatus(id=stored.batch_id, location=stored.location, time=stored.time)
-
-
-def _splits(coordinators: Iterable[SourceCoordinator]) -> tuple[int, int]:
-    """Splits discovered and finished by ``coordinators``."""
-    total = finished = 0
-    for coordinator in coordinators:
-        try:
-            progress = coordinator.host.progress().result(5)
-        except Exception:  # a failed coordinator shows in the query's failure instead
-            continue
-        if progress is not None:
-            total += progress.splits_discovered
-            finished += progress.splits_finished
-    return total, finished
 
 
 def _first_line(text: str) -> str:

@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyspark
 
+from finishable.api.status import CheckpointStatus, QueryStatus
 from finishable.connectors.sinks import TransactionalSink
 from finishable.driver.checkpoint_log import CheckpointLog
 from finishable.driver.failures import ProgramError
@@ -203,6 +204,24 @@ class QuerySet:
     def single(self) -> bool:
         return len(self.queries) == 1
 
+    def statuses(self) -> list[QueryStatus]:
+        """Each query's newest checkpoint and splits, for a job of several (none for one): the
+        health check watches them one by one (one stuck query must not hide behind others)."""
+        if self.single:
+            return []
+        statuses = []
+        for query in self.queries:
+            total, finished = splits(query.coordinators)
+            statuses.append(
+                QueryStatus(
+                    name=query.name,
+                    last_checkpoint=checkpoint_status(query.keeper.latest),
+                    splits_total=total,
+                    splits_finished=finished,
+                )
+            )
+        return statuses
+
     @property
     def coordinators(self) -> list[SourceCoordinator]:
         return [c for q in self.queries for c in q.coordinators]
@@ -334,3 +353,24 @@ def find_query_restores(
             origin = f"{what} at batch {part.manifest.batch_id} (query {name!r})"
             restored[name] = Restored(origin, part)
     return restored
+
+
+def checkpoint_status(stored: StoredCheckpoint | None) -> CheckpointStatus | None:
+    """A stored checkpoint as the status shows it."""
+    if stored is None:
+        return None
+    return CheckpointStatus(id=stored.batch_id, location=stored.location, time=stored.time)
+
+
+def splits(coordinators: Iterable[SourceCoordinator]) -> tuple[int, int]:
+    """Splits discovered and finished by ``coordinators``."""
+    total = finished = 0
+    for coordinator in coordinators:
+        try:
+            progress = coordinator.host.progress().result(5)
+        except Exception:  # a failed coordinator shows in the query's failure instead
+            continue
+        if progress is not None:
+            total += progress.splits_discovered
+            finished += progress.splits_finished
+    return total, finished

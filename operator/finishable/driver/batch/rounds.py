@@ -150,7 +150,7 @@ class RoundsMixin(RuntimeCore):
             for _, event in sorted(sink_stage.finished.items())
             if event.staged is not None
         ]
-        self.fence.check()
+        self.fence.check()  # again per sink: a newer attempt may take over between two publishes
         if isinstance(sink, Iceberg):
             rows = self._commit_iceberg(sink, sink_stage, parts)
         else:

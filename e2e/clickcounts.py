@@ -51,5 +51,20 @@ def assert_prefix_of_input(output: Counts, input_dir: Path, read_before_drain: i
     )
 
 
+def assert_closed_windows_exact(output: Counts, input_dir: Path) -> None:
+    """``output`` is every window up to its newest, each counted over all the input: what a job
+    stopped without a drain has published when nothing was lost and nothing counted twice (a
+    window is published once the watermark passed it, and files are read in event-time order)."""
+    assert output, "nothing was published"
+    newest = max(start for start, _ in output)
+    truth = _naive(window_counts(existing_files(input_dir), ROWS))
+    expected = Counter({key: n for key, n in truth.items() if key[0] <= newest})
+    wrong = sorted(key for key in expected.keys() | output.keys() if output[key] != expected[key])
+    assert not wrong, (
+        f"{len(wrong)} windows up to {newest} differ from the input's counts, first "
+        f"{wrong[0]}: published {output[wrong[0]]}, counted {expected[wrong[0]]}"
+    )
+
+
 def _naive(counts: Counts) -> Counts:
     return Counter({(start.replace(tzinfo=None), page): n for (start, page), n in counts.items()})

@@ -1,11 +1,14 @@
 """Savepoints as resources on a cluster: periodic savepoints trimmed to the history, a second job
-restored by ``snapshotRef`` that goes on exactly where the first one stopped, and a ``last-state``
-upgrade of it (checked first, then a new driver from the newest checkpoint, without a stop).
+restored by ``snapshotRef`` that goes on exactly where the first one stopped, a ``last-state``
+upgrade of it (checked first, then a new driver from the newest checkpoint, without a stop), and
+a ``stateless`` one (no check, no savepoint: a new run from nothing).
 
 Both jobs keep their state in the cluster's object storage (a savepoint in one job's ConfigMaps
-is not another job's to read) and publish into the same sink, so the drained output must be that
-of a prefix of the input files: nothing the first job committed is published again, nothing is
-skipped between them.
+is not another job's to read) and publish into the same sink until the stateless upgrade, so
+that sink must hold every window up to its newest exactly: nothing the first job committed is
+published again, nothing is skipped between them or across the last-state upgrade. The
+stateless run publishes into a sink of its own, which after the drain must hold the counts of a
+prefix of the input files from the first: it started from nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from e2e.clickcounts import assert_prefix_of_input, committed
+from e2e.clickcounts import assert_closed_windows_exact, assert_prefix_of_input, committed
 from e2e.support import DATA_MOUNT, E2ECluster, example, wait_for
 from finishable.api.snapshot import SNAPSHOT_PLURAL
 from finishable.controller.snapshots import SNAPSHOT_API_VERSION as SNAPSHOT_API
@@ -68,7 +71,7 @@ def a_checkpoint_after_now(cluster: E2ECluster, job: str, what: str) -> None:
     )
 
 
-def test_periodic_savepoints_a_restore_by_name_and_a_last_state_upgrade(
+def test_periodic_savepoints_a_restore_by_name_a_last_state_and_a_stateless_upgrade(
     cluster: E2ECluster,
 ) -> None:
     # Periodic savepoints, each a FinishableSparkSnapshot, the history trimmed to the newest 2.
@@ -132,12 +135,36 @@ def test_periodic_savepoints_a_restore_by_name_and_a_last_state_upgrade(
     assert snapshots(cluster, FOLLOWER) == [], "a last-state upgrade takes no savepoint"
     a_checkpoint_after_now(cluster, FOLLOWER, "after the upgrade")
 
+    # A stateless upgrade, into a sink of its own: not checked, no savepoint; the old driver
+    # goes and run 2 starts from nothing.
+    fresh_output = f"{DATA_MOUNT}/{DATA}/fresh"
+    fresh_args = [
+        *(arg for arg in args if not arg.startswith("--output=")),
+        f"--output={fresh_output}",
+    ]
+    cluster.patch_spec(FOLLOWER, {"upgradeMode": "stateless", "application": {"args": fresh_args}})
+    fresh = wait_for(
+        lambda: (s := cluster.status(FOLLOWER)).get("run") == 2 and s["phase"] == "Running" and s,
+        "the follower's run 2 running",
+        START,
+        on_fail=lambda: cluster.logs(FOLLOWER),
+    )
+    assert (fresh["attempt"], fresh.get("restarts", 0), fresh.get("restoreFrom", "")) == (3, 0, "")
+    assert reasons(cluster, FOLLOWER).count("UpgradeCheckPassed") == 1, "stateless is not checked"
+    assert snapshots(cluster, FOLLOWER) == [], "a stateless upgrade takes no savepoint"
+    a_checkpoint_after_now(cluster, FOLLOWER, "in run 2")
+
     read_before_drain = cluster.status(FOLLOWER)["coordinator"]["splitsFinished"]
     cluster.set_state(FOLLOWER, "Finished")
     cluster.wait_phase(FOLLOWER, "Finished", STOP)
+    # Run 1's sink (both jobs' until the stateless upgrade): what the origin published is kept,
+    # and every window up to the newest is exact across the restore and the last-state upgrade.
     output = committed(cluster.data_dir / DATA / "output")
     assert {key: output.get(key) for key in before_stop} == before_stop
-    assert_prefix_of_input(output, cluster.data_dir / DATA / "input", read_before_drain)
+    assert_closed_windows_exact(output, cluster.data_dir / DATA / "input")
+    # Run 2's sink: the counts of the first n files, all counted again by run 2 from nothing.
+    fresh_counts = committed(cluster.data_dir / DATA / "fresh")
+    assert_prefix_of_input(fresh_counts, cluster.data_dir / DATA / "input", read_before_drain)
 
     cluster.delete(FOLLOWER)
     cluster.delete(ORIGIN)

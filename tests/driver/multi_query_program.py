@@ -7,7 +7,9 @@ into its own sink, exactly once.
 With ``--bounded`` both inputs are bounded and the job ends through its final checkpoint.
 
 ``--mode=shared`` feeds the clicks to both queries and ``--mode=duplicate`` names both queries
-alike: programs the runtime must refuse. A user's program in every respect.
+alike: programs the runtime must refuse. ``--mode=renamed`` names the second query ``minutes``
+(into a sink of its own): a program that no longer has the query ``seeds`` of its savepoint. A
+user's program in every respect.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def main() -> None:
     parser.add_argument("--input", required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--seed-rows", type=int, default=30_000)
-    parser.add_argument("--mode", default="two", choices=("two", "shared", "duplicate"))
+    parser.add_argument("--mode", default="two", choices=("two", "shared", "duplicate", "renamed"))
     parser.add_argument("--bounded", action="store_true", help="the clicks end with the listing")
     args = parser.parse_args()
 
@@ -73,11 +75,11 @@ def main() -> None:
         .count()
         .select(F.col("window.start").alias("window_start"), "count")
     )
-    name = "pages" if args.mode == "duplicate" else "seeds"
+    sink = "minutes" if args.mode == "renamed" else "seeds"
     job.write_stream(
         minutes,
-        sinks.TransactionalFiles(f"{args.output}/seeds", format="parquet", name="seeds"),
-        name=name,
+        sinks.TransactionalFiles(f"{args.output}/{sink}", format="parquet", name=sink),
+        name={"duplicate": "pages", "renamed": "minutes"}.get(args.mode, "seeds"),
     )
     job.run()
 

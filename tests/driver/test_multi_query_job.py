@@ -75,11 +75,12 @@ def published_pages(output: Path) -> Counter[tuple[datetime, str]]:
     return Counter({key: int(row["count"]) for key, row in zip(keys, rows, strict=True)})
 
 
-def published_seeds(output: Path) -> Counter[datetime]:
-    rows = committed(output, "seeds")
+def published_seeds(output: Path, sink: str = "seeds") -> Counter[datetime]:
+    """The rows per minute window published into ``sink``; a window published twice fails."""
+    rows = committed(output, sink)
     keys = [row["window_start"].astimezone(UTC) for row in rows]
     duplicates = [key for key, seen in Counter(keys).items() if seen > 1]
-    assert not duplicates, f"seed windows published twice: {duplicates[:5]}"
+    assert not duplicates, f"{sink} windows published twice: {duplicates[:5]}"
     return Counter({key: int(row["count"]) for key, row in zip(keys, rows, strict=True)})
 
 

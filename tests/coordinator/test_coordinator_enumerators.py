@@ -166,6 +166,49 @@ def test_reset_to_checkpoint_restores_the_snapshot_with_orphans_for_their_subtas
     assert request(bounded, 2, 0) == [NoMoreSplits()]
 
 
+def test_finish_restored_takes_a_late_tasks_splits_from_whatever_the_snapshot_says(
+    bounded: CoordinatorHost,
+) -> None:
+    """A Batch driver restores a snapshot taken before a task committed: the splits that task
+    read (its logged output) are finished again, pending or orphaned in the snapshot."""
+    ready(bounded, 0, 0)
+    ready(bounded, 1, 0)
+    assert take(bounded, 0, 0, 2) == [r(0), r(1)]
+    assert take(bounded, 1, 0, 2) == [r(2), r(3)]
+    snapshot = bounded.checkpoint_coordinator(NO_CHECKPOINT).result(TIMEOUT)
+    # After the snapshot subtask 0 read r(4) too and committed r(0), r(1), r(4); then the crash.
+    bounded.global_failover(NO_CHECKPOINT, snapshot, "driver lost").result(TIMEOUT)
+
+    def finish_restored(subtask: int, *ids: str) -> bool:
+        def run(coordinator: object) -> tuple[bool, list[str]]:
+            assert isinstance(coordinator, SplitEnumerator)
+            done = coordinator.finish_restored(subtask, ids)
+            return done, coordinator.consistency_problems()
+
+        done, problems = bounded.call("finish_restored", run).result(TIMEOUT)
+        assert problems == []
+        return done
+
+    before = view(bounded)
+    assert not finish_restored(0, r(0), "r-nowhere"), "an unknown split"
+    assert view(bounded) == before, "a refusal changes nothing"
+    # Subtask 1 lost r(2) to subtask 0 after the snapshot, which still has it as 1's orphan.
+    assert finish_restored(0, r(2))
+    # Subtask 0 committed r(0) and r(4); its r(1) went elsewhere: r(1) is pending again.
+    assert finish_restored(0, r(0), r(4))
+    state = view(bounded)
+    assert state.finished == {r(0): 0, r(2): 0, r(4): 0}
+    assert state.orphaned == {1: frozenset({r(3)})}, "subtask 1's other orphan stays its own"
+    assert state.pending == (before.pending - {r(4)}) | {r(1)}
+    assert finish_restored(0, r(0)), "finished by the same subtask: nothing to do"
+    ready(bounded, 1, 1)
+    assert take(bounded, 1, 1, 1) == [r(3)]
+    assert not finish_restored(0, r(3)), "held by a live attempt"
+    assert not finish_restored(1, r(0)), "finished by another subtask"
+    ready(bounded, 2, 0)
+    assert take(bounded, 2, 0, 100) == [r(1)] + [r(k) for k in range(5, 9)] + ["r-90-95"]
+
+
 def test_reset_to_none_starts_from_an_empty_state(bounded: CoordinatorHost) -> None:
     ready(bounded, 0, 0)
     take(bounded, 0, 0, 3)

@@ -30,7 +30,7 @@ from finishable.driver.batch.core import event_log_prefix, logged_runs
 from finishable.driver.batch.plan import TaskFinished, decode_event
 from finishable.state import LocalDirBackend
 from finishable.state.eventlog import read_events
-from tests.support.batchlog import durable_at_crash
+from tests.support.batchlog import durable_at_crash, read_after_the_newest_snapshot
 from tests.support.processes import alive
 
 pytestmark = pytest.mark.slow
@@ -57,6 +57,8 @@ class BatchJob:
         files: int = FILES,
         attempts: int = 5,
         storage: Path | None = None,
+        snapshot_min_pause: str | None = "1s",
+        rows: int = ROWS,
     ) -> None:
         self.name = name
         self.files = files
@@ -75,11 +77,15 @@ class BatchJob:
             f"--input={self.input}",
             f"--output={self.output}",
             f"--files={files}",
-            f"--rows={ROWS}",
+            f"--rows={rows}",
         ]
         spec["application"]["sparkConf"] = {"spark.sql.shuffle.partitions": "3"}
         spec["recovery"].update(maxAttempts=attempts, eventStore={"flushInterval": "100ms"})
         spec["shuffle"]["retainTimeout"] = retain
+        if snapshot_min_pause is None:  # the default (3m)
+            del spec["recovery"]["snapshotMinPause"]
+        else:
+            spec["recovery"]["snapshotMinPause"] = snapshot_min_pause
         self.storage = storage or self.home / "state"
         if storage is not None:
             spec["checkpointing"]["storage"] = {"type": "Local", "url": str(storage)}
@@ -241,9 +247,12 @@ def truth() -> dict[str, tuple[int, int]]:
     return ground_truth(FILES, ROWS)
 
 
+CRASH_ROWS = 40_000  # a read stage of seconds, so that the crash below lands inside it
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, int]]:
-    job = BatchJob(tmp_path_factory.mktemp("plain"), "plain")
+    job = BatchJob(tmp_path_factory.mktemp("plain"), "plain", rows=CRASH_ROWS)
     try:
         job.run()
         output = job.finish()
@@ -258,21 +267,31 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[i
 
 
 def test_driver_killed_half_way_re_reads_no_finished_split(
-    tmp_path: Path, jobs: list[BatchJob], truth: dict[str, Any], uninterrupted: dict[str, Any]
+    tmp_path: Path, jobs: list[BatchJob], uninterrupted: dict[str, Any]
 ) -> None:
-    job = BatchJob(tmp_path, "crash")
+    # The default snapshotMinPause (3m): every read task after the first finishes after the
+    # newest snapshot of its source, so its splits are finished again from its TaskFinished.
+    job = BatchJob(tmp_path, "crash", snapshot_min_pause=None, rows=CRASH_ROWS)
     jobs.append(job)
     job.run()
-    job.wait_splits(FILES // 2)
+
+    def read_tasks_logged() -> bool | None:
+        logged = [e for _, e in job.events() if isinstance(e, TaskFinished) and e.stage == "paid"]
+        return True if len(logged) >= 3 else None
+
+    job.wait_until("three read tasks finished in the event log", read_tasks_logged)
     job.kill_driver()
     output = job.finish()
     assert "Finished" in output
 
-    assert job.published() == truth
+    assert job.published() == ground_truth(FILES, CRASH_ROWS)
     assert job.published() == uninterrupted
 
     finished_splits, finished_tasks = durable_at_crash(job.events())
     assert finished_splits, "the crash came after some reader tasks had finished"
+    late = read_after_the_newest_snapshot(job.events())
+    assert late, "read tasks finished after the newest snapshot (else: the crash came too late)"
+    assert late <= finished_tasks
     reread = {r["split"] for r in job.reads() if r["attempt"] >= 2} & finished_splits
     assert reread == set(), f"finished splits read again: {sorted(reread)}"
     redone = {

@@ -71,19 +71,22 @@ def test_events_round_trip_through_their_json() -> None:
     assert decode_event("SomethingNewer", {"x": 1}) is None
 
 
-def test_read_tasks_finished_before_the_newest_snapshot_survive() -> None:
+def test_read_tasks_survive_and_those_after_the_newest_snapshot_have_their_splits_again() -> None:
+    late = dataclasses.replace(finished("paid", 2), splits=("f5", "f6"))
     log = replay(
         [
             (1, READ),
             (2, finished("paid", 0)),
             (3, finished("paid", 1)),
             (4, CoordinatorSnapshot("orders", "c25hcA==")),
-            (5, finished("paid", 2)),  # after the snapshot: its splits are not finished there
+            (5, late),  # after the snapshot: the restored enumerator does not know f5, f6 done
+            (6, finished("paid", 3)),  # its partition is gone: it runs again
         ]
     )
     recovery = recover(log, listed(("paid", 0), ("paid", 1), ("paid", 2)), no_staged)
-    assert set(recovery.finished["paid"]) == {0, 1}
-    assert recovery.reset["paid"] == {2}
+    assert set(recovery.finished["paid"]) == {0, 1, 2}
+    assert recovery.reset["paid"] == {3}
+    assert recovery.late == {"paid": {2: ("f5", "f6")}}, "only the surviving late task"
     assert recovery.restore["orders"] == CoordinatorSnapshot("orders", "c25hcA==")
 
 
@@ -108,10 +111,11 @@ def test_the_last_task_finished_event_of_a_task_wins() -> None:
 
 
 def test_read_tasks_without_any_snapshot_all_run_again() -> None:
+    # The enumerator lists its input anew: the log's split ids may not be what it finds.
     log = replay([(1, READ), (2, finished("paid", 0))])
     recovery = recover(log, listed(("paid", 0)), no_staged)
-    assert recovery.finished["paid"] == {}
-    assert recovery.restore == {}
+    assert recovery.finished["paid"] == {} and recovery.reset["paid"] == {0}
+    assert recovery.restore == {} and recovery.late == {}
 
 
 def test_sink_tasks_survive_when_their_staged_file_does() -> None:

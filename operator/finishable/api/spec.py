@@ -288,7 +288,10 @@ class RecoverySpec(ApiModel):
     )
     snapshot_min_pause: Duration = Field(
         default=Duration(minutes=3),
-        description="Batch: minimum pause between coordinator snapshots in the job event log.",
+        description=(
+            "Batch: minimum pause between coordinator snapshots in the job event log (the "
+            "listing a recovery restores; tasks finished after the newest are kept all the same)."
+        ),
     )
     event_store: EventStoreSpec = Field(
         default_factory=EventStoreSpec, description="Batch: buffering of the job event log."

@@ -354,6 +354,12 @@ class SourceCoordinator:
         """Hand ``splits`` to the running attempt (``begin_run`` does this from the log)."""
         return self._adopt(self._require_attempt(), splits)
 
+    def finish_restored(self, subtask: int, split_ids: Iterable[str]) -> bool:
+        """Finish the splits of a reader task's output committed after the restored snapshot
+        (Batch recovery, from its event log); False when they cannot be (the task runs again)."""
+        ids = tuple(split_ids)
+        return self._control("finish_restored", lambda e: e.finish_restored(subtask, ids))
+
     def _adopt(self, attempt: int, splits: list[Split]) -> AdoptResult:
         return self._control("adopt", lambda e: e.adopt(READER_SUBTASK, attempt, splits))
 

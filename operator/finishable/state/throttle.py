@@ -2,8 +2,9 @@
 
 In a batch job the driver records a TaskFinished event per task, and may attach a coordinator
 snapshot taken with ``NO_CHECKPOINT`` (-1). Snapshotting on every task would cost a full
-enumerator state per task, so snapshots are spaced by a minimum pause; on recovery, tasks that
-finished after the last snapshot are reset (the coordinator reconciles). Regular checkpoints
+enumerator state per task, so snapshots are spaced by a minimum pause; on recovery, the splits
+of tasks that finished after the last snapshot are finished again from their TaskFinished
+events (driver/batch/recovery.py). Regular checkpoints
 (positive ids) are never throttled here: their cadence is the checkpoint interval.
 
 Pure and clock-injected, so tests step time instead of sleeping.

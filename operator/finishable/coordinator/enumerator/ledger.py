@@ -310,6 +310,45 @@ class SplitLedger(ABC):
             self._finished[split_id] = (subtask, assigned_epoch, self._epoch)
             self._finished_by_subtask.setdefault(subtask, set()).add(split_id)
 
+    def finish_restored(self, subtask: int, split_ids: Iterable[str]) -> bool:
+        """Finish, as ``subtask``'s, the splits of output it committed after the snapshot this
+        ledger was restored from, whatever state the snapshot has them in (pending, or orphaned
+        to any subtask): the job's own log of committed output is the truth, the snapshot only
+        saves work. The subtask's other orphans go back to the pool (nothing else will ask for
+        them: the subtask does not run again). False, changing nothing, when a split is unknown,
+        held by a live attempt or finished by another subtask: then the output cannot be kept.
+        """
+        wanted = list(dict.fromkeys(split_ids))
+        for split_id in wanted:
+            holding = self._holder.get(split_id)
+            finish = self._finished.get(split_id)
+            if (
+                split_id not in self._splits
+                or (holding is not None and holding[1] is not None)
+                or (finish is not None and finish[0] != subtask)
+            ):
+                return False
+        taken = {split_id for split_id in wanted if split_id in self._pending}
+        if taken:
+            self._pending -= taken
+            self._pending_heap = [e for e in self._pending_heap if e[1] not in taken]
+            heapq.heapify(self._pending_heap)
+        for split_id in wanted:
+            if split_id in self._finished:
+                continue
+            assigned_epoch = self._epoch
+            holding = self._holder.pop(split_id, None)
+            if holding is not None:
+                self._drop_orphan(holding[0], split_id)
+                assigned_epoch = holding[2]
+            self._finished[split_id] = (subtask, assigned_epoch, self._epoch)
+            self._finished_by_subtask.setdefault(subtask, set()).add(split_id)
+        for split_id in list(self._orphans.get(subtask, ())):
+            self._drop_orphan(subtask, split_id)
+            del self._holder[split_id]
+            self._make_pending(split_id)
+        return True
+
     def _make_pending(self, split_id: str) -> None:
         self._pending.add(split_id)
         heapq.heappush(self._pending_heap, (self._seq[split_id], split_id))

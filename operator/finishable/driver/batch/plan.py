@@ -280,13 +280,17 @@ class Recovery:
     """What survived a driver crash and what it costs."""
 
     finished: dict[str, dict[int, TaskFinished]]
-    """Per stage, the tasks whose output survived (and, for read tasks, the snapshot knows)."""
+    """Per stage, the tasks whose output survived."""
     reset: dict[str, set[int]]
-    """Per stage, tasks that had finished but must run again (output lost, or after snapshot)."""
+    """Per stage, tasks that had finished but must run again (output lost, or no snapshot)."""
     restore: dict[str, CoordinatorSnapshot | None]
     """Per source, the snapshot to restore its enumerator from (``None``: from scratch)."""
     committed: frozenset[str]
     """The sinks that published already."""
+    late: dict[str, dict[int, tuple[str, ...]]] = field(default_factory=dict)
+    """Per read stage, the surviving tasks that finished after their source's newest snapshot,
+    with the splits they read: the restored enumerator does not know them finished, so the
+    driver finishes them there again (a task whose splits cannot be is run again after all)."""
 
     def finished_tasks(self) -> set[TaskId]:
         return {TaskId(stage, task) for stage, tasks in self.finished.items() for task in tasks}
@@ -302,10 +306,12 @@ def recover(
     ``listed`` maps (dataset, partition) to what the live shuffle servers list;
     ``staged_exists(stage, staged)`` says whether a sink task's staged file is still there. The
     tasks of a sink that published survive without it: its publish cleaned the staging up, and
-    a sink publishes once per run.
+    a sink publishes once per run. A read task survives once its source has any snapshot: one
+    that finished after the newest is ``late``, its splits finished again from its event.
     """
     finished: dict[str, dict[int, TaskFinished]] = {}
     reset: dict[str, set[int]] = {}
+    late: dict[str, dict[int, tuple[str, ...]]] = {}
     published = {sink_stage_name(sink) for sink in job.committed}
     for name, record in job.stages.items():
         kept: dict[int, TaskFinished] = {}
@@ -323,7 +329,11 @@ def recover(
                     for p in event.partitions
                 )
             if survives and record.init.kind == StageKind.READ:
-                survives = snapshot is not None and snapshot[0] > seq
+                # Without a snapshot the enumerator lists its input anew, which may have
+                # changed: only a snapshot fixes the set of splits the log's ids refer to.
+                survives = snapshot is not None
+                if survives and snapshot is not None and snapshot[0] < seq:
+                    late.setdefault(name, {})[task] = event.splits
             if survives:
                 kept[task] = event
             else:
@@ -333,7 +343,7 @@ def recover(
     restore: dict[str, CoordinatorSnapshot | None] = {
         source: snapshot for source, (_, snapshot) in job.snapshots.items()
     }
-    return Recovery(finished, reset, restore, frozenset(job.committed))
+    return Recovery(finished, reset, restore, frozenset(job.committed), late)
 
 
 # -- scheduling ----------------------------------------------------------------------------------

@@ -133,7 +133,9 @@ class RecoveryMixin(RuntimeCore):
     # -- recovery bookkeeping ---------------------------------------------------------------
 
     def _reset_unfinished_readers(self) -> None:
-        """``subtask_reset`` every reader subtask without surviving output (FLIP-383 step 5)."""
+        """``subtask_reset`` every reader subtask without surviving output (FLIP-383 step 5),
+        then finish again the splits of surviving tasks the restored snapshot does not know
+        finished (``Recovery.late``); one whose splits cannot be is reset and runs again."""
         for stage in self._stages:
             if stage.read is None:
                 continue
@@ -144,6 +146,19 @@ class RecoveryMixin(RuntimeCore):
             subtasks |= set(range(stage.shape.parallelism))
             for subtask in sorted(subtasks - set(stage.finished)):
                 host.subtask_reset(subtask, NO_CHECKPOINT).result(30)
+            for task, splits in sorted(self._recovery.late.get(stage.name, {}).items()):
+                if task not in stage.finished:
+                    continue
+                if not stage.read.coordinator.finish_restored(task, splits):
+                    log.warning(
+                        "stage %s: task %d finished after the newest snapshot of %s, which "
+                        "cannot take its splits back: it runs again",
+                        stage.name,
+                        task,
+                        stage.read.name,
+                    )
+                    del stage.finished[task]
+                    host.subtask_reset(task, NO_CHECKPOINT).result(30)
             after = host.progress().result(30)
             if before is not None and after is not None:
                 self.figures.splits_reread += max(0, before.splits_finished - after.splits_finished)

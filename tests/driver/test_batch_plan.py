@@ -22,6 +22,7 @@ from finishable.driver.batch.plan import (
     TaskReset,
     decode_event,
     live_events,
+    read_shape,
     recover,
     replay,
     schedule,
@@ -283,3 +284,22 @@ def test_the_live_events_replay_to_the_same_log_and_recovery(events: list[object
     survivors = listed(("paid", 0), ("paid", 1), ("totals", 0))
     assert recover(compacted, survivors, no_staged) == recover(whole, survivors, no_staged)
     assert live_events(kept) == kept, "compaction is idempotent"
+
+
+@pytest.mark.parametrize(
+    ("splits", "cores", "recorded", "shape"),
+    [
+        (150, 2, None, (32, 5)),  # 16 tasks per core: a crash loses at most 2 x 5 splits
+        (24, 2, None, (24, 1)),  # never more tasks than splits
+        (1, 8, None, (1, 1)),
+        (0, 2, None, (1, 1)),  # an empty read still has its one task
+        (10_000, 16, None, (256, 40)),
+        (150, 8, 32, (32, 5)),  # an earlier attempt's tasks, on more cores now
+    ],
+)
+def test_a_read_is_cut_into_many_small_tasks(
+    splits: int, cores: int, recorded: int | None, shape: tuple[int, int]
+) -> None:
+    assert read_shape(splits, cores, recorded) == shape
+    tasks, quota = shape
+    assert tasks * quota >= splits, "every split is taken by some task"

@@ -136,6 +136,21 @@ class OutputCommitted:
     rows: int
 
 
+READ_TASKS_PER_CORE = 16
+"""Reader tasks per core of a read stage. A crash loses the splits of the tasks running then (a
+finished task's are kept): at most ``cores * quota``, about 1/16 of the read. Measured by
+benchmarks/batch_crashes.py: 4 per core lost up to 25 % of the input at a crash, 16 at most 7 %,
+with no difference in an uninterrupted run's time within the machine's noise."""
+
+
+def read_shape(splits: int, cores: int, recorded: int | None = None) -> tuple[int, int]:
+    """The reader tasks of a bounded read of ``splits`` splits on ``cores`` task slots, and the
+    most splits each takes (its quota): small tasks, every split taken by some task. A read an
+    earlier attempt initialized keeps its ``recorded`` tasks, whatever the cores are now."""
+    parallelism = recorded or max(1, min(splits, READ_TASKS_PER_CORE * max(1, cores)))
+    return parallelism, max(1, -(-splits // parallelism))
+
+
 def sink_stage_name(sink: str) -> str:
     """The stage that stages a sink's output (what ``StageInitialized`` names it)."""
     return f"sink-{sink}"

@@ -44,6 +44,7 @@ from finishable.driver.batch.plan import (
     OutputPlanned,
     StageKind,
     live_events,
+    read_shape,
     schedule,
     sink_stage_name,
 )
@@ -161,11 +162,9 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         recorded = next((r.init for r in self._log.stages.values() if r.init.source == name), None)
         total = self._await_splits(coordinator)
         cores = max(1, int(self.spark.sparkContext.defaultParallelism))
-        if recorded is not None:
-            parallelism = recorded.parallelism
-        else:
-            parallelism = max(1, min(total, 4 * cores))
-        quota = max(1, -(-total // parallelism))
+        parallelism, quota = read_shape(
+            total, cores, recorded.parallelism if recorded is not None else None
+        )
         read = DeclaredRead(name, coordinator, parallelism, quota)
         self._reads[name] = read
         read_schema = source.reader_schema(source.schema)

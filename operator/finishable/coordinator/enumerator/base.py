@@ -31,7 +31,6 @@ and of the snapshot, and the discovery start and adoption hooks here.
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -322,12 +321,7 @@ class SplitEnumerator(SnapshotFormat, OperatorCoordinator):
                     split.split_id,
                     len(self._splits) - before,
                 )
-        wanted = {split.split_id for split in splits}
-        take_pending = wanted & self._pending
-        if take_pending:
-            self._pending -= take_pending
-            self._pending_heap = [e for e in self._pending_heap if e[1] not in take_pending]
-            heapq.heapify(self._pending_heap)
+        self._take_pending({split.split_id for split in splits})
         adopted: list[str] = []
         finished: list[str] = []
         seen: set[str] = set()

@@ -328,11 +328,7 @@ class SplitLedger(ABC):
                 or (finish is not None and finish[0] != subtask)
             ):
                 return False
-        taken = {split_id for split_id in wanted if split_id in self._pending}
-        if taken:
-            self._pending -= taken
-            self._pending_heap = [e for e in self._pending_heap if e[1] not in taken]
-            heapq.heapify(self._pending_heap)
+        self._take_pending(set(wanted))
         for split_id in wanted:
             if split_id in self._finished:
                 continue
@@ -348,6 +344,14 @@ class SplitLedger(ABC):
             del self._holder[split_id]
             self._make_pending(split_id)
         return True
+
+    def _take_pending(self, split_ids: set[str]) -> None:
+        """Take ``split_ids`` out of the pool (those in it), keeping the heap in step."""
+        taken = split_ids & self._pending
+        if taken:
+            self._pending -= taken
+            self._pending_heap = [e for e in self._pending_heap if e[1] not in taken]
+            heapq.heapify(self._pending_heap)
 
     def _make_pending(self, split_id: str) -> None:
         self._pending.add(split_id)

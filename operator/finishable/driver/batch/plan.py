@@ -347,7 +347,7 @@ def recover(
                 # Without a snapshot the enumerator lists its input anew, which may have
                 # changed: only a snapshot fixes the set of splits the log's ids refer to.
                 survives = snapshot is not None
-                if survives and snapshot is not None and snapshot[0] < seq:
+                if snapshot is not None and snapshot[0] < seq:
                     late.setdefault(name, {})[task] = event.splits
             if survives:
                 kept[task] = event

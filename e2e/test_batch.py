@@ -55,7 +55,9 @@ def test_a_driver_killed_half_way_recovers_without_re_running_finished_tasks(
     cluster: E2ECluster,
 ) -> None:
     name = "paid-totals"
-    response = cluster.apply(batch_example(cluster.data_dir, cluster.image, name, FILES))
+    manifest = batch_example(cluster.data_dir, cluster.image, name, FILES)
+    manifest["spec"]["recovery"]["readTaskSize"] = "1Ki"  # many small reader tasks, whatever size
+    response = cluster.apply(manifest)
     assert response.status == 201, response.body
     cluster.wait_phase(name, "Running", START)
     assert len(shuffle_pods(cluster, name)) == 2

@@ -30,6 +30,7 @@ def test_defaults_follow_the_design() -> None:
     assert parsed.recovery.previous_worker_recovery_timeout.total_seconds() == 30
     assert parsed.recovery.snapshot_min_pause.total_seconds() == 180
     assert parsed.recovery.event_store.write_buffer_size == 1024**2
+    assert parsed.recovery.read_task_size == 64 * 1024**2
     assert parsed.executor.memory == 2 * 1024**3
     assert parsed.shuffle is None
     assert parsed.effective_shuffle.replicas == 2
@@ -63,6 +64,16 @@ def test_shuffle_settings_must_be_positive() -> None:
         "spec.shuffle.retainTimeout",
         "spec.shuffle.storage.size",
     }
+
+
+def test_the_read_task_size_is_a_positive_quantity() -> None:
+    assert (
+        parse_spec(spec(recovery={"readTaskSize": "16Mi"})).recovery.read_task_size == 16 * 1024**2
+    )
+    found = problems(spec(recovery={"readTaskSize": "0"}))
+    assert "larger than zero" in found["spec.recovery.readTaskSize"]
+    found = problems(spec(recovery={"readTaskSize": "lots"}))
+    assert "'lots'" in found["spec.recovery.readTaskSize"]
 
 
 def test_retained_at_least_one() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from finishable.coordinator import AddSplits, CoordinatorHost, FileSplit, NoMoreSplits
 from finishable.coordinator import files as files_module
+from finishable.coordinator.enumerator import SplitEnumerator
 from finishable.coordinator.files import (
     FileSplitEnumerator,
     ListedFile,
@@ -19,6 +20,7 @@ from finishable.coordinator.files import (
     normalize_source_url,
     plan_file_splits,
 )
+from finishable.coordinator.ranges import RangeSplitEnumerator
 
 from ._helpers import TIMEOUT, fail, finish, ready, request
 from .conftest import HostFactory
@@ -100,13 +102,19 @@ def test_large_files_become_byte_ranges_that_cover_them_exactly() -> None:
     assert len(plan_file_splits(files, None)) == 2
 
 
-def test_bounded_source_assigns_every_range_once_then_no_more(
-    make_host: HostFactory, tmp_path: Path
-) -> None:
+def four_ranges_of_two_files(make_host: HostFactory, tmp_path: Path) -> CoordinatorHost:
+    """A bounded listing of a.bin (2500 bytes: three ranges) and b.bin (700: one), listed."""
     write(tmp_path / "a.bin", 2500)
     write(tmp_path / "b.bin", 700)
     host = make_host(FileSplitEnumerator.provider(str(tmp_path), split_size=1000))
     wait_for(lambda: discovered(host) == 4)
+    return host
+
+
+def test_bounded_source_assigns_every_range_once_then_no_more(
+    make_host: HostFactory, tmp_path: Path
+) -> None:
+    host = four_ranges_of_two_files(make_host, tmp_path)
     ready(host, 0, 0)
     ready(host, 1, 0)
     got = splits_of(host, 0, 0, 2) + splits_of(host, 1, 0, 5)
@@ -225,3 +233,46 @@ def test_bad_configuration_is_refused_up_front() -> None:
     with pytest.raises(ValueError, match="needs a URL"):
         FileSplitEnumerator.provider("")
     assert normalize_source_url("/tmp/a b").startswith("file:///tmp/a%20b")
+
+
+def splits_of_any(host: CoordinatorHost) -> list[object]:
+    reply = request(host, 0, 0, 100)
+    assert len(reply) == 1 and isinstance(reply[0], AddSplits), reply
+    return list(reply[0].splits)
+
+
+def input_bytes(host: CoordinatorHost) -> int | None:
+    def measure(coordinator: object) -> int | None:
+        assert isinstance(coordinator, SplitEnumerator)
+        return coordinator.input_bytes()
+
+    return host.call("input_bytes", measure).result(TIMEOUT)
+
+
+def test_the_input_size_is_the_bytes_of_every_listed_range(
+    make_host: HostFactory, tmp_path: Path
+) -> None:
+    """What a Batch read sizes its tasks by (``plan.read_shape``): every range, wherever it is."""
+    host = four_ranges_of_two_files(make_host, tmp_path)
+    assert input_bytes(host) == 3200
+    ready(host, 0, 0)
+    got = splits_of(host, 0, 0, 2)
+    assert input_bytes(host) == 3200, "assigned splits count"
+    finish(host, 0, 0, *(s.split_id for s in got))
+    assert input_bytes(host) == 3200, "finished splits count"
+
+
+def test_a_range_of_rows_has_no_size_in_bytes(make_host: HostFactory) -> None:
+    host = make_host(RangeSplitEnumerator.provider(end=100, split_size=10))
+    ready(host, 0, 0)
+    assert len(splits_of_any(host)) == 10
+    assert input_bytes(host) is None
+
+
+def test_the_input_size_is_unknown_until_the_listing_is_complete(
+    make_host: HostFactory, tmp_path: Path
+) -> None:
+    write(tmp_path / "a.bin", 100)
+    host = make_host(FileSplitEnumerator.provider(str(tmp_path), bounded=False))
+    wait_for(lambda: discovered(host) == 1)
+    assert input_bytes(host) is None, "an unbounded listing is never complete"

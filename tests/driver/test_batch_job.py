@@ -80,7 +80,11 @@ class BatchJob:
             f"--rows={rows}",
         ]
         spec["application"]["sparkConf"] = {"spark.sql.shuffle.partitions": "3"}
-        spec["recovery"].update(maxAttempts=attempts, eventStore={"flushInterval": "100ms"})
+        # Reader tasks of a few splits each, whatever their size (readTaskSize), as the recovery
+        # tests below count them.
+        spec["recovery"].update(
+            maxAttempts=attempts, eventStore={"flushInterval": "100ms"}, readTaskSize="1Ki"
+        )
         spec["shuffle"]["retainTimeout"] = retain
         if snapshot_min_pause is None:  # the default (3m)
             del spec["recovery"]["snapshotMinPause"]

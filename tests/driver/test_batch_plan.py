@@ -303,3 +303,28 @@ def test_a_read_is_cut_into_many_small_tasks(
     assert read_shape(splits, cores, recorded) == shape
     tasks, quota = shape
     assert tasks * quota >= splits, "every split is taken by some task"
+
+
+MB = 1024**2
+
+
+@pytest.mark.parametrize(
+    ("splits", "cores", "input_bytes", "task_bytes", "shape"),
+    [
+        (96, 2, 450 * MB, 64 * MB, (8, 12)),  # the staged benchmark: 8 tasks of ~56 MB
+        (150, 2, 345 * MB, 64 * MB, (6, 25)),
+        (10, 4, 1 * MB, 64 * MB, (4, 3)),  # a small read still uses every core
+        (3, 4, 1 * MB, 64 * MB, (3, 1)),  # but never more tasks than splits
+        (150, 2, 345 * MB, 1, (32, 5)),  # tiny tasks asked for: 16 per core at most
+        (1000, 2, 100_000 * MB, 64 * MB, (32, 32)),  # a large read: 16 per core, 1/16 each
+        (96, 8, 450 * MB, 64 * MB, (8, 12)),
+        (96, 2, 450 * MB, 16 * MB, (29, 4)),
+    ],
+)
+def test_reader_tasks_get_at_least_the_task_size_of_input(
+    splits: int, cores: int, input_bytes: int, task_bytes: int, shape: tuple[int, int]
+) -> None:
+    assert read_shape(splits, cores, None, input_bytes, task_bytes) == shape
+    tasks, quota = shape
+    assert tasks * quota >= splits, "every split is taken by some task"
+    assert read_shape(splits, cores, 5, input_bytes, task_bytes)[0] == 5, "recorded tasks stay"

@@ -350,6 +350,11 @@ class SourceCoordinator:
         self._control("emit_sentinel", lambda e: e.emit_sentinel(split))
         return split
 
+    def input_bytes(self) -> int | None:
+        """The bytes of all the splits (None until the listing is complete, or when a split is
+        not a file range)."""
+        return self._control("input_bytes", lambda e: e.input_bytes())
+
     def adopt(self, splits: list[Split]) -> AdoptResult:
         """Hand ``splits`` to the running attempt (``begin_run`` does this from the log)."""
         return self._adopt(self._require_attempt(), splits)

@@ -33,7 +33,7 @@ from finishable.coordinator.contract import (
 )
 from finishable.coordinator.errors import CoordinatorRejection
 from finishable.coordinator.events import AddSplits, NoMoreSplits, OperatorEvent
-from finishable.coordinator.splits import SentinelSplit, Split
+from finishable.coordinator.splits import FileSplit, SentinelSplit, Split
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +166,20 @@ class SplitLedger(ABC):
 
     def _real_split_count(self) -> int:
         return len(self._splits) - len(self._sentinels)
+
+    def input_bytes(self) -> int | None:
+        """The bytes the splits cover once all are discovered; None before, or when one is not a
+        byte range of a file (a range of rows has no size in bytes)."""
+        if not self._discovery_complete:
+            return None
+        total = 0
+        for split_id, split in self._splits.items():
+            if split_id in self._sentinels:
+                continue
+            if not isinstance(split, FileSplit):
+                return None
+            total += split.length
+        return total
 
     def assignment_view(self) -> AssignmentView:
         """A copy of the ledger (call on the coordinator thread)."""

@@ -163,7 +163,11 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         total = self._await_splits(coordinator)
         cores = max(1, int(self.spark.sparkContext.defaultParallelism))
         parallelism, quota = read_shape(
-            total, cores, recorded.parallelism if recorded is not None else None
+            total,
+            cores,
+            recorded.parallelism if recorded is not None else None,
+            coordinator.input_bytes(),
+            int(self.config.spec.recovery.read_task_size),
         )
         read = DeclaredRead(name, coordinator, parallelism, quota)
         self._reads[name] = read

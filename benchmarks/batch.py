@@ -44,6 +44,8 @@ import pyarrow as pa
 import pyarrow.compute
 import pyarrow.parquet
 from pyspark import TaskContext
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,8 +321,6 @@ def bare_write(frame: Any, directory: Path, file_format: str) -> None:
 def bare_pipeline(spark: Any, inputs: Path, output: Path) -> tuple[float, dict[str, Any]]:
     """The staged job's work without the runtime: read, ``paid`` and ``totals`` staged as Arrow
     files on local disk and read back, the totals written as parquet; all through Python."""
-    from pyspark.sql import functions as F  # noqa: PLC0415, N812 - PySpark's convention
-
     started = time.perf_counter()
     spark.dataSource.register(BareFiles)
     slots = str(2 * spark.sparkContext.defaultParallelism)
@@ -379,8 +379,6 @@ def staged(
 def staged_figures(
     work: Path, inputs: Path, rounds: int, phases: dict[str, Any]
 ) -> dict[str, float]:
-    from pyspark.sql import SparkSession  # noqa: PLC0415
-
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session_started = time.perf_counter()
     spark = (

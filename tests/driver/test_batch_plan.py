@@ -324,7 +324,8 @@ MB = 1024**2
 def test_reader_tasks_get_at_least_the_task_size_of_input(
     splits: int, cores: int, input_bytes: int, task_bytes: int, shape: tuple[int, int]
 ) -> None:
-    assert read_shape(splits, cores, None, input_bytes, task_bytes) == shape
+    assert read_shape(splits, cores, input_bytes=input_bytes, task_bytes=task_bytes) == shape
     tasks, quota = shape
     assert tasks * quota >= splits, "every split is taken by some task"
-    assert read_shape(splits, cores, 5, input_bytes, task_bytes)[0] == 5, "recorded tasks stay"
+    recorded = read_shape(splits, cores, 5, input_bytes=input_bytes, task_bytes=task_bytes)
+    assert recorded[0] == 5, "recorded tasks stay"

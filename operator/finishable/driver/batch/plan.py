@@ -146,26 +146,26 @@ def read_shape(
     splits: int,
     cores: int,
     recorded: int | None = None,
+    *,
     input_bytes: int | None = None,
-    task_bytes: int = 64 * 1024**2,
+    task_bytes: int = 0,
 ) -> tuple[int, int]:
     """The reader tasks of a bounded read of ``splits`` splits (``input_bytes`` in all, when
     known) on ``cores`` task slots, and the most splits each takes (its quota): small tasks, but
-    none below ``task_bytes`` (``spec.recovery.readTaskSize``) unless that would leave a core
-    idle; every split taken by some task. A read an earlier attempt initialized keeps its
-    ``recorded`` tasks, whatever the cores are now.
+    none below ``task_bytes`` (``spec.recovery.readTaskSize``; 0: no floor) unless that would
+    leave a core idle; every split taken by some task. A read an earlier attempt initialized
+    keeps its ``recorded`` tasks, whatever the cores are now.
 
     Why a floor in bytes: each task costs ~0.1 s of its own (its Python reader and writer,
     coordinator calls, an upload, one more partition for the next stage to read), and 16 per core
     made the 450 MB staged benchmark 1.34x slower than 4 per core. A 64 MB task reads for ~2 s
-    here (Spark's own file splits are up to 128 MB), so that is ~5 %, and what a crash loses stays
-    bounded either way:
-    the running tasks' input, or 1/16 of a larger read.
+    here (Spark's own file splits are up to 128 MB), so that is ~5 %, and what a crash loses
+    stays bounded either way: the running tasks' input, or 1/16 of a larger read.
     """
     cores = max(1, cores)
     most = READ_TASKS_PER_CORE * cores
-    if input_bytes is not None:
-        most = min(most, max(cores, -(-input_bytes // max(1, task_bytes))))
+    if input_bytes is not None and task_bytes > 0:
+        most = min(most, max(cores, -(-input_bytes // task_bytes)))
     parallelism = recorded or max(1, min(splits, most))
     return parallelism, max(1, -(-splits // parallelism))
 

@@ -166,8 +166,8 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
             total,
             cores,
             recorded.parallelism if recorded is not None else None,
-            coordinator.input_bytes(),
-            int(self.config.spec.recovery.read_task_size),
+            input_bytes=coordinator.input_bytes(),
+            task_bytes=int(self.config.spec.recovery.read_task_size),
         )
         read = DeclaredRead(name, coordinator, parallelism, quota)
         self._reads[name] = read

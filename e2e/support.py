@@ -176,6 +176,15 @@ class E2ECluster(abc.ABC):
             selector += f",finishable.dev/attempt={attempt}"
         return self.objects("pods", selector)
 
+    def running_executors(self, job: str, attempt: int) -> set[str]:
+        """The attempt's executor pods that run (not the ones going away)."""
+        return {
+            pod["metadata"]["name"]
+            for pod in self.executor_pods(job, attempt)
+            if (pod.get("status") or {}).get("phase") == "Running"
+            and not pod["metadata"].get("deletionTimestamp")
+        }
+
     def container_id(self, pod: str) -> str | None:
         """The ID of the pod's running container (``<runtime>://<id>``), as its kubelet says."""
         body = self.pod(pod) or {}

@@ -31,13 +31,7 @@ def names(cluster: E2ECluster, attempt: int | None = None) -> set[str]:
 
 
 def running(cluster: E2ECluster, attempt: int) -> set[str]:
-    """The attempt's executor pods that run (not the ones going away)."""
-    return {
-        pod["metadata"]["name"]
-        for pod in cluster.executor_pods(NAME, attempt)
-        if (pod.get("status") or {}).get("phase") == "Running"
-        and not pod["metadata"].get("deletionTimestamp")
-    }
+    return cluster.running_executors(NAME, attempt)
 
 
 def splits_finished(cluster: E2ECluster) -> int:

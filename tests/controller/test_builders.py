@@ -9,7 +9,9 @@ from typing import Any
 from finishable.api.jobconfig import JobConfig
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.controller import builders, driverconf, naming
+from finishable.controller.observe import DriverPod, current_driver
 from finishable.kube.objects import JobRef
+from finishable.lifecycle.decisions import PodPhase
 
 JOB = JobRef(name="clicks", namespace="analytics", uid="uid-1")
 OWNER = {
@@ -309,6 +311,38 @@ def test_streaming_jobs_get_no_shuffle_and_names_fit() -> None:
     ]
     assert all(len(name) <= 63 for name in names), "DNS labels for a 40-character job name"
     assert json.dumps(builders.driver_pod(JOB, spec(), 1, ""))  # plain JSON, nothing else
+
+
+def test_a_standby_driver_pod_is_the_driver_pod_under_its_own_name_waiting_for_its_order() -> None:
+    job_spec = spec(recovery={"standby": True})
+    driver = builders.driver_pod(JOB, job_spec, attempt=3, restore_from="", run=2)
+    standby = builders.driver_pod(JOB, job_spec, attempt=3, restore_from="", run=2, standby=True)
+    assert standby["metadata"]["name"] == "clicks-standby-3"
+    assert standby["metadata"]["labels"] == {
+        **driver["metadata"]["labels"],
+        "finishable.dev/standby": "true",
+    }
+    assert standby["metadata"]["annotations"] == {"finishable.dev/spec-revision": job_spec.revision}
+    (container,) = standby["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    driver_env = {e["name"]: e.get("value") for e in driver["spec"]["containers"][0]["env"]}
+    submit = env.pop("PYSPARK_SUBMIT_ARGS")
+    assert submit == driver_env.pop("PYSPARK_SUBMIT_ARGS").replace(
+        "pod.name=clicks-driver-3", "pod.name=clicks-standby-3"
+    ), "Spark owns its executors by the pod's own name"
+    assert env == {**driver_env, "FINISHABLE_STANDBY": "1"}
+    assert standby["spec"] == {**driver["spec"], "containers": standby["spec"]["containers"]}
+
+
+def test_the_current_driver_is_its_own_pod_else_the_standby_that_took_over() -> None:
+    driver = DriverPod("j-driver-2", 2, PodPhase.RUNNING)
+    promoted = DriverPod("j-standby-2", 2, PodPhase.RUNNING, standby=True)
+    replaced = DriverPod("j-standby-2", 2, PodPhase.RUNNING, deleting=True, standby=True)
+    waiting = DriverPod("j-standby-3", 3, PodPhase.RUNNING, standby=True)
+    assert current_driver([waiting, promoted], 2) == promoted
+    assert current_driver([promoted, driver, waiting], 2) == driver
+    assert current_driver([replaced, waiting], 2) is None, "a standby going away is no driver"
+    assert current_driver([waiting], 2) is None
 
 
 def test_a_local_master_runs_spark_inside_the_driver_pod() -> None:

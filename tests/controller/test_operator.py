@@ -596,6 +596,7 @@ def test_batch_driver_crash_recovers_keeping_shuffle_then_fails_when_attempts_ru
     pod = wait_for(lambda: k8s.get("pods", "etl-driver-2"), "attempt 2 after the backoff")
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["FINISHABLE_ATTEMPT"] == "2"
+    assert env["FINISHABLE_PREDECESSOR_EXITED"] == "1", "its pod failed: no grace to wait out"
     k8s.set_pod_phase("etl-driver-2", "Running")
     k8s.report("etl", 2, DriverState.RUNNING, tasks_skipped=6, tasks_rerun=2)
     status = k8s.wait_phase("etl", "Running")
@@ -607,6 +608,59 @@ def test_batch_driver_crash_recovers_keeping_shuffle_then_fails_when_attempts_ru
     status = k8s.wait_phase("etl", "Failed")
     assert "spec.recovery.maxAttempts" in status["message"]
     wait_for(lambda: shuffle_pod_uids(k8s, "etl") == [], "a failed batch job releases its shuffle")
+
+
+def test_a_standby_driver_takes_over_a_lost_driver_and_a_new_one_stands_by(
+    k8s: Cluster,
+) -> None:
+    k8s.start_running("warm", {**STREAMING, "recovery": {"standby": True}})
+    executor = {  # what the standby's Spark creates: warm executors of attempt 2
+        "metadata": {
+            "name": "warm-2-exec-1",
+            "labels": {
+                "finishable.dev/job": "warm",
+                "finishable.dev/component": "executor",
+                "finishable.dev/attempt": "2",
+            },
+        },
+        "spec": {"containers": []},
+    }
+    standby = wait_for(lambda: k8s.get("pods", "warm-standby-2"), "a standby of attempt 2")
+    assert standby["metadata"]["labels"]["finishable.dev/standby"] == "true"
+    env = driver_env(k8s, "warm-standby-2")
+    assert (env["FINISHABLE_STANDBY"], env["FINISHABLE_ATTEMPT"]) == ("1", "2")
+    assert "spark.kubernetes.driver.pod.name=warm-standby-2" in (env["PYSPARK_SUBMIT_ARGS"] or "")
+    k8s.set_pod_phase("warm-standby-2", "Failed", exit_code=1)  # a standby that dies is replaced
+    wait_for(
+        lambda: (
+            (pod := k8s.get("pods", "warm-standby-2")) is not None
+            and pod["metadata"]["uid"] != standby["metadata"]["uid"]
+        ),
+        "a new standby pod in place of the failed one",
+    )
+    k8s.set_pod_phase("warm-standby-2", "Running")
+    k8s.create("pods", executor)
+    assert k8s.channel("warm").takeover(2) is None, "no order while the driver lives"
+
+    k8s.set_pod_phase("warm-driver-1", "Failed", exit_code=137)
+    order = wait_for(lambda: k8s.channel("warm").takeover(2), "the order to take over")
+    assert order.predecessor_exited, "a failed pod's process has exited: no grace to wait out"
+    status = k8s.status("warm")
+    assert (status["phase"], status["attempt"], status["restarts"]) == ("Recovering", 2, 1)
+    assert k8s.get("pods", "warm-driver-1") is not None, "a crashed pod stays for its logs"
+    assert k8s.get("pods", "warm-driver-2") is None, "no new driver pod: the standby is it"
+    assert k8s.get("pods", "warm-2-exec-1") is not None, "the standby's executors are kept"
+    k8s.report("warm", 2, DriverState.RUNNING)
+    assert k8s.wait_phase("warm", "Running")["attempt"] == 2
+    wait_for(lambda: k8s.get("pods", "warm-standby-3"), "a new standby, of attempt 3")
+
+    # a stop ends the standby with the job's driver
+    k8s.edit("warm", state="Suspended")
+    request = k8s.request_for("warm", 2)
+    k8s.answer("warm", 2, request, DriverState.SUSPENDED, savepoint=SavepointStatus(location="s"))
+    k8s.set_pod_phase("warm-standby-2", "Succeeded", missing_ok=True)
+    k8s.wait_phase("warm", "Suspended")
+    wait_for(lambda: k8s.get("pods", "warm-standby-3") is None, "the standby deleted")
 
 
 def test_shuffle_pods_go_when_no_driver_reconnects_in_time(k8s: Cluster) -> None:
@@ -647,6 +701,8 @@ def test_an_operator_killed_mid_stop_and_mid_recovery_carries_on(
     wait_for(lambda: k8s.get("pods", "stopping-driver-1") is None, "the stopped driver removed")
     pod = wait_for(lambda: k8s.get("pods", "crashing-driver-2"), "the recovery's next attempt")
     assert pod["metadata"]["labels"]["finishable.dev/attempt"] == "2"
+    env = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+    assert "FINISHABLE_PREDECESSOR_EXITED" not in env, "a pod gone from view may still run"
     assert k8s.status("crashing")["restarts"] == 1, "the crash is counted once"
 
 

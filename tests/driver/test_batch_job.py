@@ -59,6 +59,7 @@ class BatchJob:
         storage: Path | None = None,
         snapshot_min_pause: str | None = "1s",
         rows: int = ROWS,
+        standby: bool = False,
     ) -> None:
         self.name = name
         self.files = files
@@ -83,7 +84,10 @@ class BatchJob:
         # Reader tasks of a few splits each, whatever their size (readTaskSize), as the recovery
         # tests below count them.
         spec["recovery"].update(
-            maxAttempts=attempts, eventStore={"flushInterval": "100ms"}, readTaskSize="1Ki"
+            maxAttempts=attempts,
+            eventStore={"flushInterval": "100ms"},
+            readTaskSize="1Ki",
+            standby=standby,
         )
         spec["shuffle"]["retainTimeout"] = retain
         if snapshot_min_pause is None:  # the default (3m)
@@ -197,9 +201,10 @@ class BatchJob:
         if self.runner is not None and self.runner.poll() is None:
             self.runner.kill()
             self.runner.wait(30)
-        with contextlib.suppress(OSError, ValueError):
-            _attempt, pid = (self.home / "driver.pid").read_text().split()
-            os.killpg(int(pid), signal.SIGKILL)
+        for pid_file in ("driver.pid", "standby.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                _attempt, pid = (self.home / pid_file).read_text().split()
+                os.killpg(int(pid), signal.SIGKILL)
         for index in (0, 1):
             with contextlib.suppress(OSError, ValueError):
                 os.kill(self.shuffle_pid(index), signal.SIGKILL)
@@ -279,11 +284,7 @@ def test_driver_killed_half_way_re_reads_no_finished_split(
     jobs.append(job)
     job.run()
 
-    def read_tasks_logged() -> bool | None:
-        logged = [e for _, e in job.events() if isinstance(e, TaskFinished) and e.stage == "paid"]
-        return True if len(logged) >= 3 else None
-
-    job.wait_until("three read tasks finished in the event log", read_tasks_logged)
+    job.wait_until("three read tasks finished in the event log", lambda: _read_tasks_logged(job))
     job.kill_driver()
     output = job.finish()
     assert "Finished" in output
@@ -291,17 +292,11 @@ def test_driver_killed_half_way_re_reads_no_finished_split(
     assert job.published() == ground_truth(FILES, CRASH_ROWS)
     assert job.published() == uninterrupted
 
-    finished_splits, finished_tasks = durable_at_crash(job.events())
+    finished_splits, finished_tasks = _assert_nothing_finished_done_again(job)
     assert finished_splits, "the crash came after some reader tasks had finished"
     late = read_after_the_newest_snapshot(job.events())
     assert late, "read tasks finished after the newest snapshot (else: the crash came too late)"
     assert late <= finished_tasks
-    reread = {r["split"] for r in job.reads() if r["attempt"] >= 2} & finished_splits
-    assert reread == set(), f"finished splits read again: {sorted(reread)}"
-    redone = {
-        (e.stage, e.task) for _, e in job.events() if isinstance(e, TaskFinished) and e.attempt >= 2
-    } & finished_tasks
-    assert redone == set(), f"finished tasks run again: {sorted(redone)}"
     later = [r for r in job.reads() if r["attempt"] >= 2]
     assert len(later) < FILES, "the second attempt read less than everything"
 
@@ -310,6 +305,67 @@ def test_driver_killed_half_way_re_reads_no_finished_split(
     recovery = status["recovery"]
     assert recovery["tasksSkipped"] >= len(finished_tasks)
     assert recovery["splitsReread"] == 0
+
+
+def test_a_warm_standby_driver_takes_over_a_killed_driver(
+    tmp_path: Path, jobs: list[BatchJob], uninterrupted: dict[str, Any]
+) -> None:
+    job = BatchJob(tmp_path, "standby", rows=CRASH_ROWS, standby=True)
+    jobs.append(job)
+    job.run()
+    # The standby starts once attempt 1 runs. The kill does not wait for it to be warm (on a
+    # loaded machine the job could end first): an order to a standby still warming is obeyed
+    # as soon as it is.
+    standby_pid = job.wait_until("a standby of attempt 2", lambda: _pid(job, "standby.pid"))
+    assert standby_pid[0] == "2"
+    job.wait_until("three read tasks finished in the event log", lambda: _read_tasks_logged(job))
+    assert not job.published_any()
+    job.kill_driver()
+    output = job.finish()
+
+    assert job.published() == ground_truth(FILES, CRASH_ROWS)
+    assert job.published() == uninterrupted
+    assert f"standby driver took over as attempt 2 (pid {standby_pid[1]})" in output
+    assert "standby driver for attempt 3 started" in output, "a new standby after the takeover"
+    assert not alive(int(standby_pid[1])), "the promoted standby ended with the job"
+    assert _logged(job, 2, "standby taking over as attempt 2")
+    assert not _logged(job, 2, "still in flight"), "the lost driver exited: no grace to wait"
+    _assert_nothing_finished_done_again(job)
+    assert job.cli_status()["restarts"] == 1
+    leftover = job.home / "standby.pid"
+    assert not leftover.exists() or not alive(int(leftover.read_text().split()[1]))
+
+
+def _assert_nothing_finished_done_again(job: BatchJob) -> tuple[set[str], set[tuple[str, int]]]:
+    """No split or task that was durable when the driver died was read or run again; returns
+    them (splits, (stage, task))."""
+    finished_splits, finished_tasks = durable_at_crash(job.events())
+    reread = {r["split"] for r in job.reads() if r["attempt"] >= 2} & finished_splits
+    assert reread == set(), f"finished splits read again: {sorted(reread)}"
+    redone = {
+        (e.stage, e.task) for _, e in job.events() if isinstance(e, TaskFinished) and e.attempt >= 2
+    } & finished_tasks
+    assert redone == set(), f"finished tasks run again: {sorted(redone)}"
+    return finished_splits, finished_tasks
+
+
+def _read_tasks_logged(job: BatchJob, count: int = 3) -> bool | None:
+    logged = [e for _, e in job.events() if isinstance(e, TaskFinished) and e.stage == "paid"]
+    return True if len(logged) >= count else None
+
+
+def _pid(job: BatchJob, name: str) -> list[str] | None:
+    try:
+        return (job.home / name).read_text().split() or None
+    except OSError:
+        return None
+
+
+def _logged(job: BatchJob, attempt: int, text: str) -> bool | None:
+    try:
+        return True if text in (job.home / f"driver-{attempt}.log").read_text() else None
+    except OSError:
+        return None
 
 
 def test_stop_suspends_a_batch_job_and_resuming_recovers_it(

@@ -52,3 +52,10 @@ def test_counted_losses_are_the_recent_ones_in_order(ages: list[int], window: in
     counted = counted_losses(losses, NOW, timedelta(seconds=window))
     assert list(counted) == sorted(counted)
     assert len(counted) == sum(1 for age in ages if age < window)
+
+
+def test_a_standby_takes_over_the_first_loss_at_once_and_backs_off_after() -> None:
+    assert restart_backoff(1, standby=True) == timedelta(0)
+    assert restart_backoff(2, standby=True) == restart_backoff(1)
+    assert restart_backoff(3, standby=True) == restart_backoff(2)
+    assert restart_backoff(30, standby=True) == restart_backoff(30)  # both at the maximum

@@ -274,6 +274,62 @@ def test_streaming_crash_recovers_with_backoff() -> None:
     assert job.phase is Phase.RUNNING
 
 
+def test_a_standby_is_kept_while_the_driver_runs_and_takes_over_at_once() -> None:
+    job = Job(recovery={"standby": True, "maxAttempts": 2})
+    submitted = job.step()
+    assert ActionKind.START_STANDBY not in kinds(submitted), "not while the driver starts"
+    running = job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    (standby,) = [a for a in running.actions if a.kind is ActionKind.START_STANDBY]
+    assert (standby.attempt, standby.run) == (2, 1)
+
+    lost = job.step(PodPhase.FAILED)  # the process exited: the first loss is taken over now
+    takeover = next(a for a in lost.actions if a.kind is ActionKind.TAKE_OVER)
+    assert (takeover.attempt, takeover.predecessor_exited) == (2, True)
+    assert ActionKind.START_DRIVER not in kinds(lost)
+    assert ActionKind.REQUEUE not in kinds(lost), "no backoff before a warm standby takes over"
+    assert (job.phase, job.status.attempt, job.status.restarts) == (Phase.RECOVERING, 2, 1)
+    executors = next(a for a in lost.actions if a.kind is ActionKind.DELETE_EXECUTORS)
+    assert executors.attempt == 1, "only the lost attempt's executors go, not the standby's"
+    assert ActionKind.START_STANDBY not in kinds(lost), "no new standby while it recovers"
+
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.phase is Phase.RUNNING
+    assert [a.attempt for a in job.decisions[-1].actions if a.kind is ActionKind.START_STANDBY] == [
+        3
+    ]
+
+    # A second loss within the window backs off as a first one without a standby would, and
+    # the standby stays wanted until it takes over; a lost pod that is gone from view (not
+    # seen to exit) leaves its successor the fence's grace to wait out.
+    second = job.step(PodPhase.ABSENT)
+    assert next(a for a in second.actions if a.kind is ActionKind.REQUEUE).after == restart_backoff(
+        1
+    )
+    assert [a.attempt for a in second.actions if a.kind is ActionKind.START_STANDBY] == [3]
+    later = job.step(PodPhase.ABSENT, after=restart_backoff(1))
+    takeover = next(a for a in later.actions if a.kind is ActionKind.TAKE_OVER)
+    assert (takeover.attempt, takeover.predecessor_exited) == (3, False)
+
+    # The budget is spent: a takeover would be refused, so no standby is kept.
+    spent = job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert job.status.restarts_left == 0
+    assert ActionKind.START_STANDBY not in kinds(spent)
+    assert [a.attempt for a in spent.actions if a.kind is ActionKind.DELETE_STANDBY] == [3]
+
+
+def test_a_settled_job_keeps_no_standby_and_a_job_without_one_hears_nothing_of_it() -> None:
+    job = Job(recovery={"standby": True})
+    job.run()
+    finished = job.step(PodPhase.SUCCEEDED, job.report(DriverState.FINISHED))
+    assert job.phase is Phase.FINISHED
+    assert ActionKind.DELETE_STANDBY in kinds(finished)
+    plain = Job()
+    plain.run()
+    plain.step(PodPhase.FAILED)
+    standby_kinds = {ActionKind.START_STANDBY, ActionKind.DELETE_STANDBY, ActionKind.TAKE_OVER}
+    assert not standby_kinds & {k for d in plain.decisions for k in kinds(d)}
+
+
 def test_batch_crash_keeps_shuffle_until_the_deadline() -> None:
     job = Job(mode="Batch", shuffle={"retainTimeout": "1m"})
     job.run()

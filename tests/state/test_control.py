@@ -19,6 +19,7 @@ from finishable.state.control import (
     ConfigMapControlChannel,
     ControlChannel,
     LocalControlChannel,
+    TakeOver,
     decode,
 )
 from tests.conftest import TOKEN
@@ -102,6 +103,33 @@ def test_cancelled_request_is_not_seen(channels: tuple[ControlChannel, ControlCh
     assert received is not None and received.id == "stop-2"
 
 
+def test_a_takeover_order_reaches_its_standby_only_and_survives_requests(
+    channels: tuple[ControlChannel, ControlChannel],
+) -> None:
+    operator, standby = channels
+    assert standby.takeover(2) is None
+    operator.take_over(2, predecessor_exited=True)
+    assert standby.takeover(3) is None, "an order names the one attempt it is for"
+    operator.send(stop("stop-1"))  # a request written after the order leaves it in place
+    operator.cancel("stop-1")
+    assert standby.takeover(2) == TakeOver(2, predecessor_exited=True)
+    operator.send(stop("stop-2"))
+    received = standby.read_request()
+    assert received is not None and received.id == "stop-2", "a new request clears the cancel"
+    operator.take_over(3, predecessor_exited=False)
+    assert standby.takeover(2) is None
+    assert standby.takeover(3) == TakeOver(3, predecessor_exited=False)
+
+
+def test_an_unreadable_takeover_order_is_no_order(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    channel = LocalControlChannel(tmp_path)
+    channel.control_file.write_text(json.dumps({"takeover": '{"attempt": "two"}'}))
+    assert channel.takeover(2) is None
+    assert "unreadable takeover order" in caplog.text
+
+
 def test_reports_overwrite(channels: tuple[ControlChannel, ControlChannel]) -> None:
     operator, driver = channels
     for checkpoint in range(3):
@@ -154,7 +182,6 @@ def test_a_request_for_another_attempt_is_ignored(
     assert driver.read_request(attempt=2) is None
     received = driver.read_request(attempt=1)
     assert received is not None and received.id == "stop-a1"
-
 
 
 def test_drivers_and_operators_of_other_releases_read_each_other(

@@ -31,6 +31,12 @@ FENCE_GRACE_ENV = "FINISHABLE_FENCE_GRACE_SECONDS"
 TOKEN_ENV = "FINISHABLE_TOKEN"
 PREFLIGHT_ENV = "FINISHABLE_PREFLIGHT"
 """Set to 1 in an upgrade check pod: the program is checked against the job's state, not run."""
+PREDECESSOR_EXITED_ENV = "FINISHABLE_PREDECESSOR_EXITED"
+"""Set to 1 when the previous attempt's driver process was seen to end: no write of it can be in
+flight, so the new attempt does not wait out the fence's grace before it reads the state."""
+STANDBY_ENV = "FINISHABLE_STANDBY"
+"""Set to 1 for a standby driver (spec.recovery.standby): it starts Spark, then waits for the
+order to take over as its attempt before it claims or reads anything of the job."""
 PREFLIGHT_REFUSED_EXIT_CODE = 3
 """A check pod's exit code when the program cannot restore the job's state (the reason is the
 last line of its log and its termination message)."""

@@ -305,6 +305,15 @@ class RecoverySpec(ApiModel):
     event_store: EventStoreSpec = Field(
         default_factory=EventStoreSpec, description="Batch: buffering of the job event log."
     )
+    standby: bool = Field(
+        default=False,
+        description=(
+            "Keep a warm standby driver: a second driver with its Spark session (and, on a "
+            "cluster, its executors) started, which takes over at once when the active driver "
+            "is lost, fenced by the next attempt's epoch. Costs one idle driver and its "
+            "executors; a new standby is started after each takeover."
+        ),
+    )
 
     @field_validator("read_task_size")
     @classmethod

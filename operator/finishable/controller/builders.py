@@ -1,5 +1,9 @@
 """Pure builders of a job's child objects: plain dicts, no I/O, unit-tested without a cluster.
 
+It is one cohesive thing, what every child of a job looks like: the children refer to each other
+by name, label and mount (the driver pod mounts the config map, selects the token Secret, is
+selected by the Services), and one module keeps those references in step.
+
 Every child carries the labels ``finishable.dev/job`` and ``finishable.dev/component``, a
 controller owner reference to the custom resource (so the garbage collector removes it with the
 job, and a driver crash never takes the shuffle pods along), and a deterministic name derived from
@@ -26,8 +30,10 @@ from finishable.api.jobconfig import (
     ENDPOINT_BIND_ENV,
     ENDPOINT_HOST_ENV,
     POD_IP_ENV,
+    PREDECESSOR_EXITED_ENV,
     RESTORE_ENV,
     RUN_ENV,
+    STANDBY_ENV,
     TOKEN_ENV,
 )
 from finishable.api.models import JobMode
@@ -61,6 +67,7 @@ from finishable.controller.naming import (
     rbac_name,
     shuffle_name,
     shuffle_service_name,
+    standby_pod_name,
     state_name,
     token_name,
     work_claim_name,
@@ -73,7 +80,15 @@ from finishable.controller.podparts import (
     storage_env_from,
     storage_volumes,
 )
-from finishable.kube.objects import LABEL_ATTEMPT, JobRef, labels, owner_reference, selector
+from finishable.kube.objects import (
+    ANNOTATION_SPEC_REVISION,
+    LABEL_ATTEMPT,
+    LABEL_STANDBY,
+    JobRef,
+    labels,
+    owner_reference,
+    selector,
+)
 
 # -- metadata ---------------------------------------------------------------------------------
 
@@ -238,7 +253,9 @@ def _field_env(name: str, field_path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
 
 
-def _submit_args(job: JobRef, spec: FinishableSparkJobSpec, attempt: int, master: str) -> list[str]:
+def _submit_args(
+    job: JobRef, spec: FinishableSparkJobSpec, attempt: int, master: str, pod_name: str
+) -> list[str]:
     """spark-submit's arguments: what only this pod knows (its IP, its name, the attempt)."""
     args = ["--driver-memory", spec.driver.memory.spark_memory()]
     if is_kubernetes_master(master):
@@ -247,7 +264,7 @@ def _submit_args(job: JobRef, spec: FinishableSparkJobSpec, attempt: int, master
             # talk to their own driver (a Service would also name a lingering older one).
             "spark.driver.host": f"$({POD_IP_ENV})",
             "spark.driver.bindAddress": f"$({POD_IP_ENV})",
-            "spark.kubernetes.driver.pod.name": driver_pod_name(job.name, attempt),
+            "spark.kubernetes.driver.pod.name": pod_name,
             f"spark.kubernetes.executor.label.{LABEL_ATTEMPT}": str(attempt),
             "spark.kubernetes.executor.podNamePrefix": executor_name_prefix(job.name, attempt),
         }
@@ -264,14 +281,18 @@ def driver_pod(
     master: str = KUBERNETES_MASTER,
     *,
     run: int = 1,
+    standby: bool = False,
+    predecessor_exited: bool = False,
 ) -> dict[str, Any]:
     """``<job>-driver-<attempt>``: ``finishable driver`` with the job config, token, run and
-    attempt.
+    attempt. ``standby``: ``<job>-standby-<attempt>``, the same driver started ahead of time,
+    which waits for the order to take over (``driver/standby.py``). ``predecessor_exited``: the
+    previous attempt's pod was seen to fail, so the new one need not wait out the fence's grace.
 
     Volumes declared with ``spark.kubernetes.driver.volumes.*`` in sparkConf are mounted too,
     and the work volume of ``spec.workVolume``.
     """
-    name = driver_pod_name(job.name, attempt)
+    name = (standby_pod_name if standby else driver_pod_name)(job.name, attempt)
     driver = spec.driver
     memory = container_memory(driver.memory, driver.memory_overhead)
     env = [
@@ -288,8 +309,10 @@ def driver_pod(
         _env(ENDPOINT_BIND_ENV, "0.0.0.0"),
         _env(ENDPOINT_HOST_ENV, f"$({POD_IP_ENV})"),
         _env("SPARK_CONF_DIR", SPARK_CONF_DIR),
-        _env("PYSPARK_SUBMIT_ARGS", shlex.join(_submit_args(job, spec, attempt, master))),
+        _env("PYSPARK_SUBMIT_ARGS", shlex.join(_submit_args(job, spec, attempt, master, name))),
         _env("PYTHONUNBUFFERED", "1"),
+        *([_env(STANDBY_ENV, "1")] if standby else []),
+        *([_env(PREDECESSOR_EXITED_ENV, "1")] if predecessor_exited else []),
     ]
     limits: dict[str, str] = {"memory": memory}
     if driver.core_limit is not None:
@@ -335,10 +358,16 @@ def driver_pod(
         **storage_env_from(spec),
     }
     own = metadata(job, name, DRIVER, attempt)
+    own_labels = own.pop("labels")
+    meta = pod_metadata(driver, own_labels, **own)
+    if standby:
+        meta["labels"][LABEL_STANDBY] = "true"
+        revision = {ANNOTATION_SPEC_REVISION: spec.revision}
+        meta["annotations"] = {**meta.get("annotations", {}), **revision}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": pod_metadata(driver, own.pop("labels"), **own),
+        "metadata": meta,
         "spec": {
             "serviceAccountName": driver.service_account_name or rbac_name(job.name),
             "restartPolicy": "Never",

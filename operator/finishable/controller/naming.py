@@ -47,6 +47,12 @@ def driver_pod_name(job: str, attempt: int) -> str:
     return f"{job}-driver-{attempt}"
 
 
+def standby_pod_name(job: str, attempt: int) -> str:
+    """A standby driver's pod: its own name, so that a new driver of the same attempt number
+    (the job was upgraded, not recovered) never waits for the standby's pod to go."""
+    return f"{job}-standby-{attempt}"
+
+
 def driver_service_name(job: str) -> str:
     return f"{job}-driver"
 

@@ -8,14 +8,14 @@ a reconcile turns them into the phase machine's
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from finishable.api.control import DriverReport
-from finishable.kube.objects import LABEL_ATTEMPT
+from finishable.kube.objects import ANNOTATION_SPEC_REVISION, LABEL_ATTEMPT, LABEL_STANDBY
 from finishable.lifecycle.decisions import PodPhase
 from finishable.state.control import decode
 
@@ -33,10 +33,21 @@ class DriverPod:
     phase: PodPhase
     message: str = ""
     deleting: bool = False
+    standby: bool = False
+    """A standby driver's pod (``spec.recovery.standby``); promoted, it is its attempt's driver."""
+    spec_revision: str = ""
+    """A standby's: the spec revision it was built from."""
 
     @property
     def alive(self) -> bool:
         return self.phase in LIVE_POD_PHASES and not self.deleting
+
+
+def current_driver(pods: Iterable[DriverPod], attempt: int) -> DriverPod | None:
+    """The driver pod of ``attempt``: its own pod, else the standby that took over as it. A
+    standby being deleted is never the driver: one of an attempt that was started anew."""
+    candidates = [p for p in pods if p.attempt == attempt and not (p.standby and p.deleting)]
+    return min(candidates, key=lambda pod: pod.standby, default=None)
 
 
 def driver_pod_of(body: Mapping[str, Any]) -> DriverPod:
@@ -67,6 +78,8 @@ def driver_pod_of(body: Mapping[str, Any]) -> DriverPod:
         phase=phase,
         message=message,
         deleting=bool(meta.get("deletionTimestamp")),
+        standby=(meta.get("labels") or {}).get(LABEL_STANDBY) == "true",
+        spec_revision=str((meta.get("annotations") or {}).get(ANNOTATION_SPEC_REVISION, "")),
     )
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -43,23 +42,19 @@ from finishable.api.savepointspec import SavepointsSpec
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import FinishableSparkJobStatus, SavepointStatus
 from finishable.api.validation import InvalidManifest, parse_spec
-from finishable.controller import builders, naming, snapshots, snapshotstore, upgradecheck
+from finishable.controller import naming, snapshots, snapshotstore, upgradecheck
+from finishable.controller.children import JobChildren
 from finishable.controller.driverconf import with_operator_defaults
 from finishable.controller.kube import Conflict, Kube
 from finishable.controller.metrics import JobKey, Metrics
-from finishable.controller.observe import DriverPod, parse_report
+from finishable.controller.observe import DriverPod, current_driver, parse_report
 from finishable.controller.requests import SnapshotRequests
 from finishable.controller.status import EventPoster, StatusWriter
 from finishable.kube.objects import (
-    LABEL_ATTEMPT,
-    LABEL_COMPONENT,
-    LABEL_JOB,
     JobRef,
-    job_label_value,
     owner_reference,
 )
 from finishable.lifecycle.decisions import (
-    TERMINAL_PHASES,
     Action,
     ActionKind,
     Decision,
@@ -167,8 +162,9 @@ class JobLoop:
             namespace=self.job.namespace,
             owner_references=[owner_reference(self.job)],
         )
-        self._children_for_attempt: int | None = None
-        self._shuffle_deleted = False
+        self.children = JobChildren(
+            self.kube, self.job, self.channel, master=controller.spark_master
+        )
         # The savepoint to record as a FinishableSparkSnapshot, with what asked for it: the
         # stored one when the loop starts (a create that answers 409 is a success), then each
         # new one.
@@ -214,7 +210,7 @@ class JobLoop:
             spec = with_operator_defaults(spec, self.controller.partition_storage)
             spec = await self.resolve_snapshot_ref(spec, int(meta.get("generation") or 1))
         pods, report_text = self.observe()
-        current = next((pod for pod in pods if pod.attempt == self.status.attempt), None)
+        current = current_driver(pods, self.status.attempt)
         now = datetime.now(UTC)
         observation = Observation(
             now=now,
@@ -356,8 +352,16 @@ class JobLoop:
         pods: list[DriverPod],
         phase: Phase,
     ) -> None:
-        if action.kind is ActionKind.START_DRIVER:
-            await self.start_driver(spec, action, pods)
+        children = self.children
+        replicas = self.status.shuffle_replicas
+        if action.kind in (ActionKind.START_DRIVER, ActionKind.TAKE_OVER):
+            await children.start_driver(spec, action, pods, shuffle_replicas=replicas)
+        elif action.kind is ActionKind.START_STANDBY:
+            await children.start_standby(spec, action, pods, current=self.status.attempt)
+        elif action.kind is ActionKind.DELETE_STANDBY:
+            await children.delete_drivers(
+                [p for p in pods if p.standby and p.attempt > action.attempt and not p.deleting]
+            )
         elif action.kind is ActionKind.SEND_REQUEST and action.request is not None:
             await self.kube.run(self.channel.send, action.request)
             log.info("%s: sent %s", self.key, action.request.id)
@@ -365,13 +369,13 @@ class JobLoop:
             await self.kube.run(self.channel.cancel, action.request.id)
             log.info("%s: cancelled %s", self.key, action.request.id)
         elif action.kind is ActionKind.DELETE_DRIVER:
-            await self.delete_drivers(
+            await children.delete_drivers(
                 [pod for pod in pods if pod.attempt <= action.attempt and not pod.deleting]
             )
         elif action.kind is ActionKind.DELETE_EXECUTORS:
-            await self.delete_executors(keep=None)
+            await children.delete_executors(up_to=action.attempt or None)
         elif action.kind is ActionKind.DELETE_SHUFFLE:
-            await self.delete_shuffle(spec, phase)
+            await children.delete_shuffle(spec, phase, shuffle_replicas=replicas)
         elif action.kind is ActionKind.START_UPGRADE_CHECK and self.status.upgrade_check:
             await upgradecheck.start(
                 self.kube,
@@ -383,82 +387,3 @@ class JobLoop:
             )
         elif action.kind is ActionKind.DELETE_UPGRADE_CHECK:
             await upgradecheck.delete(self.kube, self.job)
-
-    async def start_driver(
-        self, spec: FinishableSparkJobSpec, action: Action, pods: list[DriverPod]
-    ) -> None:
-        """Children first (RBAC, config, Services, shuffle), then the attempt's driver pod."""
-        attempt = action.attempt
-        await self.delete_drivers([pod for pod in pods if pod.attempt < attempt and pod.alive])
-        if self._children_for_attempt != attempt:
-            token = secrets.token_urlsafe(32)
-            for child in builders.static_children(
-                self.job,
-                spec,
-                token,
-                self.controller.spark_master,
-                shuffle_replicas=self.status.shuffle_replicas,
-            ):
-                if child["metadata"]["name"] == naming.config_name(self.job.name):
-                    await self.kube.upsert_configmap(child)  # follows spec edits between attempts
-                elif await self.kube.create(child):
-                    log.info("%s: created %s", self.key, builders.describe_child(child))
-            self._children_for_attempt = attempt
-            self._shuffle_deleted = False
-        if not any(pod.attempt == attempt for pod in pods):
-            await self.delete_executors(keep=attempt)  # an earlier attempt's, if any are left
-            body = builders.driver_pod(
-                self.job,
-                spec,
-                attempt,
-                action.restore_from,
-                self.controller.spark_master,
-                run=action.run,
-            )
-            if await self.kube.create(body):
-                log.info("%s: created %s", self.key, builders.describe_child(body))
-
-    async def delete_drivers(self, pods: list[DriverPod]) -> None:
-        """Delete driver pods and the executors of their attempts."""
-        for pod in pods:
-            await self.kube.delete("pods", pod.name, namespace=self.job.namespace)
-            deleted = await self._delete_executor_pods(f"{LABEL_ATTEMPT}={pod.attempt}")
-            log.info("%s: deleted %s and %d executors", self.key, pod.name, deleted)
-
-    async def delete_executors(self, *, keep: int | None) -> None:
-        """Delete the job's executor pods, but those of attempt ``keep``. Spark deletes its
-        executors when it stops, and the garbage collector when their driver pod goes; this is
-        for a driver that crashed and whose pod stays (for its logs)."""
-        deleted = await self._delete_executor_pods(
-            f"{LABEL_ATTEMPT}!={keep}" if keep is not None else None
-        )
-        if deleted:
-            log.info("%s: deleted %d executor pods of ended attempts", self.key, deleted)
-
-    async def _delete_executor_pods(self, term: str | None) -> int:
-        selector = {LABEL_JOB: job_label_value(self.job.name), LABEL_COMPONENT: naming.EXECUTOR}
-        terms = [f"{key}={value}" for key, value in selector.items()]
-        executors = await self.kube.list(
-            "pods", namespace=self.job.namespace, selector=",".join([*terms, *filter(None, [term])])
-        )
-        for executor in executors:
-            if not executor["metadata"].get("deletionTimestamp"):
-                name = executor["metadata"]["name"]
-                await self.kube.delete("pods", name, namespace=self.job.namespace)
-        return len(executors)
-
-    async def delete_shuffle(self, spec: FinishableSparkJobSpec, phase: Phase) -> None:
-        """Delete the shuffle pods (their StatefulSet); a job that goes on gets fresh ones."""
-        if self._shuffle_deleted:
-            return
-        name = naming.shuffle_name(self.job.name)
-        if await self.kube.delete(
-            "statefulsets", name, namespace=self.job.namespace, api_version="apps/v1"
-        ):
-            log.info("%s: deleted the shuffle pods (%s)", self.key, name)
-        if phase in TERMINAL_PHASES:
-            self._shuffle_deleted = True
-        else:
-            await self.kube.create(
-                builders.shuffle_stateful_set(self.job, spec, self.status.shuffle_replicas)
-            )

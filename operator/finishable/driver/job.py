@@ -40,7 +40,9 @@ from finishable.api.jobconfig import (
     ENDPOINT_BIND_ENV,
     ENDPOINT_HOST_ENV,
     FENCE_GRACE_ENV,
+    PREDECESSOR_EXITED_ENV,
     PREFLIGHT_ENV,
+    STANDBY_ENV,
     TOKEN_ENV,
     ControlType,
     JobConfig,
@@ -63,6 +65,7 @@ from finishable.driver.placement import check_placement
 from finishable.driver.runner_watch import watch_runner
 from finishable.driver.sink_defaults import default_staging, prepared_iceberg
 from finishable.driver.source_coordinator import SourceCoordinator
+from finishable.driver.standby import await_takeover, warm_up
 from finishable.driver.streaming import preflight
 from finishable.driver.streaming.checkpoints import lineage_of
 from finishable.driver.streaming.executor import StreamingExecutor
@@ -105,6 +108,7 @@ class FinishableJob:
         spark: SparkSession | None = None,
         control: ControlChannel | None = None,
         preflight: bool = False,
+        standby: bool = False,
     ) -> None:
         self.timings = PhaseTimings()  # seconds per phase, logged when run() ends
         self.config = config
@@ -115,29 +119,41 @@ class FinishableJob:
         # An upgrade check (driver/streaming/preflight.py) claims nothing and writes nothing:
         # the running driver's state stays its own, and its reports go to a scratch channel.
         self._preflight = preflight
-        self._state = _read_state(config, attempt) if preflight else _claim_state(config, attempt)
-        self._control = control or (
-            LocalControlChannel(self._attempt_dir / "preflight")
-            if preflight
-            else open_control(config)
+        self._endpoint = CoordinatorEndpoint(
+            self._token,
+            host=os.environ.get(ENDPOINT_BIND_ENV, "127.0.0.1"),
+            advertised_host=os.environ.get(ENDPOINT_HOST_ENV) or None,
         )
+        predecessor_exited = os.environ.get(PREDECESSOR_EXITED_ENV) == "1"
+        if standby:  # Spark first, then the order; only then is the job's state touched
+            self._control = control or open_control(config)
+            self._spark = self._start_spark(spark)
+            with self.timings.phase("standby_warm_up"):
+                warm_up(self._spark)
+            self.timings.log(log)
+            self.timings = PhaseTimings()  # the attempt starts when it takes over
+            order = await_takeover(self._control, attempt)
+            predecessor_exited = order.predecessor_exited
+            self._state = _claim_state(config, attempt)
+        else:
+            self._state = (
+                _read_state(config, attempt) if preflight else _claim_state(config, attempt)
+            )
+            self._control = control or (
+                LocalControlChannel(self._attempt_dir / "preflight")
+                if preflight
+                else open_control(config)
+            )
+            self._spark = self._start_spark(spark)
         self._control.write_guard = self._state.fence.check  # reports of a stale attempt: none
         self._store = SnapshotStore(self._state, retained=config.spec.checkpointing.retained)
         self._lineage = lineage_of(config.run_key, restore_from)
         self._checkpoint_dir = self._attempt_dir / "checkpoint"
         self._sources: list[SourceCoordinator] = []
         self._outputs: list[Output] = []
-        self._endpoint = CoordinatorEndpoint(
-            self._token,
-            host=os.environ.get(ENDPOINT_BIND_ENV, "127.0.0.1"),
-            advertised_host=os.environ.get(ENDPOINT_HOST_ENV) or None,
-        )
-        self._endpoint.start()
-        with self.timings.phase("session_start"):
-            self._spark = spark or _spark_session(config, preflight=preflight)
         with self.timings.phase("predecessor_wait"):
             if not preflight:
-                self._state.fence.wait_out_predecessor()
+                self._state.fence.wait_out_predecessor(exited=predecessor_exited)
         self._report(DriverState.STARTING, f"attempt {attempt} starting")
         self._batch: BatchRuntime | None = None
         if config.spec.mode is JobMode.BATCH:
@@ -151,6 +167,12 @@ class FinishableJob:
                 state=self._state,
                 timings=self.timings,
             )
+
+    def _start_spark(self, spark: SparkSession | None) -> SparkSession:
+        """The coordinator endpoint and the Spark session (the given one, in tests)."""
+        self._endpoint.start()
+        with self.timings.phase("session_start"):
+            return spark or _spark_session(self.config, preflight=self._preflight)
 
     @classmethod
     def from_env(cls, spark: SparkSession | None = None) -> FinishableJob:
@@ -167,6 +189,7 @@ class FinishableJob:
             token=os.environ.get(TOKEN_ENV) or None,
             spark=spark,
             preflight=os.environ.get(PREFLIGHT_ENV) == "1",
+            standby=os.environ.get(STANDBY_ENV) == "1",
         )
         job._report_uncaught_errors()
         if spark is None:

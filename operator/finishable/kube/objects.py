@@ -18,6 +18,10 @@ from finishable.api.models import API_GROUP, API_VERSION, KIND
 LABEL_JOB = "finishable.dev/job"
 LABEL_COMPONENT = "finishable.dev/component"
 LABEL_ATTEMPT = "finishable.dev/attempt"
+LABEL_STANDBY = "finishable.dev/standby"
+"""On a standby driver pod (``spec.recovery.standby``): ``"true"``."""
+ANNOTATION_SPEC_REVISION = "finishable.dev/spec-revision"
+"""On a standby driver pod: the spec revision it was built from (a takeover needs the current)."""
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "finishable-spark-operator"
 

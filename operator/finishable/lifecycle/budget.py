@@ -37,9 +37,15 @@ def restarts_left(counted: Sequence[datetime], max_attempts: int) -> int:
     return max(0, max_attempts - len(counted))
 
 
-def restart_backoff(counted: int) -> timedelta:
+def restart_backoff(counted: int, *, standby: bool = False) -> timedelta:
     """The pause before the restart that follows the ``counted``-th loss in the window (from 1):
-    doubling per loss in the window, so it shrinks again as old losses leave it."""
+    doubling per loss in the window, so it shrinks again as old losses leave it. A warm standby
+    takes over from the first loss in the window at once (the pause is what makes a takeover
+    cost seconds); a second one backs off as the first would without a standby."""
+    if standby:
+        counted -= 1
+        if counted < 1:
+            return timedelta(0)
     delay: timedelta = RESTART_BACKOFF_BASE * 2 ** max(0, counted - 1)
     return min(delay, RESTART_BACKOFF_MAX)
 

@@ -84,11 +84,15 @@ class ActionKind(StrEnum):
     """Side effects the caller performs; each is idempotent."""
 
     START_DRIVER = "StartDriver"  # create the children and the driver pod of `attempt` of `run`
+    TAKE_OVER = "TakeOver"  # START_DRIVER by promoting `attempt`'s standby, if one is alive
+    START_STANDBY = "StartStandby"  # keep a warm standby driver of `attempt` (and no other)
+    DELETE_STANDBY = "DeleteStandby"  # delete every standby driver of the job
     SEND_REQUEST = "SendRequest"  # write `request` to <job>-control
     CANCEL_REQUEST = "CancelRequest"  # withdraw the request in <job>-control
     DELETE_DRIVER = "DeleteDriver"  # delete the driver pod(s) and executors
     DELETE_SHUFFLE = "DeleteShuffle"  # delete the shuffle StatefulSet (its data goes)
-    DELETE_EXECUTORS = "DeleteExecutors"  # delete every executor pod of the job
+    DELETE_EXECUTORS = "DeleteExecutors"  # delete the executor pods of attempts <= `attempt`
+    # (every one when `attempt` is 0)
     START_UPGRADE_CHECK = "StartUpgradeCheck"  # create the check pod of the spec's revision
     DELETE_UPGRADE_CHECK = "DeleteUpgradeCheck"  # delete the job's check pods (and configs)
     REQUEUE = "Requeue"  # call again after `after` even if nothing changes
@@ -104,6 +108,9 @@ class Action:
     restore_from: str = ""
     request: ControlRequest | None = None
     after: timedelta | None = None
+    predecessor_exited: bool = False
+    """START_DRIVER, TAKE_OVER: the previous attempt's driver process is known to have exited,
+    so no write of it can be in flight and the new one need not wait out the fence's grace."""
 
 
 @dataclass(frozen=True)

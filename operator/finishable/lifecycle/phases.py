@@ -148,6 +148,7 @@ def next_status(
         _release_shuffle_on_end(step, spec)
         _release_executors_on_end(step)
         _count_restart_budget(step, spec)
+        _keep_standby(step, spec)
         step.status.observed_generation = observation.generation
     _settle_transition(step)
     _set_conditions(step)
@@ -214,10 +215,13 @@ def _release_shuffle_on_end(step: _Step, spec: FinishableSparkJobSpec) -> None:
 def _release_executors_on_end(step: _Step) -> None:
     """A job whose driver ended (suspended, finished, failed, or lost: recovering) keeps no
     executor pods: Spark deletes them on a clean stop, but a crashed driver's executors exit
-    and their pods would stay until its pod is deleted, which a crashed one is not (its log)."""
-    ended = step.status.phase in (*TERMINAL_PHASES, P.SUSPENDED, P.RECOVERING)
-    if ended and step.before.phase is not step.status.phase:
-        step.act(Action(ActionKind.DELETE_EXECUTORS))
+    and their pods would stay until its pod is deleted, which a crashed one is not (its log).
+    A lost driver's successors keep theirs: a standby's warm executors are what it takes over
+    with."""
+    phase = step.status.phase
+    if phase in (*TERMINAL_PHASES, P.SUSPENDED, P.RECOVERING) and step.before.phase is not phase:
+        lost = step.before.attempt if phase is P.RECOVERING else 0
+        step.act(Action(ActionKind.DELETE_EXECUTORS, attempt=lost))
 
 
 def _advance(step: _Step, spec: FinishableSparkJobSpec) -> None:
@@ -265,25 +269,63 @@ def _count_restart_budget(step: _Step, spec: FinishableSparkJobSpec) -> None:
     status.restarts_left = restarts_left(counted, spec.recovery.max_attempts) if alive else 0
 
 
-def _start_driver(step: _Step) -> None:
+STANDBY_PHASES = frozenset({P.RUNNING, P.SAVEPOINTING, P.DRAINING, P.FINISHING})
+"""Phases in which a job with ``spec.recovery.standby`` keeps a standby driver warm (and while
+recovering, until the standby took over). Not while its active driver starts: on a shared node
+a second JVM starting beside the first slows both."""
+
+
+def _keep_standby(step: _Step, spec: FinishableSparkJobSpec) -> None:
+    """A warm standby of the next attempt while the current one runs and the restart budget
+    allows a takeover (or one was granted and awaits its backoff); none otherwise (a settled
+    job, a spent budget). A job that stops asking for one gets a new attempt (the spec
+    changed), whose start ends the standby."""
+    status = step.status
+    awaiting_takeover = status.phase is P.RECOVERING and status.recovery.next_attempt_at is not None
+    budget_left = (status.restarts_left or 0) > 0
+    wanted = spec.recovery.standby and (
+        awaiting_takeover or (budget_left and status.phase in STANDBY_PHASES)
+    )
+    if wanted:
+        step.act(
+            Action(
+                ActionKind.START_STANDBY,
+                attempt=status.attempt + 1,
+                run=status.run,
+                restore_from=status.restore_from,
+            )
+        )
+    elif spec.recovery.standby:
+        step.act(Action(ActionKind.DELETE_STANDBY, attempt=status.attempt))
+
+
+def _start_driver(
+    step: _Step, kind: ActionKind = ActionKind.START_DRIVER, *, predecessor_exited: bool = False
+) -> None:
     """Ask for the current attempt's driver (an idempotent create, so safe to repeat)."""
     step.act(
         Action(
-            ActionKind.START_DRIVER,
+            kind,
             attempt=step.status.attempt,
             run=step.status.run,
             restore_from=step.status.restore_from,
+            predecessor_exited=predecessor_exited,
         )
     )
 
 
-def _next_attempt(step: _Step, spec: FinishableSparkJobSpec) -> None:
+def _next_attempt(step: _Step, spec: FinishableSparkJobSpec, *, after_loss: bool = False) -> None:
     """Ask for the next attempt's driver: its pod is built from the spec as it is now (its
-    revision), and periodic savepoints are counted from when it runs."""
+    revision), and periodic savepoints are counted from when it runs. After a driver loss it
+    is the standby's to take over, if the job keeps one; a lost driver whose process is seen
+    ended (not merely gone from view) cannot write any more."""
+    exited = after_loss and step.obs.driver_pod in (PodPhase.FAILED, PodPhase.SUCCEEDED)
     step.status.attempt += 1
     step.status.spec_revision = spec.revision
     step.status.periodic_savepoint_due = None
-    _start_driver(step)
+    takeover = after_loss and spec.recovery.standby
+    kind = ActionKind.TAKE_OVER if takeover else ActionKind.START_DRIVER
+    _start_driver(step, kind, predecessor_exited=exited)
 
 
 def _start(
@@ -425,7 +467,8 @@ def _crash(step: _Step, spec: FinishableSparkJobSpec, reason: str) -> None:
     status.recovery = RecoveryStatus(
         reason=reason,
         driver_lost_at=now,
-        next_attempt_at=now + restart_backoff(len(status.recent_losses)),
+        next_attempt_at=now
+        + restart_backoff(len(status.recent_losses), standby=spec.recovery.standby),
         shuffle_retained_until=retained,
     )
     step.move(P.RECOVERING, reason)
@@ -451,7 +494,7 @@ def _on_recovering(step: _Step, spec: FinishableSparkJobSpec) -> None:
             step.act(Action(ActionKind.REQUEUE, after=recovery.next_attempt_at - now))
             return
         recovery.next_attempt_at = None
-        _next_attempt(step, spec)
+        _next_attempt(step, spec, after_loss=True)
         step.move(P.RECOVERING, f"driver attempt {status.attempt} started after: {recovery.reason}")
         return
     if _driver_awaited(step, spec):

@@ -52,6 +52,8 @@ class DriverProcess:
     process: subprocess.Popen[bytes]
     log_path: Path
     log_file: IO[bytes]
+    nice: int = 0
+    """How much lower than the runner's its CPU priority is (a standby's: see the runner)."""
 
     @classmethod
     def spawn(
@@ -60,6 +62,8 @@ class DriverProcess:
         command: Sequence[str],
         env: Mapping[str, str],
         log_path: Path,
+        *,
+        nice: int = 0,
     ) -> DriverProcess:
         """Start the driver; it ends with this process (see the module's docstring)."""
         environment = dict(env)
@@ -67,6 +71,8 @@ class DriverProcess:
         if environment.get(OUTLIVE_ENV) != "1":
             environment[RUNNER_PID_ENV] = str(os.getpid())
             preexec = _die_with_parent(os.getpid())
+        if nice:
+            preexec = _niced(nice, preexec)
         log_file = log_path.open("ab")
         try:
             process = subprocess.Popen(
@@ -82,7 +88,7 @@ class DriverProcess:
         except BaseException:
             log_file.close()
             raise
-        return cls(attempt, process, log_path, log_file)
+        return cls(attempt, process, log_path, log_file, nice)
 
     @property
     def pid(self) -> int:
@@ -90,6 +96,11 @@ class DriverProcess:
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def wait(self, seconds: float) -> None:
+        """Wait until the driver ends, at most ``seconds``."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(seconds)
 
     def observe(self) -> tuple[PodPhase, str]:
         """The driver as a pod's phase would describe it, and why it ended."""
@@ -122,6 +133,17 @@ class DriverProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
+
+
+def _niced(increment: int, then: Callable[[], None] | None) -> Callable[[], None]:
+    """A preexec that lowers the child's CPU priority (its JVM and workers inherit it)."""
+
+    def preexec() -> None:
+        os.nice(increment)
+        if then is not None:
+            then()
+
+    return preexec
 
 
 def _die_with_parent(parent: int) -> Callable[[], None] | None:

@@ -5,7 +5,7 @@ state (the manifest plus the edits of ``finishable stop`` / ``savepoint`` in ``d
 observes the driver (a child process instead of a pod) and its report, asks the same pure phase
 machine (:func:`finishable.lifecycle.phases.next_status`) what to do, does it, and is the one
 writer of ``status.json``. So stop, drain, savepoints and crash recovery behave locally exactly
-as they will in a cluster.
+as they will in a cluster, a warm standby driver's takeover included (``local/drivers.py``).
 
 Ctrl-C and SIGTERM (``kill``, a supervisor, a CI job's end) are one request: stop with a
 savepoint, as ``finishable stop`` would, and exit once the job is Suspended. The stop is bounded
@@ -19,7 +19,6 @@ a request), and its driver dies with it however the runner dies (``local/driver_
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import time
@@ -32,11 +31,6 @@ from urllib.parse import urlsplit
 
 from finishable.api.control import DriverReport
 from finishable.api.jobconfig import (
-    ATTEMPT_ENV,
-    CONFIG_ENV,
-    RESTORE_ENV,
-    RUN_ENV,
-    TOKEN_ENV,
     ControlType,
     JobConfig,
     write_config,
@@ -54,7 +48,7 @@ from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import FinishableSparkJobStatus
 from finishable.lifecycle.decisions import Action, ActionKind, Decision, Observation, PodPhase
 from finishable.lifecycle.phases import next_status
-from finishable.local.driver_process import DriverProcess
+from finishable.local.drivers import LocalDrivers
 from finishable.local.jobdir import (
     PARTITIONS_DIR,
     SETTLED_PHASES,
@@ -122,7 +116,8 @@ class LocalRunner:
     out: TextIO = field(default_factory=lambda: sys.stdout)
     poll_seconds: float = 0.5
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
-    driver: DriverProcess | None = None
+    drivers: LocalDrivers | None = None
+    """The driver processes: the current attempt's and a standby (made by ``run``)."""
     _signals: int = 0
     _signalled: int | None = None
     _signal_stop: _SignalStop | None = None
@@ -151,6 +146,13 @@ class LocalRunner:
         """Run to a settled phase; the exit code is 0 for Finished or Suspended, 1 for Failed,
         128 + the signal's number when a Ctrl-C or SIGTERM ended it by killing the driver."""
         program = application_path(self.job, self.manifest)
+        shuffle = self.shuffle
+        self.drivers = LocalDrivers(
+            self.local,
+            [sys.executable, str(program), *self.job.spec.application.args],
+            token=lambda: shuffle.token if shuffle is not None else None,
+            say=self._say,
+        )
         with self.local.runner_lock(self.manifest):
             status = self._prepare(resume=resume, fresh=fresh)
             if self.shuffle is not None and status.phase not in SETTLED_PHASES:
@@ -159,19 +161,19 @@ class LocalRunner:
             self._write_config()
             previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
             try:
-                return self._loop(status, program)
+                return self._loop(status)
             except _Interrupted as interrupted:
                 name = STOP_SIGNALS.get(signal.Signals(interrupted.signum), "a signal")
                 return self._give_up(interrupted.signum, f"{name} again")
             finally:
                 for signum, handler in previous.items():
                     signal.signal(signum, handler)
-                if self.driver is not None:
-                    self.driver.stop()
+                self.drivers.stop_standby()
+                self.drivers.stop()
 
     def _prepare(self, *, resume: bool, fresh: bool) -> FinishableSparkJobStatus:
         local = self.local
-        self._kill_leftover_driver()
+        self._drivers.kill_leftovers()
         if fresh and local.directory.exists():
             if self.shuffle is not None:
                 self.shuffle.stop()
@@ -199,22 +201,6 @@ class LocalRunner:
         # A runner that died left the job mid-flight: its driver is gone, which is a crash.
         self._say(f"{name} was {status.phase.value} when its runner stopped; recovering")
         return status
-
-    def _kill_leftover_driver(self) -> None:
-        """A driver that outlived its runner (one that never reached ``from_env`` where there is
-        no PDEATHSIG, or ``OUTLIVE_ENV``) holds the work directory: end it before a new one."""
-        pid_file = self.local.directory / "driver.pid"
-        try:
-            pid = int(pid_file.read_text().split()[-1])
-        except (OSError, ValueError, IndexError):
-            return
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            raise LocalJobError(f"a driver (pid {pid}) of this job runs as another user") from None
-        self._say(f"killed the driver left running by a previous runner (pid {pid})")
 
     def _write_config(self) -> None:
         local = self.local
@@ -261,7 +247,7 @@ class LocalRunner:
 
     # -- the reconcile loop -----------------------------------------------------------------
 
-    def _loop(self, status: FinishableSparkJobStatus, program: Path) -> int:
+    def _loop(self, status: FinishableSparkJobStatus) -> int:
         local = self.local
         while True:
             self._stop_on_signal()
@@ -277,18 +263,17 @@ class LocalRunner:
             )
             decision = next_status(status, spec, observation)
             self._tell_stage_progress(observation.report)
-            self._perform(decision, program)
+            self._perform(decision)
             self._supervise_shuffle(decision.status)
             self._tell(status, decision)
             status = decision.status
             local.write_status(status)
-            alive = self.driver is not None and self.driver.alive()
-            if status.phase in SETTLED_PHASES and not alive:
+            if status.phase in SETTLED_PHASES and not self._drivers.alive():
                 return self._farewell(status)
             stuck = self._signal_stop_stuck(status)
             if stuck is not None and self._signal_stop is not None:
                 return self._give_up(self._signal_stop.signum, stuck)
-            time.sleep(self.poll_seconds)
+            self._drivers.wait(self.poll_seconds)
 
     def _spec(self, state: DesiredState | None, nonce: int | None) -> FinishableSparkJobSpec:
         update: dict[str, object] = {}
@@ -300,25 +285,34 @@ class LocalRunner:
 
     def _observe_driver(self, status: FinishableSparkJobStatus) -> tuple[PodPhase, str]:
         """The current attempt's driver process, as a pod phase would describe it."""
-        if self.driver is None or self.driver.attempt != status.attempt:
-            return PodPhase.ABSENT, ""
-        return self.driver.observe()
+        return self._drivers.observe(status.attempt)
 
-    def _perform(self, decision: Decision, program: Path) -> None:
+    @property
+    def _drivers(self) -> LocalDrivers:
+        assert self.drivers is not None, "made when run() starts"
+        return self.drivers
+
+    def _perform(self, decision: Decision) -> None:
         for action in decision.actions:
-            self._act(action, program)
+            self._act(action)
 
-    def _act(self, action: Action, program: Path) -> None:
+    def _act(self, action: Action) -> None:
         channel = self.local.channel
+        drivers = self._drivers
         if action.kind is ActionKind.START_DRIVER:
-            self._start_driver(action, program)
+            drivers.start(action)
+        elif action.kind is ActionKind.TAKE_OVER:
+            drivers.take_over(action)
+        elif action.kind is ActionKind.START_STANDBY:
+            drivers.start_standby(action)
+        elif action.kind is ActionKind.DELETE_STANDBY:
+            drivers.stop_standby()
         elif action.kind is ActionKind.SEND_REQUEST and action.request is not None:
             channel.send(action.request)
         elif action.kind is ActionKind.CANCEL_REQUEST and action.request is not None:
             channel.cancel(action.request.id)
         elif action.kind is ActionKind.DELETE_DRIVER:
-            if self.driver is not None and self.driver.attempt <= action.attempt:
-                self.driver.stop()
+            drivers.stop(up_to=action.attempt)
         elif action.kind is ActionKind.DELETE_SHUFFLE and self.shuffle is not None:
             self.shuffle.stop()
             self._say("shuffle servers stopped and their partitions deleted")
@@ -331,31 +325,6 @@ class LocalRunner:
             return
         for index in shuffle.restart_dead():
             self._say(f"shuffle server {index} was gone: started again on its port and data")
-
-    def _start_driver(self, action: Action, program: Path) -> None:
-        attempt = action.attempt
-        if self.driver is not None:
-            if self.driver.attempt == attempt and self.driver.alive():
-                return
-            self.driver.stop()
-        local = self.local
-        log_path = local.directory / f"driver-{attempt}.log"
-        env = {
-            **os.environ,
-            CONFIG_ENV: str(local.config_file.resolve()),
-            RUN_ENV: str(action.run),
-            ATTEMPT_ENV: str(attempt),
-            RESTORE_ENV: action.restore_from,
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "PYTHONUNBUFFERED": "1",
-        }
-        if self.shuffle is not None:
-            env[TOKEN_ENV] = self.shuffle.token
-        command = [sys.executable, str(program), *self.job.spec.application.args]
-        self.driver = DriverProcess.spawn(attempt, command, env, log_path)
-        (local.directory / "driver.pid").write_text(f"{attempt} {self.driver.pid}\n")
-        self._say(f"driver attempt {attempt} started (pid {self.driver.pid}, log {log_path})")
 
     # -- talking to the user ----------------------------------------------------------------
 
@@ -484,8 +453,7 @@ class LocalRunner:
         """End without a savepoint: kill the driver's group and leave the job as it is, so the
         next run continues it from its last checkpoint (and does not stop it right away)."""
         self._say(f"{why}: killing the driver")
-        if self.driver is not None:
-            self.driver.kill()
+        self._drivers.kill()
         stop = self._signal_stop
         if stop is not None and stop.edited:
             self.local.edit_desired(state=stop.previous.value if stop.previous else None)

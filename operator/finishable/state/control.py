@@ -5,8 +5,9 @@ The operator (or ``finishable stop`` locally) never calls into the driver: it wr
 :class:`~finishable.api.control.DriverReport` at least once per checkpoint. One writer per side:
 only the steering side writes the request, only the driver writes the report. Two backends:
 
-* ConfigMaps ``<job>-control`` (key ``request``, and ``cancelled`` holding a withdrawn request's
-  id) and ``<job>-state`` (key ``report``), in the job's namespace;
+* ConfigMaps ``<job>-control`` (key ``request``, ``cancelled`` holding a withdrawn request's
+  id, and ``takeover``: the order a standby driver waits for) and ``<job>-state`` (key
+  ``report``), in the job's namespace;
 * two files in the job's local directory, ``control.json`` and ``state.json``, replaced
   atomically (write a temporary file, then rename), so a reader never sees half a document.
 
@@ -25,6 +26,7 @@ import os
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,6 +48,19 @@ NOT_SENT_TO_DRIVERS = frozenset({"trigger"})
 """Request fields the driver does not act on: left out, so drivers of older images read it."""
 
 Document = TypeVar("Document", ControlRequest, DriverReport)
+
+TAKEOVER_KEY = "takeover"
+"""The control document's key for the order a standby driver waits for (recovery.standby)."""
+
+
+@dataclass(frozen=True)
+class TakeOver:
+    """The order for a standby driver to become attempt ``attempt``. ``predecessor_exited``:
+    the lost driver's process is known to have ended, so the standby need not wait out the
+    fence's grace for writes of it in flight (``state/fence.py``)."""
+
+    attempt: int
+    predecessor_exited: bool
 
 
 def _encode(model: ControlRequest | DriverReport, exclude: frozenset[str] = frozenset()) -> str:
@@ -72,6 +87,9 @@ def decode(kind: type[Document], text: str) -> Document:
 class ControlChannel(ABC):
     """Requests one way, reports the other; both sides use the same object."""
 
+    takeover_poll_seconds = 0.1
+    """How often a standby driver reads the channel for its order to take over."""
+
     write_guard: Callable[[], None] | None = None
     """Called before each report; a driver sets its fence check here, so that a superseded
     attempt's report raises ``Fenced`` instead of overwriting its successor's."""
@@ -80,7 +98,14 @@ class ControlChannel(ABC):
 
     def send(self, request: ControlRequest) -> None:
         """Ask the driver to stop or take a savepoint; replaces any earlier request."""
-        self._write_control({"request": _encode(request, NOT_SENT_TO_DRIVERS)})
+        current = {k: v for k, v in self._read_control().items() if k != "cancelled"}
+        self._write_control({**current, "request": _encode(request, NOT_SENT_TO_DRIVERS)})
+
+    def take_over(self, attempt: int, *, predecessor_exited: bool) -> None:
+        """Tell the standby driver of ``attempt`` to take the job over now;
+        ``predecessor_exited``: the lost driver's process was seen to end (see ``TakeOver``)."""
+        order = {"attempt": attempt, "predecessorExited": predecessor_exited}
+        self._write_control({**self._read_control(), TAKEOVER_KEY: json.dumps(order)})
 
     def cancel(self, request_id: str) -> None:
         """Withdraw a request (a stop that took too long); the driver abandons it if it can."""
@@ -120,6 +145,20 @@ class ControlChannel(ABC):
         if attempt is not None and request.attempt is not None and request.attempt != attempt:
             return None
         return request
+
+    def takeover(self, attempt: int) -> TakeOver | None:
+        """The order for the standby of ``attempt`` to take over, once it was given."""
+        text = self._read_control().get(TAKEOVER_KEY)
+        if not text:
+            return None
+        try:
+            order = json.loads(text)
+            ordered = int(order["attempt"])
+            exited = order.get("predecessorExited") is True
+        except (ValueError, KeyError, TypeError) as error:
+            log.warning("ignoring an unreadable takeover order in %s: %s", self, error)
+            return None
+        return TakeOver(ordered, exited) if ordered == attempt else None
 
     def write_report(self, report: DriverReport) -> None:
         """Publish the driver's state; the steering side reads it on its next reconcile."""
@@ -194,6 +233,8 @@ class LocalControlChannel(ControlChannel):
 
 class ConfigMapControlChannel(ControlChannel):
     """``<job>-control`` and ``<job>-state`` ConfigMaps in the job's namespace."""
+
+    takeover_poll_seconds = 0.5  # one GET per poll: gentler on the API server
 
     def __init__(
         self,

@@ -136,10 +136,12 @@ class Fence:
             return None
         return None
 
-    def wait_out_predecessor(self) -> float:
+    def wait_out_predecessor(self, *, exited: bool = False) -> float:
         """After claiming from a predecessor, wait until ``grace`` has passed since the claim,
-        so that its writes in flight have landed before this attempt reads; returns the wait."""
-        if self._predecessor is None or self._claimed_at is None:
+        so that its writes in flight have landed before this attempt reads; returns the wait.
+        ``exited``: whoever started this attempt saw the predecessor's process end, so none of
+        its writes can be in flight and there is nothing to wait for."""
+        if self._predecessor is None or self._claimed_at is None or exited:
             return 0.0
         remaining = self._claimed_at + self.grace - self.clock()
         if remaining > 0:

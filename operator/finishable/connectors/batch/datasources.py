@@ -210,7 +210,13 @@ class BatchSourceReader(DataSourceReader):
 
 def _audit(path: str, plan: Round, subtask: int, attempt: int, split_id: str) -> None:
     line = json.dumps(
-        {"stage": plan.stage, "attempt": plan.attempt, "subtask": subtask, "split": split_id}
+        {
+            "stage": plan.stage,
+            "attempt": plan.attempt,
+            "subtask": subtask,
+            "split": split_id,
+            "at": round(time.time(), 3),
+        }
     )
     with open(path, "a", encoding="utf-8") as out:  # one short append: atomic on POSIX
         out.write(line + "\n")

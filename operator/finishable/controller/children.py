@@ -149,6 +149,12 @@ class JobChildren:
         if not any(pod.standby and pod.attempt == attempt for pod in pods):
             await self._create_driver_pod(spec, action, standby=True)
 
+    async def delete_standbys(self, pods: list[DriverPod], *, after: int) -> None:
+        """Delete the standbys still waiting: those of attempts after ``after``, the job's."""
+        await self.delete_drivers(
+            [p for p in pods if p.standby and p.attempt > after and not p.deleting]
+        )
+
     async def delete_drivers(self, pods: list[DriverPod]) -> None:
         """Delete driver pods and the executors of their attempts."""
         for pod in pods:

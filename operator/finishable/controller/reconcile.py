@@ -359,9 +359,7 @@ class JobLoop:
         elif action.kind is ActionKind.START_STANDBY:
             await children.start_standby(spec, action, pods, current=self.status.attempt)
         elif action.kind is ActionKind.DELETE_STANDBY:
-            await children.delete_drivers(
-                [p for p in pods if p.standby and p.attempt > action.attempt and not p.deleting]
-            )
+            await children.delete_standbys(pods, after=action.attempt)
         elif action.kind is ActionKind.SEND_REQUEST and action.request is not None:
             await self.kube.run(self.channel.send, action.request)
             log.info("%s: sent %s", self.key, action.request.id)

@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from finishable.state.control import ControlChannel, TakeOver
 
@@ -48,28 +49,28 @@ class _WarmUpReader(DataSourceReader):
         yield (int(partition.value),)
 
 
+class _WarmUp(DataSource):
+    """The throwaway source :func:`warm_up` reads."""
+
+    @classmethod
+    def name(cls) -> str:
+        return WARM_UP_FORMAT
+
+    def schema(self) -> str:
+        return "core INT"
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        del schema
+        return _WarmUpReader(int(self.options["cores"]))
+
+
 def warm_up(spark: SparkSession) -> None:
     """Read a throwaway Python data source on every core, so that what a Python source pays on
     first use in a session (Spark's planner worker, its Python workers and their imports:
     measured ~5 s against ~0.2 s after) is paid before the takeover, not after it; and plan a
     query shaped like a job's stages once."""
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415 - a driver's import
-    from pyspark.sql.datasource import DataSource  # noqa: PLC0415
-
-    class WarmUp(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return WARM_UP_FORMAT
-
-        def schema(self) -> str:
-            return "core INT"
-
-        def reader(self, schema: Any) -> DataSourceReader:
-            del schema
-            return _WarmUpReader(int(self.options["cores"]))
-
     cores = max(1, spark.sparkContext.defaultParallelism)
-    spark.dataSource.register(WarmUp)
+    spark.dataSource.register(_WarmUp)
     frame = spark.read.format(WARM_UP_FORMAT).option("cores", str(cores)).load()
     frame.collect()
     # Catalyst's analysis, optimisation and planning of a query with parsing, a filter and a

@@ -206,7 +206,11 @@ def run_job(
             if progress.get("splitsFinished", 0) >= files // 2 and warm:
                 break
             if runner.poll() is not None:
-                raise RuntimeError(f"the job ended before half its splits: see {state / name}")
+                what = "half its splits and a warm standby" if standby else "half its splits"
+                raise RuntimeError(
+                    f"the job ended before {what} (give it more input: --files, --rows): "
+                    f"see {state / name}"
+                )
             time.sleep(0.05)
         crashed_at = time.monotonic() - started
         _attempt, pid = (state / name / "driver.pid").read_text().split()

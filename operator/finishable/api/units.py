@@ -60,7 +60,34 @@ QUANTITY_HELP = (
 )
 
 
-class Duration(timedelta):
+class _WrittenAsString:
+    """Pydantic support for a unit type: parsed from its user-facing string, dumped as one."""
+
+    json_schema_extra: ClassVar[dict[str, Any]]
+
+    @classmethod
+    def parse(cls, value: object) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source_type: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            cls.parse,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                str, return_schema=core_schema.str_schema()
+            ),
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return dict(cls.json_schema_extra)
+
+
+class Duration(_WrittenAsString, timedelta):
     """A span of time parsed from text such as ``"30s"``; ``str()`` gives canonical text back."""
 
     json_schema_extra: ClassVar[dict[str, Any]] = {
@@ -107,23 +134,6 @@ class Duration(timedelta):
     def __repr__(self) -> str:
         return f"Duration({str(self)!r})"
 
-    @classmethod
-    def __get_pydantic_core_schema__(
-        cls, source_type: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_plain_validator_function(
-            cls.parse,
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                str, return_schema=core_schema.str_schema()
-            ),
-        )
-
-    @classmethod
-    def __get_pydantic_json_schema__(
-        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        return dict(cls.json_schema_extra)
-
 
 def positive(value: Duration) -> Duration:
     """A duration that must be longer than zero (an interval, a timeout), or a clear error."""
@@ -132,7 +142,7 @@ def positive(value: Duration) -> Duration:
     return value
 
 
-class Quantity(int):
+class Quantity(_WrittenAsString, int):
     """A byte count parsed from text such as ``"2g"`` or ``"512Mi"``; an ``int`` of bytes."""
 
     json_schema_extra: ClassVar[dict[str, Any]] = {
@@ -176,20 +186,3 @@ class Quantity(int):
         if mebibytes % 1024 == 0:
             return f"{mebibytes // 1024}g"
         return f"{mebibytes}m"
-
-    @classmethod
-    def __get_pydantic_core_schema__(
-        cls, source_type: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_plain_validator_function(
-            cls.parse,
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                str, return_schema=core_schema.str_schema()
-            ),
-        )
-
-    @classmethod
-    def __get_pydantic_json_schema__(
-        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        return dict(cls.json_schema_extra)

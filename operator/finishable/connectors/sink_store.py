@@ -33,10 +33,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+
+from finishable.state.objectstore import redact_url, with_s3_defaults
 
 MANIFEST_VERSION: Final = 1
 BATCH_DIGITS: Final = 20
@@ -192,17 +194,6 @@ class Manifest:
 # --- filesystem ----------------------------------------------------------------------------------
 
 
-def redact_url(url: str) -> str:
-    """Drop credentials from a URL before it reaches a log line or an exception message."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = [
-        (k, "***" if any(s in k.lower() for s in ("key", "token", "secret")) else v)
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-    ]
-    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query)))
-
-
 def display_location(url: str, name: str = "") -> str:
     """``scheme://host/path[/name]`` without credentials or query (endpoint options, keys)."""
     parts = urlsplit(url)
@@ -221,17 +212,6 @@ def normalize_url(url: str) -> str:
     return os.path.abspath(os.path.expanduser(url))
 
 
-def _with_s3_defaults(url: str) -> str:
-    """Delayed opens on S3: small objects (manifests) go up in one PUT instead of a multipart."""
-    parts = urlsplit(url)
-    if parts.scheme.lower() != "s3":
-        return url
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    if not any(key == "allow_delayed_open" for key, _ in query):
-        query.append(("allow_delayed_open", "true"))
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
 class SinkStore:
     """The files of one sink (``<url>/<name>``) on its filesystem; safe to rebuild anywhere."""
 
@@ -240,7 +220,7 @@ class SinkStore:
         self.name = validate_sink_name(name)
         self.display = display_location(self.url, name)
         try:
-            fs, path = pafs.FileSystem.from_uri(_with_s3_defaults(self.url))
+            fs, path = pafs.FileSystem.from_uri(with_s3_defaults(self.url))
         except (ValueError, OSError, pa.ArrowException) as exc:
             raise SinkError(f"cannot open sink URL {redact_url(self.url)}: {exc}") from exc
         self.fs: pafs.FileSystem = fs

@@ -29,7 +29,7 @@ _ATOMIC_PUT_TYPES = frozenset({"s3", "gcs"})
 _TORN_READ_RETRIES = 5
 
 
-def _with_s3_defaults(url: str) -> str:
+def with_s3_defaults(url: str) -> str:
     """Ask for delayed opens on S3: small objects then go up in one PUT instead of a multipart."""
     parts = urlsplit(url)
     if parts.scheme.lower() != "s3":
@@ -46,9 +46,9 @@ class ObjectStoreBackend(ObjectBackend):
     def __init__(self, url: str, *, filesystem: pafs.FileSystem | None = None) -> None:
         if filesystem is None:
             try:
-                filesystem, root = pafs.FileSystem.from_uri(_with_s3_defaults(url))
+                filesystem, root = pafs.FileSystem.from_uri(with_s3_defaults(url))
             except (ValueError, OSError) as exc:
-                raise BackendError(f"cannot open object storage {_redact(url)}: {exc}") from exc
+                raise BackendError(f"cannot open object storage {redact_url(url)}: {exc}") from exc
         else:
             root = url
         self.fs: pafs.FileSystem = filesystem
@@ -142,9 +142,12 @@ class ObjectStoreBackend(ObjectBackend):
         return f"ObjectStoreBackend({self.location()!r})"
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """Drop credentials from a URL before it reaches a log line or an exception message."""
     parts = urlsplit(url)
     netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = [(k, "***" if "key" in k or "token" in k else v) for k, v in parse_qsl(parts.query)]
+    query = [
+        (k, "***" if any(s in k.lower() for s in ("key", "token", "secret")) else v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+    ]
     return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query)))

@@ -2,12 +2,14 @@
 
 In a batch job the driver records a TaskFinished event per task, and may attach a coordinator
 snapshot taken with ``NO_CHECKPOINT`` (-1). Snapshotting on every task would cost a full
-enumerator state per task, so snapshots are spaced by a minimum pause; on recovery, the splits
-of tasks that finished after the last snapshot are finished again from their TaskFinished
-events (driver/batch/recovery.py). Regular checkpoints
-(positive ids) are never throttled here: their cadence is the checkpoint interval.
+enumerator state per task, so each coordinator's snapshots are spaced by a minimum pause; on
+recovery, the splits of tasks that finished after the last snapshot are finished again from
+their TaskFinished events (driver/batch/recovery.py). A snapshot the pause refused is taken later
+(the batch driver schedules it for when :meth:`SnapshotThrottle.remaining` says), so the last
+task's progress is never left out. Regular checkpoints (positive ids) are never throttled here:
+their cadence is the checkpoint interval.
 
-Pure and clock-injected, so tests step time instead of sleeping.
+The decision is clock-injected, so tests step time instead of sleeping.
 """
 
 from __future__ import annotations
@@ -22,38 +24,44 @@ __all__ = ["NO_CHECKPOINT", "SnapshotThrottle"]
 
 
 class SnapshotThrottle:
-    """Decides whether a ``NO_CHECKPOINT`` coordinator snapshot may be taken now."""
+    """Decides whether a coordinator's ``NO_CHECKPOINT`` snapshot may be taken now."""
 
     def __init__(self, min_pause: float, *, clock: Callable[[], float] = time.monotonic) -> None:
         if min_pause < 0:
             raise ValueError(f"min_pause={min_pause} must not be negative")
         self.min_pause = min_pause
         self._clock = clock
-        self._last: float | None = None
+        self._last: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def remaining(self) -> float:
-        """Seconds until the next snapshot is allowed (0 when allowed now)."""
+    def remaining(self, coordinator: str) -> float:
+        """Seconds until ``coordinator``'s next snapshot is allowed (0 when allowed now)."""
         with self._lock:
-            if self._last is None:
+            last = self._last.get(coordinator)
+            if last is None:
                 return 0.0
-            return max(0.0, self._last + self.min_pause - self._clock())
+            return max(0.0, last + self.min_pause - self._clock())
 
-    def try_acquire(self, checkpoint_id: int = NO_CHECKPOINT) -> bool:
-        """True if a snapshot for ``checkpoint_id`` should be taken now, and record it as taken.
+    def try_acquire(
+        self, coordinator: str, checkpoint_id: int = NO_CHECKPOINT, *, force: bool = False
+    ) -> bool:
+        """True if ``coordinator`` should snapshot for ``checkpoint_id`` now; if so, record it.
 
-        Check and record are one step so two threads cannot both snapshot inside one pause.
+        ``force`` (a stop, the end of a stage, a deferred snapshot now due) is always allowed and
+        restarts the pause. Check and record are one step so two threads cannot both snapshot
+        inside one pause.
         """
         if checkpoint_id != NO_CHECKPOINT:
             return True
         with self._lock:
             now = self._clock()
-            if self._last is not None and now - self._last < self.min_pause:
+            last = self._last.get(coordinator)
+            if not force and last is not None and now - last < self.min_pause:
                 return False
-            self._last = now
+            self._last[coordinator] = now
             return True
 
     def reset(self) -> None:
-        """Forget the last snapshot, e.g. after a recovery restored from one."""
+        """Forget every snapshot, e.g. after a recovery restored from one."""
         with self._lock:
-            self._last = None
+            self._last.clear()

@@ -43,6 +43,7 @@ from finishable.state.backends import ObjectBackend
 from finishable.state.control import ControlChannel
 from finishable.state.events import JobEventStore
 from finishable.state.fence import Fence
+from finishable.state.throttle import SnapshotThrottle
 from finishable.timings import PhaseTimings
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ class RuntimeCore:
     endpoint: CoordinatorEndpoint
     token: str
     control: ControlChannel
-    snapshot_min_pause: float
+    snapshots: SnapshotThrottle
     events: JobEventStore
     fence: Fence
     shuffle: ShuffleCluster
@@ -143,7 +144,6 @@ class RuntimeCore:
     _stages: list[DeclaredStage]
     _round: int
     _servers: list[str]
-    _last_snapshot: dict[str, float]
     _snapshot_due: dict[str, threading.Timer]
     _stop_request: ControlRequest | None
     _drain_request: ControlRequest | None
@@ -174,10 +174,9 @@ class RuntimeCore:
     def _snapshot(self, read: DeclaredRead, *, force: bool = False) -> None:
         """Snapshot into the log no more often than snapshotMinPause; a trailing one later."""
         with self._lock:
-            now = time.monotonic()
-            wait = self._last_snapshot.get(read.name, -1e9) + self.snapshot_min_pause - now
-            if wait > 0 and not force:
+            if not self.snapshots.try_acquire(read.name, force=force):
                 if read.name not in self._snapshot_due:
+                    wait = self.snapshots.remaining(read.name)
                     timer = threading.Timer(wait, self._snapshot_later, args=(read,))
                     timer.daemon = True
                     self._snapshot_due[read.name] = timer
@@ -197,7 +196,6 @@ class RuntimeCore:
                 ),
                 type="CoordinatorSnapshot",
             )
-            self._last_snapshot[read.name] = now
 
     def _snapshot_later(self, read: DeclaredRead) -> None:
         with self._lock:

@@ -60,6 +60,7 @@ from finishable.shuffle.cluster import ShuffleCluster
 from finishable.state.control import ControlChannel
 from finishable.state.events import JobEventStore
 from finishable.state.fence import FencedBackend
+from finishable.state.throttle import SnapshotThrottle
 from finishable.timings import PhaseTimings
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         self.token = token
         self.control = control
         recovery = config.spec.recovery
-        self.snapshot_min_pause = recovery.snapshot_min_pause.total_seconds()
+        self.snapshots = SnapshotThrottle(recovery.snapshot_min_pause.total_seconds())
         self.fence = state.fence
         self.events = JobEventStore(
             state,
@@ -117,7 +118,6 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         self._stages = []
         self._round = 0
         self._servers = []
-        self._last_snapshot = {}
         self._snapshot_due = {}
         self._stop_request = None
         self._drain_request = None

@@ -11,6 +11,7 @@ import io
 import json
 import threading
 import zipfile
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -133,37 +134,68 @@ def test_a_rocksdb_zip_is_read_for_the_ssts_it_needs(tmp_path: Path) -> None:
 def test_cuts_taken_while_batches_commit_and_maintenance_deletes_restore_or_are_torn(
     tmp_path: Path,
 ) -> None:
-    """Thousands of cuts against a live directory: each one restores, or is refused as torn."""
+    """Hundreds of cuts against a live directory: each one restores, or is refused as torn.
+
+    The writer runs at most four batches ahead of the newest cut started (far enough for
+    maintenance to delete what a cut still reads), and at every tenth batch it waits for the cut
+    of that batch to end: those cuts read a quiet directory and must restore, however the
+    machine schedules the two threads.
+    """
     commit_batch(tmp_path, 0)
-    stop = threading.Event()
-    committed = [0]
+    progress = threading.Condition()
+    committed, started, finished = [0], [-1], [-1]
+    done = threading.Event()
+
+    def quiet(batch: int) -> bool:
+        return batch > 0 and batch % 10 == 0
+
+    def reached(counter: list[int], batch: int) -> bool:
+        return counter[0] >= batch or done.is_set()
 
     def spark() -> None:
-        batch = 0
-        while not stop.is_set() and batch < 400:
-            batch += 1
+        for batch in range(1, 401):
             commit_batch(tmp_path, batch)
-            committed[0] = batch
             if batch % 2 == 0:
                 maintain(tmp_path, retain=2)
+            with progress:
+                committed[0] = batch
+                progress.notify_all()
+                awaited = partial(reached, finished, batch) if quiet(batch) else None
+                awaited = awaited or partial(reached, started, batch - 4)
+                if not progress.wait_for(awaited, 120):
+                    break
+        done.set()
+        with progress:
+            progress.notify_all()
 
     thread = threading.Thread(target=spark, daemon=True)
     thread.start()
-    restored = torn = 0
+    restored: list[int] = []
+    torn: list[int] = []
     try:
-        while thread.is_alive():
-            batch = committed[0]
+        while True:
+            with progress:
+                progress.wait_for(lambda: committed[0] > started[0] or done.is_set(), 120)
+                if committed[0] <= started[0]:
+                    break
+                batch = started[0] = committed[0]
+                progress.notify_all()
             try:
                 files = cut_bytes(tmp_path, batch, attempts=1)
             except TornCut:
-                torn += 1
-                continue
-            assert rebuilt(files, batch + 1) == list(range(1, batch + 2)), f"cut at {batch}"
-            restored += 1
+                torn.append(batch)
+            else:
+                assert rebuilt(files, batch + 1) == list(range(1, batch + 2)), f"cut at {batch}"
+                restored.append(batch)
+            with progress:
+                finished[0] = batch
+                progress.notify_all()
     finally:
-        stop.set()
+        done.set()
         thread.join(30)
-    assert restored > 0, f"{torn} cuts torn, none restored"
+    assert committed[0] == finished[0] == 400, f"stalled: {committed[0]} batches, {finished[0]} cut"
+    assert not [batch for batch in torn if quiet(batch)], f"cuts of a quiet directory torn: {torn}"
+    assert [batch for batch in restored if quiet(batch)] == list(range(10, 401, 10))
 
 
 def test_a_torn_cut_says_what_went_missing(tmp_path: Path) -> None:

@@ -179,7 +179,7 @@ def test_retries_of_a_5xx_run_out_as_unreachable(script: Script, server: Server)
 
 
 def test_a_refused_connection_is_retried_until_the_deadline() -> None:
-    patience = Policy(retries=UNTIL_DEADLINE, backoff=0.01, max_backoff=0.05, deadline=0.5)
+    patience = Policy(retries=UNTIL_DEADLINE, backoff=0.01, max_backoff=0.05, deadline=2.0)
     transport = Transport(f"http://127.0.0.1:{free_port()}", TOKEN, patience)
     with pytest.raises(Unreachable) as caught:
         transport.request_json("GET", "/x")

@@ -124,16 +124,18 @@ def test_the_client_rides_out_an_endpoint_restart_on_the_same_port(
     replacement = CoordinatorEndpoint(TOKEN, port=port)
     replacement.add(source)
 
+    restarted_at: list[float] = []
+
     def restart() -> None:
         time.sleep(0.4)
+        restarted_at.append(time.monotonic())
         replacement.start()
 
     thread = threading.Thread(target=restart)
     thread.start()
     try:
-        began = time.monotonic()
         assert client.request_splits("src", 0, 0) == [AddSplits((RangeSplit(10, 20),))]
-        assert time.monotonic() - began >= 0.3  # it waited for the restart
+        assert restarted_at and time.monotonic() > restarted_at[0]  # it waited for the restart
         thread.join()
         assert replacement.port == port
     finally:
@@ -148,7 +150,7 @@ def test_the_client_gives_up_after_its_retries(make_host: HostFactory) -> None:
     began = time.monotonic()
     with pytest.raises(CoordinatorUnavailable, match="failed 3 time"):
         client.request_splits("src", 0, 0)
-    assert time.monotonic() - began < 5
+    assert time.monotonic() - began < 30  # refused at once: three tries, no long waits
     assert not client.health()
 
 
@@ -159,11 +161,16 @@ def test_a_stalled_server_times_out_and_the_retry_is_still_safe(
     client.attempt_ready("src", 0, 0)
     gate = threading.Event()
     source.inspect(lambda coordinator: gate.wait(TIMEOUT))  # blocks the coordinator thread
-    threading.Timer(0.5, gate.set).start()
+    opened_at: list[float] = []
+
+    def open_gate() -> None:
+        opened_at.append(time.monotonic())
+        gate.set()
+
+    threading.Timer(0.5, open_gate).start()
     # The first tries time out while queued behind the stall; all carry the same request id.
-    began = time.monotonic()
     assert client.request_splits("src", 0, 0) == [AddSplits((RangeSplit(0, 10),))]
-    assert time.monotonic() - began >= 0.4
+    assert opened_at and time.monotonic() > opened_at[0]
     assert assigned(source) == 1
 
 

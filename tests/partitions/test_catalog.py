@@ -102,11 +102,13 @@ def test_a_part_gone_from_the_storage_makes_the_partition_lost(catalog: Partitio
 
 
 def test_expired_partitions_are_released(catalog: PartitionCatalog) -> None:
-    short = promote(catalog, dataset="short", ttl=timedelta(seconds=1))
+    short = promote(catalog, dataset="short", ttl=timedelta(seconds=5))
     forever = promote(catalog, dataset="forever")
-    assert catalog.expire(now_utc()) == []
+    assert short.expires_at is not None
+    assert catalog.expire(short.created_at) == []
     assert {m.id for m in catalog.list()} == {short.id, forever.id}
-    time.sleep(1.1)  # the time to live runs out: the partition is gone before its files are
+    # the time to live runs out: the partition is gone before its files are
+    time.sleep((short.expires_at - now_utc()).total_seconds() + 0.1)
     assert [m.id for m in catalog.list()] == [forever.id]
     with pytest.raises(PartitionNotFound):
         catalog.get(short.id)

@@ -398,31 +398,32 @@ def test_release_including_promoted(server: ServerProcess) -> None:
 
 
 def test_retain_timeout_releases_all_but_promoted(start_server: ServerFactory) -> None:
-    server = start_server(retain_timeout="2s")
+    server = start_server(retain_timeout="4s")
     client = server.client()
     client.register(1)
     client.put("cluster", 0, "a1", [ipc(small())])
     client.put("scratch", 0, "a1", [ipc(small())])
     client.promote("cluster")
-    heartbeats_until = time.monotonic() + 3.0
-    while time.monotonic() < heartbeats_until:  # heartbeats keep everything
-        assert client.register(1).retain_timeout_seconds == 2.0
-        time.sleep(0.4)
+    heartbeats_until = time.monotonic() + 5.0  # longer than the timeout: heartbeats keep it all
+    while time.monotonic() < heartbeats_until:
+        assert client.register(1).retain_timeout_seconds == 4.0
+        time.sleep(0.2)
     assert {p.dataset for p in client.list().partitions} == {"cluster", "scratch"}
 
-    released_at = time.monotonic() + 6.0
+    released_at = time.monotonic() + 60.0
     while {p.dataset for p in client.list().partitions} != {"cluster"}:
         assert time.monotonic() < released_at, server.output()
         time.sleep(0.1)
     metrics = server.metrics()
     assert metrics['finishable_shuffle_releases_total{reason="retain_timeout"}'] == 1
     assert metrics['finishable_shuffle_released_partitions_total{reason="retain_timeout"}'] == 1
-    assert metrics["finishable_shuffle_seconds_since_driver_heartbeat"] >= 2.0
+    silent = metrics["finishable_shuffle_seconds_since_driver_heartbeat"]
+    assert silent >= 4.0
     assert "WARNING" in server.output() and "released 1 partition(s)" in server.output()
 
     # A new driver attempt restarts the clock; the promoted dataset is still there.
     assert client.register(2).partitions == 1
-    assert server.metrics()["finishable_shuffle_seconds_since_driver_heartbeat"] < 1.0
+    assert server.metrics()["finishable_shuffle_seconds_since_driver_heartbeat"] < silent
 
 
 def test_the_retain_clock_starts_with_the_server(start_server: ServerFactory) -> None:
@@ -443,7 +444,7 @@ def test_exit_when_released_stops_the_server_after_the_retain_timeout(
     server.client().put("kept", 0, "a1", [ipc(small())])
     server.client().promote("kept")
     assert server.process is not None
-    assert server.process.wait(10) == 0
+    assert server.process.wait(60) == 0
     assert "released 0 partition(s)" in server.output()
     server.extra = ()
     server.start()  # the promoted dataset is still on disk
@@ -585,22 +586,23 @@ def test_wait_for_ends_early_when_the_needed_partitions_are_listed(
     dead = "http://127.0.0.1:1"
     cluster = ShuffleCluster([server.url, dead], TOKEN)
 
+    # Long deadlines, far from how long an answer takes even on a loaded machine.
     started = time.monotonic()
-    found = cluster.wait_for(deadline=10.0, needed={("d", 0), ("d", 1)})
-    assert time.monotonic() - started < 2.0
+    found = cluster.wait_for(deadline=60.0, needed={("d", 0), ("d", 1)})
+    assert time.monotonic() - started < 30.0
     assert found.keys() >= {("d", 0), ("d", 1)}
     assert found.answered == (server.url,)
 
     started = time.monotonic()
     found = cluster.wait_for(deadline=1.0, needed={("d", 0), ("d", 9)})
     elapsed = time.monotonic() - started
-    assert 0.9 <= elapsed < 3.0
+    assert 0.9 <= elapsed < 30.0
     assert found.keys() == {("d", 0), ("d", 1)}
     assert found.unreachable == (dead,)
 
     started = time.monotonic()
-    found = cluster.wait_for([server.url], deadline=10.0, needed={("d", 9)})
-    assert time.monotonic() - started < 2.0  # every asked server answered: nothing more comes
+    found = cluster.wait_for([server.url], deadline=60.0, needed={("d", 9)})
+    assert time.monotonic() - started < 30.0  # every asked server answered: nothing more comes
 
 
 def test_wait_for_sees_a_server_that_comes_up_late(start_server: ServerFactory) -> None:
@@ -612,7 +614,7 @@ def test_wait_for_sees_a_server_that_comes_up_late(start_server: ServerFactory) 
     found = cluster.wait_for(deadline=0.5, needed={("d", 3)})
     assert found.unreachable and not found.partitions
     server.restart()
-    found = ShuffleCluster([server.url], TOKEN).wait_for(deadline=10.0, needed={("d", 3)})
+    found = ShuffleCluster([server.url], TOKEN).wait_for(deadline=60.0, needed={("d", 3)})
     assert found.keys() == {("d", 3)}
 
 

@@ -34,7 +34,7 @@ from finishable.coordinator.ranges import RangeSplitEnumerator
 from finishable.driver.checkpoint_log import CheckpointLog
 from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
 
-TIMEOUT = 10.0
+TIMEOUT = 60.0  # a bound for liveness only: events are awaited, never timed
 TOKEN = "t0ken"
 
 

@@ -14,13 +14,16 @@ from typing import Any
 import pytest
 
 from finishable.transport import (
+    MISSING_BEARER,
     RETRY_NONE,
     UNTIL_DEADLINE,
+    WRONG_BEARER,
     Exchange,
     HttpAnswerError,
     Policy,
     Transport,
     Unreachable,
+    bearer_problem,
 )
 
 TOKEN = "transport-token"
@@ -282,3 +285,18 @@ def test_the_errors_pickle() -> None:
 def test_a_url_that_is_not_http_is_refused() -> None:
     with pytest.raises(ValueError, match=r"not an http\(s\) URL of the thing"):
         Transport("ftp://host/x", TOKEN, what="the thing")
+
+
+@pytest.mark.parametrize(
+    ("header", "problem"),
+    [
+        (f"Bearer {TOKEN}", None),
+        (f"bearer  {TOKEN} ", None),
+        ("", MISSING_BEARER),
+        ("Bearer ", MISSING_BEARER),
+        (f"Basic {TOKEN}", MISSING_BEARER),
+        ("Bearer another-token", WRONG_BEARER),
+    ],
+)
+def test_the_servers_check_the_header_the_transport_sends(header: str, problem: str | None) -> None:
+    assert bearer_problem(header, TOKEN.encode()) == problem

@@ -24,6 +24,7 @@ and the shuffle client's uploads, which cannot replay their chunks, are not retr
 
 from __future__ import annotations
 
+import hmac
 import http.client
 import json
 import logging
@@ -105,6 +106,26 @@ def error_payload(raw: bytes) -> dict[str, Any]:
     if isinstance(payload, dict):
         return payload
     return {"error": f"unexpected reply {payload!r:.200}", "kind": "not-json"}
+
+
+MISSING_BEARER = "missing bearer token: send the header Authorization: Bearer <token>"
+WRONG_BEARER = "wrong bearer token"
+
+
+def offered_bearer_token(header: str) -> bytes | None:
+    """The token of an ``Authorization: Bearer <token>`` header; None for any other header."""
+    scheme, _, credentials = header.partition(" ")
+    offered = credentials.strip().encode("utf-8")
+    return offered if scheme.lower() == "bearer" and offered else None
+
+
+def bearer_problem(header: str, token: bytes) -> str | None:
+    """Why a server of ours refuses a request's ``Authorization`` header; None if it carries
+    ``token``. ``compare_digest`` takes the same time wherever the tokens differ."""
+    offered = offered_bearer_token(header)
+    if offered is None:
+        return MISSING_BEARER
+    return None if hmac.compare_digest(offered, token) else WRONG_BEARER
 
 
 class Exchange:

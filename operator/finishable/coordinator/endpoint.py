@@ -27,7 +27,6 @@ Errors: 400 malformed request (the message names the field), 401 missing or wron
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import threading
@@ -47,6 +46,7 @@ from finishable.coordinator.errors import (
 )
 from finishable.coordinator.events import event_from_json
 from finishable.coordinator.host import CoordinatorHost
+from finishable.transport import bearer_problem
 
 logger = logging.getLogger(__name__)
 
@@ -311,15 +311,9 @@ class CoordinatorEndpoint:
     async def _auth_middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
         if request.path == "/v1/health":
             return await handler(request)
-        header = request.headers.get("Authorization", "")
-        scheme, _, credentials = header.partition(" ")
-        # compare_digest runs in time independent of where the token differs.
-        valid = scheme.lower() == "bearer" and hmac.compare_digest(
-            credentials.strip().encode("utf-8"), self._token
-        )
-        if not valid:
-            why = "missing bearer token" if not header else "wrong bearer token"
-            return _error_response(401, "unauthorized", why)
+        problem = bearer_problem(request.headers.get("Authorization", ""), self._token)
+        if problem is not None:
+            return _error_response(401, "unauthorized", problem)
         if self._stopping:
             return _error_response(503, "stopping", "the coordinator endpoint is stopping")
         return await handler(request)

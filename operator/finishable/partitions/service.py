@@ -50,6 +50,7 @@ from finishable.shuffle.command import write_port_file
 from finishable.shuffle.server import StartupError
 from finishable.shuffle.wire import json_response
 from finishable.state.errors import BackendError, ObjectNotFound
+from finishable.transport import MISSING_BEARER, WRONG_BEARER, offered_bearer_token
 
 log = logging.getLogger(__name__)
 
@@ -172,10 +173,9 @@ class PartitionService:
         namespace = request.match_info.get("namespace")
         if namespace is None:
             return await handler(request)
-        scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
-        offered = credentials.strip().encode("utf-8")
-        if scheme.lower() != "bearer" or not offered:
-            return _error(401, "missing bearer token: send Authorization: Bearer <token>")
+        offered = offered_bearer_token(request.headers.get("Authorization", ""))
+        if offered is None:
+            return _error(401, MISSING_BEARER)
         expected = self.tokens.token_for(namespace)
         if expected is not None and hmac.compare_digest(offered, expected.encode("utf-8")):
             return await handler(request)
@@ -183,7 +183,7 @@ class PartitionService:
             token = self.tokens.token_for(other)
             if other != namespace and token and hmac.compare_digest(offered, token.encode()):
                 return _error(403, f"this token is not valid for namespace {namespace!r}")
-        return _error(401, "wrong bearer token")
+        return _error(401, WRONG_BEARER)
 
     # -- handlers --------------------------------------------------------------------------
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import hmac
 import logging
 import os
 import time
@@ -67,6 +66,7 @@ from finishable.shuffle.wire import (
     partition_names,
     positive,
 )
+from finishable.transport import bearer_problem
 
 logger = logging.getLogger(__name__)
 
@@ -219,19 +219,9 @@ class ShuffleServer:
     async def _auth_middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
         if not request.path.startswith("/v1/"):
             return await handler(request)
-        header = request.headers.get("Authorization", "")
-        scheme, _, credentials = header.partition(" ")
-        # compare_digest takes the same time wherever the tokens differ.
-        valid = scheme.lower() == "bearer" and hmac.compare_digest(
-            credentials.strip().encode("utf-8"), self._token
-        )
-        if not valid:
-            why = (
-                "missing bearer token: send the header Authorization: Bearer <token>"
-                if not header
-                else "wrong bearer token"
-            )
-            return error_response(401, why)
+        problem = bearer_problem(request.headers.get("Authorization", ""), self._token)
+        if problem is not None:
+            return error_response(401, problem)
         return await handler(request)
 
     # ------------------------------------------------------------------ handlers

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -25,6 +24,7 @@ from finishable.transport import (
     Unreachable,
     bearer_problem,
 )
+from tests.support.network import free_port
 
 TOKEN = "transport-token"
 FAST = Policy(backoff=0.001, max_backoff=0.01, deadline=30.0)
@@ -113,12 +113,6 @@ def server(script: Script) -> Iterator[Server]:
     running = Server(script)
     yield running
     running.stop()
-
-
-def free_port() -> int:
-    with socket.create_server(("127.0.0.1", 0)) as placeholder:
-        port: int = placeholder.getsockname()[1]
-    return port
 
 
 def test_a_503_is_retried_then_the_answer_is_decoded(script: Script, server: Server) -> None:

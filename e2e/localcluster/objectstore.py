@@ -9,8 +9,9 @@ address and the tests at loopback. The credentials are moto's fake ones, carried
 from __future__ import annotations
 
 import logging
-import socket
 from typing import Self
+
+from tests.support.network import free_port
 
 BUCKET = "finishable"
 CREDENTIALS = "testing:testing"
@@ -20,7 +21,7 @@ class ObjectStore:
     """One S3 bucket on a free port; ``url`` addresses a prefix as a given host sees it."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self._server: object | None = None
 
     def start(self) -> Self:
@@ -46,9 +47,3 @@ class ObjectStore:
         if self._server is not None:
             self._server.stop()  # type: ignore[attr-defined]
             self._server = None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -19,7 +19,7 @@ from typing import Any, Self
 
 import yaml
 
-from tests.controller.cluster import free_port
+from tests.support.network import free_port
 from tests.support.processes import terminate
 from tests.support.tools import find, missing
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from finishable.api.crd import build_crd, build_snapshot_crd
 from finishable.api.status import ControlRequest
 from finishable.kube.api import KubeApi
 from finishable.state.control import ConfigMapControlChannel
+from tests.support.network import free_port
 from tests.support.processes import terminate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,12 +34,6 @@ JOBS = "finishable.dev/v1alpha1"
 MERGE = "application/merge-patch+json"
 WAIT_SECONDS = 45.0
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(

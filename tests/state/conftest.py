@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,18 +23,13 @@ import pytest
 from finishable.state.backends import ObjectBackend
 from tests.conftest import TOKEN
 from tests.support.k8s_emulator import EmulatorServer
+from tests.support.network import free_port
 
 from .specs import BackendSpec, open_spec
 
 BUCKET = "finishable-state"
 NAMESPACE = "jobs"
 BACKENDS = ("local", "s3", "configmap")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -57,7 +51,7 @@ def s3_server() -> Iterator[S3Server]:
     # Child processes (the SIGKILL test) inherit these, as a driver inherits a secretRef's keys.
     os.environ["AWS_ACCESS_KEY_ID"] = "testing"
     os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:

@@ -12,7 +12,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,6 +19,8 @@ from pathlib import Path
 from types import TracebackType
 
 import pytest
+
+from tests.support.network import free_port
 
 UNPRIVILEGED_USER = "nobody"
 
@@ -43,12 +44,6 @@ def server_bindir() -> Path | None:
         if (bindir / "initdb").exists() and (bindir / "postgres").exists():
             return bindir
     return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class PostgresServer:
@@ -120,7 +115,7 @@ class PostgresServer:
                 "max_connections = 40\n"
                 "shared_buffers = 16MB\n"
             )
-        self.port = _free_port()
+        self.port = free_port()
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [

@@ -7,6 +7,13 @@
 # usage: e2e/tools/install-system-tools.sh
 set -eu
 
+# Two test runs starting at once on a fresh machine: the second waits here for the first one's
+# apt-get (dpkg allows one at a time), then finds the tools installed.
+lock="${TMPDIR:-/tmp}/finishable-install-system-tools.lock"
+if [ -z "${FINISHABLE_TOOLS_LOCKED:-}" ] && command -v flock >/dev/null 2>&1; then
+    FINISHABLE_TOOLS_LOCKED=1 exec flock "$lock" sh "$0" "$@"
+fi
+
 missing=""
 for pair in prometheus:prometheus promtool:prometheus shellcheck:shellcheck; do
     command="${pair%%:*}" package="${pair#*:}"
@@ -35,6 +42,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "install-system-tools: installing$missing" >&2
 export DEBIAN_FRONTEND=noninteractive
-# shellcheck disable=SC2086  # $missing is a list of package names
-$SUDO apt-get install -y --no-install-recommends $missing >/dev/null \
-    || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y --no-install-recommends $missing >/dev/null; }
+# Another apt-get (not ours: the lock above covers those) gets ten minutes to finish.
+apt="$SUDO apt-get -o DPkg::Lock::Timeout=600"
+# shellcheck disable=SC2086  # $apt is a command with options, $missing a list of package names
+$apt install -y --no-install-recommends $missing >/dev/null \
+    || { $apt update -q >/dev/null && $apt install -y --no-install-recommends $missing >/dev/null; }

@@ -31,7 +31,7 @@ from finishable.driver.batch.plan import TaskFinished, decode_event
 from finishable.state import LocalDirBackend
 from finishable.state.eventlog import read_events
 from tests.support.batchlog import durable_at_crash, read_after_the_newest_snapshot
-from tests.support.processes import alive
+from tests.support.processes import alive, start_runner
 
 pytestmark = pytest.mark.slow
 
@@ -103,22 +103,8 @@ class BatchJob:
     # -- running --------------------------------------------------------------------------------
 
     def run(self, *extra: str) -> None:
-        self.runner = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "finishable.cli",
-                "run",
-                str(self.manifest),
-                "--state-dir",
-                str(self.state),
-                *extra,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, AUDIT_ENV: str(self.audit)},
+        self.runner = start_runner(
+            self.manifest, self.state, *extra, env={**os.environ, AUDIT_ENV: str(self.audit)}
         )
 
     def finish(self, timeout: float = 300, expect: int = 0) -> str:

@@ -28,7 +28,7 @@ import yaml
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.streaming.savepoints import decode_savepoint
 from finishable.state import LocalDirBackend, SnapshotKind, SnapshotStore
-from tests.support.processes import ended
+from tests.support.processes import ended, start_runner
 
 pytestmark = pytest.mark.slow
 
@@ -135,22 +135,7 @@ class Job:
         self.runner: subprocess.Popen[str] | None = None
 
     def run(self, *extra: str) -> None:
-        self.runner = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "finishable.cli",
-                "run",
-                str(self.manifest),
-                "--state-dir",
-                str(self.state),
-                *extra,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=ROOT,
-        )
+        self.runner = start_runner(self.manifest, self.state, *extra)
 
     def finish(self, timeout: float = 240) -> str:
         assert self.runner is not None

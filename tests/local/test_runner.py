@@ -7,8 +7,6 @@ The runner is the operator's phase machine run locally; these tests drive it the
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +15,7 @@ import pytest
 import yaml
 
 from finishable.cli import main
+from tests.support.processes import start_runner
 
 FAKE_DRIVER = Path(__file__).with_name("fake_driver.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,25 +31,6 @@ def manifest(tmp_path: Path, *args: str, **spec: object) -> Path:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(document))
     return path
-
-
-def start_runner(path: Path, state_dir: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "finishable.cli",
-            "run",
-            str(path),
-            "--state-dir",
-            str(state_dir),
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=ROOT,
-    )
 
 
 def wait_status(

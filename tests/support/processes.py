@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def alive(pid: int) -> bool:
@@ -63,3 +66,19 @@ def terminate(process: subprocess.Popen[bytes], grace: float = 30.0) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(10)
+
+
+def start_runner(
+    manifest: Path, state_dir: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """``finishable run MANIFEST --state-dir STATE_DIR EXTRA...``, as a user starts it, its
+    output (runner and driver) in one text pipe."""
+    command = [sys.executable, "-m", "finishable.cli", "run", str(manifest)]
+    return subprocess.Popen(
+        [*command, "--state-dir", str(state_dir), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )

@@ -20,7 +20,7 @@ from e2e.localcluster.deployments import (
     replica_pod,
     replica_set_for,
 )
-from e2e.localcluster.kubelet import Container, Kubelet
+from e2e.localcluster.kubelet import Container, Kubelet, readiness
 from e2e.localcluster.podspec import Image, container_command, expand, hosts_file
 from e2e.localcluster.process_runtime import ProcessRuntime
 from e2e.localcluster.prometheus import scrape_config
@@ -82,6 +82,20 @@ def test_the_security_context_becomes_the_container_engines_options() -> None:
     ):
         with pytest.raises(CreateError, match=re.escape(why)):
             security_args(context, image_user)
+
+
+def test_readiness_turns_after_the_probes_thresholds_in_a_row() -> None:
+    """A slow answer now and then on a loaded node does not take a pod out of its Service."""
+    chart = {"failureThreshold": 3}
+    ready, streak = True, 0
+    for passed in (False, False, True, False, False):  # never three failures in a row
+        ready, streak = readiness(chart, ready, streak, passed)
+        assert ready
+    ready, streak = readiness(chart, ready, streak, False)
+    assert (ready, streak) == (False, 0)
+    assert readiness(chart, ready, streak, True) == (True, 0)  # successThreshold: 1
+    assert readiness({"successThreshold": 2}, False, 0, True) == (False, 1)
+    assert readiness({}, True, 1, False) == (True, 2)  # the default failureThreshold is 3
 
 
 def test_the_hosts_file_stands_in_for_cluster_dns() -> None:

@@ -14,7 +14,9 @@ It follows the pods through the API (every ``SYNC_SECONDS``), and for each one:
 * gives the pod an address from the runtime before its container starts (``status.podIP``),
   its own host name and an ``/etc/hosts`` that names the cluster's Services and pods (in place
   of cluster DNS), and has the runtime start its container with the volumes at their paths;
-* reports ``Running`` (with the runtime's container ID), runs readiness probes, reports the
+* reports ``Running`` (with the runtime's container ID), runs readiness probes (with the probe's
+  ``timeoutSeconds`` and its failure and success thresholds; the delay and period at most
+  ``PROBE_PERIOD_MAX``, nothing here being slow to start), reports the
   exit code when the container ends (``128 + n`` for a signal; ``StartError`` when it could not
   start), restarts containers of ``restartPolicy: Always/OnFailure`` pods with a back-off, each
   start in a fresh root (the volumes persist, the container's own files do not);
@@ -58,6 +60,7 @@ GRACE_SECONDS_MAX = 10.0
 NODE_NAME = "local"  # the one node: pods are bound to it (spec.nodeName) before they start
 # securityContext fields only a pod has; a container's own context overrides the others.
 POD_ONLY_SECURITY = ("fsGroup", "supplementalGroups")
+PROBE_PERIOD_MAX = 2.0
 
 
 def now() -> str:
@@ -243,7 +246,9 @@ class Kubelet:
         container.started = now()
         container.restart_at = None
         container.ready = False
-        container.next_probe = time.monotonic()
+        container.probe_streak = 0
+        delay = float((container.spec.get("readinessProbe") or {}).get("initialDelaySeconds", 0))
+        container.next_probe = time.monotonic() + min(delay, PROBE_PERIOD_MAX)
         log.info("%s/%s: started %s", container.namespace, container.name, self._id(container))
         self._report_running(container)
 
@@ -273,8 +278,12 @@ class Kubelet:
             self._exited(container, code)
             return
         if time.monotonic() >= container.next_probe:
-            ready, period = self._probe(container)
+            passed, period = self._probe(container)
             container.next_probe = time.monotonic() + period
+            probe = container.spec.get("readinessProbe") or {}
+            ready, container.probe_streak = readiness(
+                probe, container.ready, container.probe_streak, passed
+            )
             if ready != container.ready:
                 container.ready = ready
                 self._report_running(container)
@@ -311,22 +320,22 @@ class Kubelet:
         probe = container.spec.get("readinessProbe")
         if not probe:
             return True, 1.0
-        period = float(probe.get("periodSeconds", 10))
-        period = min(period, 2.0)  # probe often: nothing here is slow to answer
+        period = min(float(probe.get("periodSeconds", 10)), PROBE_PERIOD_MAX)
+        timeout = float(probe.get("timeoutSeconds", 1))
         if "httpGet" in probe:
             get = probe["httpGet"]
             url = (
                 f"http://{container.ip}:{self._port(container, get['port'])}{get.get('path', '/')}"
             )
             try:
-                with urllib.request.urlopen(url, timeout=1) as response:
+                with urllib.request.urlopen(url, timeout=timeout) as response:
                     return 200 <= response.status < 400, period
             except OSError:
                 return False, period
         if "tcpSocket" in probe:
             port = self._port(container, probe["tcpSocket"]["port"])
             try:
-                socket.create_connection((container.ip, port), timeout=1).close()
+                socket.create_connection((container.ip, port), timeout=timeout).close()
                 return True, period
             except OSError:
                 return False, period
@@ -558,6 +567,20 @@ class Kubelet:
         for directory in base.glob("*/*"):
             if directory not in kept:
                 shutil.rmtree(directory, ignore_errors=True)
+
+
+def readiness(probe: dict[str, Any], ready: bool, streak: int, passed: bool) -> tuple[bool, int]:
+    """Readiness after one probe result, as the kubelet decides it: a ready container turns
+    unready after ``failureThreshold`` failures in a row (3), an unready one ready after
+    ``successThreshold`` successes in a row (1). Returns (ready, the new streak)."""
+    if passed == ready:
+        return ready, 0
+    threshold = int(
+        probe.get("successThreshold" if passed else "failureThreshold", 1 if passed else 3)
+    )
+    if streak + 1 >= threshold:
+        return passed, 0
+    return ready, streak + 1
 
 
 def kubeconfig(server: str, token: str, namespace: str, ca: str | None = None) -> dict[str, Any]:

@@ -52,6 +52,7 @@ class Container(PodRef):
     restarts: int = 0
     ready: bool = False
     next_probe: float = 0.0
+    probe_streak: int = 0  # consecutive probe results that disagree with ``ready``
     restart_at: float | None = None
     last_exit: dict[str, Any] | None = None
     finished: bool = False

@@ -116,7 +116,7 @@ def query(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
 
 
 def wait_db(
-    dsn: str, what: str, accept: Callable[[], bool], job: Job | None = None, timeout: float = 300
+    dsn: str, what: str, accept: Callable[[], bool], job: Job | None = None, timeout: float = 600
 ) -> None:
     """Poll the database until ``accept`` (the program creates the tables when it starts); fail
     early if the job's runner ended."""

@@ -145,7 +145,7 @@ def test_stop_mid_stream_then_restart_publishes_everything_once(spark: Any, tmp_
         .trigger(processingTime="0 seconds")
         .start()
     )
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 300
     while len(sink.committed_batches()) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     query.stop()  # cancels whatever micro-batch is running

@@ -51,7 +51,7 @@ def local(moment: datetime) -> datetime:
     return moment.astimezone().replace(tzinfo=None)
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -116,7 +116,7 @@ class Driver(StreamingQueryListener):
         coordinators = list(self.coordinators.values())
         for coordinator in coordinators:
             coordinator.suspend()
-        last = await_batch_boundary(coordinators, CheckpointLog(str(checkpoint)), timeout=90)
+        last = await_batch_boundary(coordinators, CheckpointLog(str(checkpoint)), timeout=300)
         query.stop()
         return last
 

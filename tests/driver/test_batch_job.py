@@ -107,7 +107,7 @@ class BatchJob:
             self.manifest, self.state, *extra, env={**os.environ, AUDIT_ENV: str(self.audit)}
         )
 
-    def finish(self, timeout: float = 300, expect: int = 0) -> str:
+    def finish(self, timeout: float = 600, expect: int = 0) -> str:
         assert self.runner is not None
         output, _ = self.runner.communicate(timeout=timeout)
         assert self.runner.returncode == expect, output + self.logs()
@@ -143,7 +143,7 @@ class BatchJob:
         return json.loads(done.stdout)  # type: ignore[no-any-return]
 
     def wait(
-        self, what: str, accept: Callable[[dict[str, Any]], bool], timeout: float = 240
+        self, what: str, accept: Callable[[dict[str, Any]], bool], timeout: float = 600
     ) -> None:
         def accepted() -> bool | None:
             status = self.status()
@@ -151,7 +151,7 @@ class BatchJob:
 
         self.wait_until(what, accepted, timeout)
 
-    def wait_until(self, what: str, probe: Callable[[], T | None], timeout: float = 240) -> T:
+    def wait_until(self, what: str, probe: Callable[[], T | None], timeout: float = 600) -> T:
         """What ``probe`` finds, once it finds it; fails if the runner ends first."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -440,7 +440,7 @@ def test_a_driver_after_the_retain_timeout_recomputes_everything(
     with contextlib.suppress(ProcessLookupError):  # the driver dies with its runner
         job.kill_driver()
     pids = [job.shuffle_pid(index) for index in (0, 1)]
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while any(alive(pid) for pid in pids):  # they release and exit after 3 s without a driver
         assert time.monotonic() < deadline, "shuffle servers outlived their retain timeout"
         time.sleep(0.2)

@@ -60,7 +60,7 @@ class Job:
             cwd=ROOT,
         )
 
-    def finish(self, expect: int = 0, timeout: float = 300) -> str:
+    def finish(self, expect: int = 0, timeout: float = 600) -> str:
         assert self.runner is not None
         output, _ = self.runner.communicate(timeout=timeout)
         logs = "".join(p.read_text()[-3000:] for p in (self.state / self.name).glob("driver-*.log"))
@@ -136,7 +136,7 @@ def test_a_promoted_dataset_outlives_its_job_is_read_by_another_and_is_released(
     reader = consumer(tmp_path, "producer/totals")
     reader.start()
     lease = tmp_path / "state" / "_partitions" / manifest.id / "readers"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600
     while not list(lease.glob("*.json")):  # the consumer resolved the partition: it holds a lease
         assert reader.runner is not None and reader.runner.poll() is None, reader.finish()
         assert time.monotonic() < deadline, "the consumer took no lease"
@@ -168,7 +168,7 @@ def test_a_driver_killed_during_promotion_promotes_once_with_the_same_rows(
     job = producer(tmp_path, name="killed")
     storage = tmp_path / "state" / "_partitions"
     job.start()
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600
     while not list(storage.glob("*/part-*.parquet")):  # the promotion began
         assert job.runner is not None and job.runner.poll() is None, job.finish()
         assert time.monotonic() < deadline, "no promotion began"

@@ -97,7 +97,7 @@ def referenced_files(sink: Iceberg) -> set[str]:
     return {task.file.file_path.removeprefix("file://") for task in tasks}
 
 
-def wait_for(what: str, probe: Any, job: Job | BatchJob, timeout: float = 300) -> Any:
+def wait_for(what: str, probe: Any, job: Job | BatchJob, timeout: float = 600) -> Any:
     """What ``probe`` returns once it is truthy; fails if the runner ended first."""
     assert job.runner is not None
     deadline = time.monotonic() + timeout
@@ -183,7 +183,7 @@ def test_streaming_to_iceberg_uninterrupted_equals_the_ground_truth(
     job = ClickJob(tmp_path, "ice-plain")
     click_jobs.append(job)
     job.run()
-    output = job.finish(timeout=400)
+    output = job.finish(timeout=600)
     assert "Finished" in output
     assert job.rows() == window_counts(range(CLICK_FILES), CLICK_ROWS)
     batches = per_batch_snapshots(job.sink)
@@ -218,7 +218,7 @@ def test_streaming_driver_killed_before_the_catalog_commit_and_at_random_moments
     assert held not in per_batch_snapshots(job.sink)
     killed = job.kill_driver_group()
     hold.unlink()
-    job.wait("the next attempt", lambda s: s.get("attempt", 0) > killed, timeout=300)
+    job.wait("the next attempt", lambda s: s.get("attempt", 0) > killed, timeout=600)
 
     # 2. Two kills at random moments, once the table has moved on.
     for _ in range(2):
@@ -235,10 +235,10 @@ def test_streaming_driver_killed_before_the_catalog_commit_and_at_random_moments
         job.wait(
             "the next attempt",
             lambda s, k=killed: s.get("attempt", 0) > k or s.get("phase") == "Finished",
-            timeout=300,
+            timeout=600,
         )
 
-    output = job.finish(timeout=400)
+    output = job.finish(timeout=600)
     assert "Finished" in output, f"seed {seed}"
     assert job.rows() == window_counts(range(CLICK_FILES), CLICK_ROWS), f"seed {seed}"
     batches = per_batch_snapshots(job.sink)
@@ -303,7 +303,7 @@ def test_batch_to_iceberg_survives_driver_kills_mid_run_and_before_the_commit(
     _attempt, pid = (job.home / "driver.pid").read_text().split()
     kill_group(int(pid))
     hold.unlink()
-    output = job.finish(timeout=400)
+    output = job.finish(timeout=600)
     assert "Finished" in output
 
     assert job.totals() == ground_truth(ORDER_FILES, ORDER_ROWS)

@@ -202,7 +202,7 @@ def test_a_source_fed_to_two_queries_or_two_queries_named_alike_are_refused(
     write_clicks(job.input, 0)
     job.run()
     assert job.runner is not None
-    output, _ = job.runner.communicate(timeout=240)
+    output, _ = job.runner.communicate(timeout=600)
     status = job.status()
     assert job.runner.returncode == 1, output
     assert status["phase"] == "Failed" and reason in status["message"], status

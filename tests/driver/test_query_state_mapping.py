@@ -67,7 +67,7 @@ def test_a_renamed_query_is_refused_unless_its_state_is_dropped_by_allow_non_res
     cleanup.append(refused)
     refused.run()
     assert refused.runner is not None
-    output, _ = refused.runner.communicate(timeout=240)
+    output, _ = refused.runner.communicate(timeout=600)
     status = refused.status()
     assert refused.runner.returncode == 1, output
     assert (status["phase"], status["attempt"]) == ("Failed", 1), status

@@ -64,7 +64,7 @@ def python(
     )
 
 
-def wait_file(path: Path, timeout: float = 120) -> str:
+def wait_file(path: Path, timeout: float = 300) -> str:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} was not written"

@@ -137,7 +137,7 @@ class Job:
     def run(self, *extra: str) -> None:
         self.runner = start_runner(self.manifest, self.state, *extra)
 
-    def finish(self, timeout: float = 240) -> str:
+    def finish(self, timeout: float = 600) -> str:
         assert self.runner is not None
         output, _ = self.runner.communicate(timeout=timeout)
         assert self.runner.returncode == 0, output + self.driver_logs()
@@ -169,7 +169,7 @@ class Job:
             return {}
 
     def wait(
-        self, what: str, accept: Callable[[dict[str, Any]], bool], timeout: float = 240
+        self, what: str, accept: Callable[[dict[str, Any]], bool], timeout: float = 600
     ) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -296,7 +296,7 @@ def test_stop_with_savepoint_keeps_windows_pending_and_drain_fires_them(
     again.manifest.write_text(yaml.safe_dump(document))
     again.run()
     assert again.runner is not None
-    refused, _ = again.runner.communicate(timeout=240)
+    refused, _ = again.runner.communicate(timeout=600)
     assert again.runner.returncode == 1
     assert "it was drained" in refused and "allowDrained" in refused
 
@@ -396,7 +396,7 @@ def test_a_driver_superseded_while_it_was_frozen_writes_nothing_and_stops(
     job.wait_read(3, attempt=2)
 
     os.killpg(zombie, signal.SIGCONT)
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 600
     while not ended(zombie):
         assert time.monotonic() < deadline, "the superseded driver kept running" + job.driver_logs()
         time.sleep(0.5)
@@ -437,7 +437,7 @@ def test_bad_input_is_named_a_missing_savepoint_refused_and_unreadable_files_ski
     missing.manifest.write_text(yaml.safe_dump(document))
     missing.run()
     assert missing.runner is not None
-    refused, _ = missing.runner.communicate(timeout=240)
+    refused, _ = missing.runner.communicate(timeout=600)
     assert missing.runner.returncode == 1 and "no savepoint at" in refused
     assert (missing.status()["phase"], missing.status()["attempt"]) == ("Failed", 1), refused
 
@@ -445,22 +445,23 @@ def test_bad_input_is_named_a_missing_savepoint_refused_and_unreadable_files_ski
     cleanup.append(typo)
     typo.run()
     assert typo.runner is not None
-    output, _ = typo.runner.communicate(timeout=240)
+    output, _ = typo.runner.communicate(timeout=600)
     status = typo.status()
     assert typo.runner.returncode == 1, output
     assert (status["phase"], status["attempt"], status["restarts"]) == ("Failed", 1, 0), output
     assert "pgae" in status["message"] and "not restarted" in status["message"], status
 
-    failing = Job(tmp_path / "fail", "unreadable", "--bounded", "--format=parquet", max_attempts=1)
+    # No restart: one Spark start is all this needs (a restart would read the same bytes).
+    failing = Job(tmp_path / "fail", "unreadable", "--bounded", "--format=parquet", max_attempts=0)
     cleanup.append(failing)
     failing.input.mkdir(parents=True)
     (failing.input / "broken.parquet").write_bytes(b"not parquet at all")
     failing.run()
     assert failing.runner is not None
-    output, _ = failing.runner.communicate(timeout=240)
+    output, _ = failing.runner.communicate(timeout=600)
     assert failing.runner.returncode == 1
     assert "broken.parquet" in output
-    assert failing.status()["phase"] == "Failed"
+    assert (failing.status()["phase"], failing.status()["attempt"]) == ("Failed", 1), output
 
     skipping = Job(tmp_path / "skip", "skipping", "--bounded", "--on-error=skip")
     cleanup.append(skipping)

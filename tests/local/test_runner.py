@@ -34,7 +34,7 @@ def manifest(tmp_path: Path, *args: str, **spec: object) -> Path:
 
 
 def wait_status(
-    state_dir: Path, accept: Callable[[dict[str, object]], bool], timeout: float = 120
+    state_dir: Path, accept: Callable[[dict[str, object]], bool], timeout: float = 300
 ) -> dict[str, object]:
     deadline = time.monotonic() + timeout
     status_file = state_dir / "fake" / "status.json"
@@ -50,7 +50,7 @@ def wait_status(
     raise AssertionError(f"status not reached; status: {status_file.read_text()}")
 
 
-def wait_phase(state_dir: Path, phase: str, timeout: float = 120) -> dict[str, object]:
+def wait_phase(state_dir: Path, phase: str, timeout: float = 300) -> dict[str, object]:
     return wait_status(state_dir, lambda status: status.get("phase") == phase, timeout)
 
 
@@ -68,7 +68,7 @@ def test_run_stop_resume_drain(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "savepoint:" in capsys.readouterr().out
     assert main(["stop", "fake", "--state-dir", str(state), "--timeout", "30"]) == 0
     assert "phase: Suspended" in capsys.readouterr().out
-    output, _ = runner.communicate(timeout=30)
+    output, _ = runner.communicate(timeout=120)
     assert runner.returncode == 0, output
     assert "resume with: finishable run" in output
     suspended = json.loads((state / "fake" / "status.json").read_text())
@@ -81,7 +81,7 @@ def test_run_stop_resume_drain(tmp_path: Path, capsys: pytest.CaptureFixture[str
     document = json.loads(capsys.readouterr().out)
     assert document["phase"] == "Running" and document["driver"]["attempt"] == 2
     assert main(["stop", "fake", "--drain", "--state-dir", str(state), "--timeout", "30"]) == 0
-    output, _ = resumed.communicate(timeout=30)
+    output, _ = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, output
     finished = json.loads((state / "fake" / "status.json").read_text())
     assert finished["phase"] == "Finished"
@@ -98,7 +98,7 @@ def test_driver_killed_is_recovered(tmp_path: Path) -> None:
     assert running["restarts"] == 1
     assert [attempt for attempt, _ in attempts(state)] == ["1", "2"]
     assert main(["stop", "fake", "--drain", "--state-dir", str(state), "--timeout", "30"]) == 0
-    output, _ = runner.communicate(timeout=30)
+    output, _ = runner.communicate(timeout=120)
     assert runner.returncode == 0, output
     assert "-> Recovering" in output
     assert "killed by signal 9" in output

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,21 @@ def orders(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
+MADE: list[FinishableJob] = []
+"""The jobs a test made: closed after it, run or not, so no heartbeat or endpoint outlives it."""
+
+
+@pytest.fixture(autouse=True)
+def close_jobs() -> Iterator[None]:
+    yield
+    while MADE:
+        MADE.pop().close()
+    for thread in threading.enumerate():
+        if thread.name == "shuffle-hb":  # a closed job's heartbeats end
+            thread.join(60)
+            assert not thread.is_alive(), "a closed job still sends shuffle heartbeats"
+
+
 def make_job(
     spark: SparkSession,
     tmp: Path,
@@ -99,7 +115,9 @@ def make_job(
             "shuffleUrls": shuffle.urls() if urls and mode == "Batch" else [],
         }
     )
-    return FinishableJob(config, spark=spark, token=shuffle.token, attempt=attempt)
+    job = FinishableJob(config, spark=spark, token=shuffle.token, attempt=attempt)
+    MADE.append(job)
+    return job
 
 
 def two_stage_job(

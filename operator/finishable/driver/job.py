@@ -119,6 +119,7 @@ class FinishableJob:
         # An upgrade check (driver/streaming/preflight.py) claims nothing and writes nothing:
         # the running driver's state stays its own, and its reports go to a scratch channel.
         self._preflight = preflight
+        self._closed = False
         self._endpoint = CoordinatorEndpoint(
             self._token,
             host=os.environ.get(ENDPOINT_BIND_ENV, "127.0.0.1"),
@@ -157,16 +158,20 @@ class FinishableJob:
         self._report(DriverState.STARTING, f"attempt {attempt} starting")
         self._batch: BatchRuntime | None = None
         if config.spec.mode is JobMode.BATCH:
-            self._batch = BatchRuntime(
-                config=config,
-                attempt=attempt,
-                spark=self._spark,
-                endpoint=self._endpoint,
-                token=self._token,
-                control=self._control,
-                state=self._state,
-                timings=self.timings,
-            )
+            try:
+                self._batch = BatchRuntime(
+                    config=config,
+                    attempt=attempt,
+                    spark=self._spark,
+                    endpoint=self._endpoint,
+                    token=self._token,
+                    control=self._control,
+                    state=self._state,
+                    timings=self.timings,
+                )
+            except BaseException:
+                self.close()  # the endpoint is serving already
+                raise
 
     def _start_spark(self, spark: SparkSession | None) -> SparkSession:
         """The coordinator endpoint and the Spark session (the given one, in tests)."""
@@ -375,7 +380,7 @@ class FinishableJob:
                 self._report(DriverState.FAILED, message, permanent=permanent)
             raise JobFailed(message) from error
         finally:
-            self._close()
+            self.close()
         log.info("job %s ended %s", self.name, outcome.state.value)
         return outcome
 
@@ -389,7 +394,7 @@ class FinishableJob:
             runtime.report_failure(message, permanent=is_permanent(error))
             raise JobFailed(message) from error
         finally:
-            self._close()
+            self.close()
         log.info("job %s ended %s", self.name, outcome.state.value)
         return outcome
 
@@ -401,7 +406,7 @@ class FinishableJob:
             message, code = self._plan().check_upgrade(self._lineage, allow_non_restored=allow)
         except (ProgramError, StateError, OSError) as error:
             message, code = f"{type(error).__name__}: {error}", 1
-        self._close()
+        self.close()
         try:
             self._spark.stop()  # before the verdict, so that it is the log's last line
         except Exception:
@@ -475,7 +480,15 @@ class FinishableJob:
         except Exception:  # the report is best effort; the failure itself is logged by caller
             log.warning("cannot write the driver report", exc_info=True)
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Release the attempt without running it (``run`` ends with this): the coordinator
+        endpoint and coordinators, and a Batch job's shuffle heartbeats. For a program that
+        builds a job and then fails before ``run``, or a test that never runs it."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._batch is not None:
+            self._batch.close()
         self._endpoint.set_batch_hook(None)
         self._endpoint.stop()
         for coordinator in self._sources:

@@ -377,9 +377,8 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
             with self.timings.phase("promotion"):
                 promoted = self.promotion.commit([s.name for s in self._stages if s.promote])
         finally:
-            self._heartbeat_stop.set()
             with self.timings.phase("close"):
-                self._close()
+                self.close()
         self._report(
             DriverState.FINISHED,
             "output committed"
@@ -395,7 +394,13 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         )
         return Outcome(DriverState.FINISHED, None, None)
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """End the heartbeats and release what the attempt holds; ``run`` ends with it, and a
+        program that never runs the job (it failed declaring it) gets it from the job's close.
+        The shuffle servers then keep the attempt's partitions for their retain timeout."""
+        if self._heartbeat_stop.is_set():
+            return
+        self._heartbeat_stop.set()
         for timer in self._snapshot_due.values():
             timer.cancel()
         self.endpoint.set_runtime_hook(None)

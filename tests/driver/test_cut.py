@@ -160,8 +160,10 @@ def test_cuts_taken_while_batches_commit_and_maintenance_deletes_restore_or_are_
             with progress:
                 committed[0] = batch
                 progress.notify_all()
-                awaited = partial(reached, finished, batch) if quiet(batch) else None
-                awaited = awaited or partial(reached, started, batch - 4)
+                if quiet(batch):
+                    awaited = partial(reached, finished, batch)
+                else:
+                    awaited = partial(reached, started, batch - 4)
                 if not progress.wait_for(awaited, 120):
                     break
         done.set()

@@ -18,7 +18,6 @@ from finishable.cli import main
 from tests.support.processes import start_runner
 
 FAKE_DRIVER = Path(__file__).with_name("fake_driver.py")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def manifest(tmp_path: Path, *args: str, **spec: object) -> Path:

@@ -24,6 +24,7 @@ from finishable import FinishableJob, sinks, sources
 from finishable.api.jobconfig import JobConfig
 from finishable.driver.batch.core import event_log_prefix, logged_runs
 from finishable.driver.batch.plan import OutputCommitted, TaskFinished, decode_event
+from finishable.driver.batch.runtime import BatchRuntime
 from finishable.driver.failures import ProgramError
 from finishable.driver.outcome import JobFailed
 from finishable.local.shuffle import LocalShuffle
@@ -341,6 +342,23 @@ def test_batch_calls_in_a_streaming_job_and_a_batch_job_without_servers(
         streaming.read(sources.Files(str(orders), format="json", schema=SCHEMA))
     with pytest.raises(JobFailed, match="needs shuffle servers"):
         make_job(spark, tmp_path / "b", shuffle, urls=False)
+
+
+def test_a_batch_job_whose_start_fails_leaves_no_heartbeat_or_endpoint(
+    spark: SparkSession, shuffle: LocalShuffle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime fails after its heartbeats started: it stops them (the autouse fixture checks
+    that no ``shuffle-hb`` thread survives) and the job stops its endpoint."""
+
+    def interrupted(self: BatchRuntime) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(BatchRuntime, "_recovery_message", interrupted)
+    endpoints = [t for t in threading.enumerate() if t.name.startswith("coordinator-endpoint")]
+    with pytest.raises(KeyboardInterrupt):
+        make_job(spark, tmp_path, shuffle)
+    after = [t for t in threading.enumerate() if t.name.startswith("coordinator-endpoint")]
+    assert set(after) <= set(endpoints)
 
 
 def test_a_streaming_output_mode_the_sinks_cannot_publish_is_refused_before_anything_runs(

@@ -130,8 +130,12 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
             self._recovery = self._reconnect()
         self._heartbeat = threading.Thread(target=self._heartbeats, daemon=True, name="shuffle-hb")
         self._heartbeat.start()
-        endpoint.set_runtime_hook(self._hook)
-        self._report(DriverState.RUNNING, self._recovery_message())
+        try:
+            endpoint.set_runtime_hook(self._hook)
+            self._report(DriverState.RUNNING, self._recovery_message())
+        except BaseException:
+            self.close()  # the heartbeats run already; the caller never gets this runtime
+            raise
 
     # -- declaring the graph ----------------------------------------------------------------
 

@@ -232,8 +232,8 @@ async def watch(
     if asks_websocket(request._raw_request.headers):
         return await _watch_over_websocket(request._raw_request, events)
     response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
-    await response.prepare(request._raw_request)
-    try:
+    try:  # a client gone before the headers is no refusal: a real server just drops the watch
+        await response.prepare(request._raw_request)
         async for event in events:
             await response.write(event.encode() + b"\n")
         await response.write_eof()
@@ -254,7 +254,10 @@ async def _watch_over_websocket(
     """The watch's events as text frames; it ends when the watch does (timeout, an ERROR event)
     or when the client closes the socket."""
     socket = aiohttp.web.WebSocketResponse()
-    await socket.prepare(raw_request)
+    try:
+        await socket.prepare(raw_request)
+    except ConnectionError:  # the client went away before the upgrade was answered
+        return aiohttp.web.Response()  # a half-prepared socket cannot be finished; this can
 
     async def send() -> None:
         async for event in events:

@@ -29,13 +29,26 @@ as_root() {
     else return 1; fi
 }
 
+# Another apt-get (e2e/tools/install-system-tools.sh of a test run beside this one, say) holds
+# dpkg's lock: wait up to ten minutes for it instead of failing at once.
 apt_install() {
     command -v apt-get >/dev/null 2>&1 || return 1
     say "installing $*"
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y --no-install-recommends "$@" >/dev/null \
-        || { as_root apt-get update -q >/dev/null \
-             && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y --no-install-recommends "$@" >/dev/null; }
+    DEBIAN_FRONTEND=noninteractive as_root apt-get -o DPkg::Lock::Timeout=600 install -y \
+        --no-install-recommends "$@" >/dev/null \
+        || { as_root apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null \
+             && DEBIAN_FRONTEND=noninteractive as_root apt-get -o DPkg::Lock::Timeout=600 install -y \
+                --no-install-recommends "$@" >/dev/null; }
 }
+
+# Two builds starting at once (two test runs on a fresh machine) would both install the engine,
+# both start dockerd and both make the local base: the second waits until the first has them ready.
+lock_engine() {
+    command -v flock >/dev/null 2>&1 || return 0
+    exec 9>"$LOG_DIR/finishable-build-image.lock"
+    flock 9
+}
+unlock_engine() { exec 9>&-; }
 
 engine_ready() {
     case "$ENGINE" in
@@ -73,6 +86,7 @@ local_base() {
     rm -f "$tarball"
 }
 
+lock_engine
 engine_ready
 if [ "$BASE" = local ]; then
     local_base; BASE="$LOCAL_BASE"
@@ -80,6 +94,7 @@ elif ! "$ENGINE" image inspect "$BASE" >/dev/null 2>&1 && ! "$ENGINE" pull -q "$
     say "cannot pull $BASE: building on a local base instead"
     local_base; BASE="$LOCAL_BASE"
 fi
+unlock_engine
 
 HANDED="$ROOT/docker/build-local"
 trap 'rm -f "$HANDED/ca-certificates.crt" "$HANDED/constraints.txt"' EXIT
@@ -92,8 +107,11 @@ if [ -x "$ROOT/.venv/bin/python" ]; then  # the versions the tests run with
 fi
 
 say "building $IMAGE on $BASE with $ENGINE"
-DOCKER_BUILDKIT=0 "$ENGINE" build --build-arg "BASE=$BASE" -t "$IMAGE" "$ROOT" >"$LOG_DIR/finishable-image-build.log" 2>&1 \
-    || die "the build failed; its log: $(tail -20 "$LOG_DIR/finishable-image-build.log")"
+# One log per build: two builds at once would write over each other's.
+build_log="$LOG_DIR/finishable-image-build.$$.log"
+DOCKER_BUILDKIT=0 "$ENGINE" build --build-arg "BASE=$BASE" -t "$IMAGE" "$ROOT" >"$build_log" 2>&1 \
+    || die "the build failed; its log ($build_log): $(tail -20 "$build_log")"
+rm -f "$build_log"
 
 user="$("$ENGINE" run --rm --entrypoint id "$IMAGE" -u)"
 [ "$user" = 1000 ] || die "the image runs as uid $user, not 1000"

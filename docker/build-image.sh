@@ -23,9 +23,11 @@ LOG_DIR="${TMPDIR:-/tmp}"
 say() { echo "build-image: $*" >&2; }
 die() { say "$*"; exit 1; }
 
+# Without the engine lock's descriptor (9, see lock_engine): a daemon this starts (dockerd, or one
+# a package's install starts) would hold the lock for its whole life and keep later builds waiting.
 as_root() {
-    if [ "$(id -u)" = 0 ]; then "$@"
-    elif command -v sudo >/dev/null 2>&1; then sudo -n "$@"
+    if [ "$(id -u)" = 0 ]; then "$@" 9>&-
+    elif command -v sudo >/dev/null 2>&1; then sudo -n "$@" 9>&-
     else return 1; fi
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -50,11 +51,14 @@ rmdir "$STATE/dpkg-lock"
 """
 
 DOCKERD = r"""#!/bin/sh
-# The real daemon refuses to start beside a running one (its pid file).
+# The real daemon refuses to start beside a running one (its pid file), and runs on with every
+# descriptor it was started with.
 echo start >>"$STATE/dockerd-starts"
 mkdir "$STATE/dockerd-pid" 2>/dev/null \
     || { echo "pid file found, ensure docker is not running" >&2; exit 1; }
+echo $$ >"$STATE/dockerd-pid/pid"
 touch "$STATE/running"
+exec sleep 300
 """
 
 DOCKER = r"""#!/bin/sh
@@ -105,14 +109,23 @@ def test_two_builds_at_once_install_and_start_the_engine_once(tmp_path: Path) ->
             text=True,
         )
 
-    first = build("first")
-    deadline = time.monotonic() + 120
-    while not (state / "locked").exists():  # the first build's apt-get holds dpkg's lock
-        assert first.poll() is None, first.communicate()
-        assert time.monotonic() < deadline, "the first build never ran apt-get"
-        time.sleep(0.05)
-    second = build("second")
-    results = [(run.wait(timeout=120), *run.communicate()) for run in (first, second)]
+    runs = [build("first")]
+    try:
+        deadline = time.monotonic() + 120
+        while not (state / "locked").exists():  # the first build's apt-get holds dpkg's lock
+            assert runs[0].poll() is None, runs[0].communicate()
+            assert time.monotonic() < deadline, "the first build never ran apt-get"
+            time.sleep(0.05)
+        runs.append(build("second"))
+        # a build still waiting here was left waiting on the lock (by the daemon, say)
+        results = [(run.wait(timeout=120), *run.communicate()) for run in runs]
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+        daemon = state / "dockerd-pid" / "pid"
+        if daemon.exists():
+            os.kill(int(daemon.read_text()), signal.SIGKILL)
 
     for code, out, err in results:
         assert code == 0, err

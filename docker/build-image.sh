@@ -23,13 +23,15 @@ LOG_DIR="${TMPDIR:-/tmp}"
 say() { echo "build-image: $*" >&2; }
 die() { say "$*"; exit 1; }
 
-# Without the engine lock's descriptor (9, see lock_engine): a daemon this starts (dockerd, or one
-# a package's install starts) would hold the lock for its whole life and keep later builds waiting.
+# as_root and engine run commands without the engine lock's descriptor (9, see lock_engine): a
+# process they leave running (dockerd, a daemon a package's install starts, rootless podman's pause
+# process) would hold the lock for its whole life and keep later builds waiting.
 as_root() {
     if [ "$(id -u)" = 0 ]; then "$@" 9>&-
     elif command -v sudo >/dev/null 2>&1; then sudo -n "$@" 9>&-
     else return 1; fi
 }
+engine() { "$ENGINE" "$@" 9>&-; }
 
 # Another apt-get (e2e/tools/install-system-tools.sh of a test run beside this one, say) holds
 # dpkg's lock: wait up to ten minutes for it instead of failing at once.
@@ -55,7 +57,7 @@ unlock_engine() { exec 9>&-; }
 engine_ready() {
     case "$ENGINE" in
         docker)
-            if docker info >/dev/null 2>&1; then return 0; fi
+            if engine info >/dev/null 2>&1; then return 0; fi
             # A docker client alone (no daemon) is common: the daemon comes with docker.io.
             command -v dockerd >/dev/null 2>&1 || apt_install docker.io \
                 || die "no docker daemon here and none can be installed (apt-get install docker.io), or set ENGINE=podman"
@@ -63,7 +65,7 @@ engine_ready() {
             as_root sh -c "nohup dockerd --storage-driver=overlay2 >'$LOG_DIR/finishable-dockerd.log' 2>&1 &" \
                 || die "docker's daemon is not running and cannot be started here (not root)"
             tries=0
-            until docker info >/dev/null 2>&1; do
+            until engine info >/dev/null 2>&1; do
                 tries=$((tries + 1))
                 [ "$tries" -lt 60 ] || die "dockerd did not start: $(tail -5 "$LOG_DIR/finishable-dockerd.log")"
                 sleep 1
@@ -76,7 +78,7 @@ engine_ready() {
 }
 
 local_base() {
-    if "$ENGINE" image inspect "$LOCAL_BASE" >/dev/null 2>&1; then return 0; fi
+    if engine image inspect "$LOCAL_BASE" >/dev/null 2>&1; then return 0; fi
     command -v mmdebstrap >/dev/null 2>&1 || apt_install mmdebstrap \
         || die "mmdebstrap is needed to make a base image (apt-get install mmdebstrap), or set BASE"
     say "making $LOCAL_BASE with mmdebstrap (Debian bookworm minbase, python3, python3-venv)"
@@ -84,7 +86,7 @@ local_base() {
     as_root mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
         bookworm "$tarball" \
         || { rm -f "$tarball"; die "mmdebstrap failed"; }
-    "$ENGINE" import "$tarball" "$LOCAL_BASE" >/dev/null
+    engine import "$tarball" "$LOCAL_BASE" >/dev/null
     rm -f "$tarball"
 }
 
@@ -92,7 +94,7 @@ lock_engine
 engine_ready
 if [ "$BASE" = local ]; then
     local_base; BASE="$LOCAL_BASE"
-elif ! "$ENGINE" image inspect "$BASE" >/dev/null 2>&1 && ! "$ENGINE" pull -q "$BASE" >/dev/null 2>&1; then
+elif ! engine image inspect "$BASE" >/dev/null 2>&1 && ! engine pull -q "$BASE" >/dev/null 2>&1; then
     say "cannot pull $BASE: building on a local base instead"
     local_base; BASE="$LOCAL_BASE"
 fi

@@ -35,14 +35,12 @@ engine() { "$ENGINE" "$@" 9>&-; }
 
 # Another apt-get (e2e/tools/install-system-tools.sh of a test run beside this one, say) holds
 # dpkg's lock: wait up to ten minutes for it instead of failing at once.
+apt_get() { DEBIAN_FRONTEND=noninteractive as_root apt-get -o DPkg::Lock::Timeout=600 "$@"; }
 apt_install() {
     command -v apt-get >/dev/null 2>&1 || return 1
     say "installing $*"
-    DEBIAN_FRONTEND=noninteractive as_root apt-get -o DPkg::Lock::Timeout=600 install -y \
-        --no-install-recommends "$@" >/dev/null \
-        || { as_root apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null \
-             && DEBIAN_FRONTEND=noninteractive as_root apt-get -o DPkg::Lock::Timeout=600 install -y \
-                --no-install-recommends "$@" >/dev/null; }
+    apt_get install -y --no-install-recommends "$@" >/dev/null \
+        || { apt_get update -q >/dev/null && apt_get install -y --no-install-recommends "$@" >/dev/null; }
 }
 
 # Two builds starting at once (two test runs on a fresh machine) would both install the engine,

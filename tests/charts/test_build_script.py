@@ -118,7 +118,7 @@ def test_two_builds_at_once_install_and_start_the_engine_once(tmp_path: Path) ->
             time.sleep(0.05)
         runs.append(build("second"))
         # a build still waiting here was left waiting on the lock (by the daemon, say)
-        results = [(run.wait(timeout=120), *run.communicate()) for run in runs]
+        results = [(*run.communicate(timeout=120), run.returncode) for run in runs]
     finally:
         for run in runs:
             if run.poll() is None:
@@ -127,7 +127,7 @@ def test_two_builds_at_once_install_and_start_the_engine_once(tmp_path: Path) ->
         if daemon.exists():
             os.kill(int(daemon.read_text()), signal.SIGKILL)
 
-    for code, out, err in results:
+    for out, err, code in results:
         assert code == 0, err
         assert out.split()[1:] == ["123", "MB"], out
     assert (state / "apt-installs").read_text().split() == ["install"], "docker.io installed once"

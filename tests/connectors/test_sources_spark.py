@@ -27,6 +27,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 
 from finishable.connectors.sinks import SENTINEL_EVENT_TIME
 from finishable.connectors.sources import Files, Range, Source
+from finishable.connectors.streaming.source import data_source_name
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.checkpoint_log import CheckpointLog
 from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
@@ -424,3 +425,30 @@ def test_an_available_now_run_reads_a_bounded_source_and_ends_by_itself(
     assert coordinator.exhausted()
     assert len(sink.batches) == 3  # the read limit held: 4 + 4 + 2 splits
     assert_exactly_once([row[0] for row in sink.rows()], set(range(1000)))
+
+
+def test_two_queries_start_together_each_on_a_registration_of_its_own(
+    driver: Driver, spark: SparkSession, tmp_path: Path
+) -> None:
+    # Spark 4's stream-source runner adds keys to its registration's environment map as its query
+    # starts, while the other query's tasks serialize their function with theirs: the two maps
+    # must be different objects, or a task can ship a torn map (java.io.OptionalDataException).
+    ranges = {"left": (0, 1000), "right": (1000, 2000)}
+    sinks: dict[str, BatchSink] = {}
+    for name, (first, end) in ranges.items():
+        coordinator = driver.add(name, Range(first, end, split_size=100, max_splits_per_batch=5))
+        coordinator.begin_run(1, str(tmp_path / name))
+        sinks[name] = BatchSink()
+    frames = {name: driver.stream(name) for name in ranges}
+    for name, frame in frames.items():
+        start(frame, sinks[name], tmp_path / name)
+    wait_for(lambda: all(len(sinks[name].rows()) >= 1000 for name in ranges), "both ranges written")
+    for name, (first, end) in ranges.items():
+        assert_exactly_once([row[0] for row in sinks[name].rows()], set(range(first, end)))
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    identity = spark._jvm.java.lang.System.identityHashCode
+    maps = {
+        identity(manager.lookupDataSource(data_source_name(name)).dataSourceCls().envVars())
+        for name in ranges
+    }
+    assert len(maps) == len(ranges)

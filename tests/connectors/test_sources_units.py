@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark import cloudpickle
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadMaxBytes,
@@ -408,3 +410,20 @@ def test_the_readers_partitions_are_a_pure_function_of_the_offsets() -> None:
     reader = ds.FinishableStreamReader(settings, "t", RANGE_SCHEMA)
     assert reader.partitions(end, end) == []
     assert reader.initialOffset() == ds.initial_offset("clicks").to_json()
+
+
+def test_each_source_has_its_own_stable_data_source_name() -> None:
+    # one registration per source (a shared one races in Spark 4, see data_source_name)
+    names = ["clicks", "a-b", "a_b", "A.b", "x" * 200, "source-0"]
+    registered = [ds.data_source_name(name) for name in names]
+    assert len(set(registered)) == len(names), registered
+    assert registered == [ds.data_source_name(name) for name in names]  # a restart agrees
+    assert all(re.fullmatch(r"finishable_\w{1,40}_[0-9a-f]{8}", name) for name in registered)
+
+
+def test_a_sources_data_source_class_travels_to_the_workers() -> None:
+    cls = ds.data_source_for("clicks")
+    assert issubclass(cls, ds.FinishableDataSource)
+    assert cls.name() == ds.data_source_name("clicks") != ds.FinishableDataSource.name()
+    unpickled = cloudpickle.loads(cloudpickle.dumps(cls))  # as Spark ships it to a worker
+    assert unpickled.name() == cls.name() and issubclass(unpickled, ds.FinishableDataSource)

@@ -182,12 +182,17 @@ class Job:
             time.sleep(0.2)
         raise AssertionError(f"timed out waiting for {what}: {self.status()}{self.driver_logs()}")
 
-    def wait_read(self, splits: int, attempt: int | None = None) -> None:
+    def wait_read(self, splits: int, newer_than: int | None = None) -> None:
+        """Wait until a running attempt (one after attempt ``newer_than``, if given) read enough.
+
+        "After", not "the next": a driver may also fail by itself and be restarted in between.
+        """
+
         def done(status: dict[str, Any]) -> bool:
             progress = status.get("coordinator") or {}
             return (
                 status.get("phase") == "Running"
-                and (attempt is None or status.get("attempt") == attempt)
+                and (newer_than is None or status.get("attempt", 0) > newer_than)
                 and progress.get("splitsFinished", 0) >= splits
             )
 
@@ -393,7 +398,7 @@ def test_a_driver_superseded_while_it_was_frozen_writes_nothing_and_stops(
     job.wait(
         "attempt 2 running", lambda s: s.get("attempt", 0) >= 2 and s.get("phase") == "Running"
     )
-    job.wait_read(3, attempt=2)
+    job.wait_read(3, newer_than=1)
 
     os.killpg(zombie, signal.SIGCONT)
     deadline = time.monotonic() + 600

@@ -2,7 +2,7 @@
 
 A user writes ``sources.Files(url, format=..., schema=...)`` or ``sources.Range(...)``. Each
 descriptor knows its schema, whether it is bounded, how to build its split enumerator, and how to
-produce a streaming DataFrame read by the ``finishable`` Python data source
+produce a streaming DataFrame read by its own registration of the ``finishable`` Python data source
 (``connectors.streaming.source``), a thin client of the coordinator that lives in the driver
 process. The driver's handle on that coordinator is ``driver.source_coordinator``; the row a drain
 emits is ``sentinel_row``.
@@ -48,7 +48,7 @@ from finishable.connectors.fileformats import (
 )
 from finishable.connectors.reading import ReaderSettings
 from finishable.connectors.sentinels import SENTINEL_COLUMN, SENTINEL_EVENT_TIME, SENTINEL_TEXT
-from finishable.connectors.streaming.source import DATA_SOURCE_NAME, FinishableDataSource
+from finishable.connectors.streaming.source import data_source_for, data_source_name
 from finishable.coordinator.contract import CoordinatorProvider
 from finishable.coordinator.files import (
     DEFAULT_SPLIT_SIZE,
@@ -90,12 +90,18 @@ def _micros(value: datetime) -> int:
     return (aware - _EPOCH) // timedelta(microseconds=1)
 
 
-def register_data_source(spark: SparkSession) -> None:
-    """Register the ``finishable`` Python data source with the session (once)."""
-    if getattr(spark, "_finishable_source_registered", False):
-        return
-    spark.dataSource.register(FinishableDataSource)
-    spark._finishable_source_registered = True  # type: ignore[attr-defined]
+def register_data_source(spark: SparkSession, coordinator: str) -> str:
+    """Register the source ``coordinator``'s own data source with the session (once); its name.
+
+    One registration per source, not one for all: see ``data_source_name`` for the Spark race a
+    shared registration runs into when two queries start together.
+    """
+    name = data_source_name(coordinator)
+    registered: set[str] = spark.__dict__.setdefault("_finishable_sources_registered", set())
+    if name not in registered:
+        spark.dataSource.register(data_source_for(coordinator))
+        registered.add(name)
+    return name
 
 
 def sentinel_row(
@@ -222,13 +228,13 @@ class Source(ABC):
         (true only on a drain's sentinel row) so sinks can recognise it after any projection that
         keeps it.
         """
-        register_data_source(spark)
+        data_source = register_data_source(spark, coordinator)
         schema = _with_marker(self.schema) if sentinel_column else self.schema
         cores = min_partitions or max(1, int(spark.sparkContext.defaultParallelism))
         read_schema = self.reader_schema(schema)
         settings = self._settings(coordinator, endpoint_url, read_schema, attempt, cores)
         frame = (
-            spark.readStream.format(DATA_SOURCE_NAME)
+            spark.readStream.format(data_source)
             .schema(read_schema)
             .options(**settings.to_options(token))
             .load()

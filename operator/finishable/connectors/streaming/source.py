@@ -27,8 +27,10 @@ splits are read is shared with the Batch readers (``connectors.reading``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -347,7 +349,10 @@ class FinishableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
 
 class FinishableDataSource(DataSource):
-    """The ``finishable`` Python data source; its options come from a source descriptor."""
+    """The ``finishable`` Python data source; its options come from a source descriptor.
+
+    Each source registers its own subclass (``data_source_for``), not this class.
+    """
 
     @classmethod
     def name(cls) -> str:
@@ -360,3 +365,35 @@ class FinishableDataSource(DataSource):
     def streamReader(self, schema: StructType) -> FinishableStreamReader:  # noqa: N802
         settings, token = ReaderSettings.from_options(self.options)
         return FinishableStreamReader(settings, token, schema)
+
+
+def data_source_name(coordinator: str) -> str:
+    """The name the source ``coordinator`` is registered under: one registration per source.
+
+    Spark 4 gives each registered Python data source one environment map, which every function
+    made from the registration shares and every task of a query over it serializes. A query's
+    stream-source runner adds keys to that map the first time it starts. A second query over the
+    same registration could serialize the map at that moment and send a torn copy to its executor
+    (``java.io.OptionalDataException``; seen once, under load, with two queries starting
+    together). With one registration per source, the only query that serializes a source's map is
+    the one whose runner writes to it, and its runner starts before its first task. Deterministic,
+    so a restarted driver registers the same names.
+    """
+    readable = re.sub(r"[^0-9A-Za-z_]", "_", coordinator)[:40]
+    digest = hashlib.sha256(coordinator.encode("utf-8")).hexdigest()[:8]
+    return f"{DATA_SOURCE_NAME}_{readable}_{digest}"
+
+
+def data_source_for(coordinator: str) -> type[FinishableDataSource]:
+    """A ``FinishableDataSource`` subclass registered as ``data_source_name(coordinator)``."""
+    registered = data_source_name(coordinator)
+
+    def name(cls: type[FinishableDataSource]) -> str:
+        del cls
+        return registered
+
+    return type(
+        f"FinishableDataSource_{registered}",
+        (FinishableDataSource,),
+        {"name": classmethod(name), "__module__": __name__},
+    )

@@ -31,7 +31,7 @@ typecheck: $(STAMP)
 WORKERS ?= 2
 E2E_RUNTIME ?= container
 unit: $(STAMP) tools
-	$(BIN)/pytest tests -n $(WORKERS) --dist loadfile
+	$(BIN)/pytest tests testcluster -n $(WORKERS) --dist loadfile
 	E2E_RUNTIME=$(E2E_RUNTIME) $(BIN)/pytest e2e
 
 # What the tests run for real besides Python: the pinned kubectl and helm (checksums checked) in

@@ -91,7 +91,7 @@ def moto_server() -> Iterator[str]:
 def k8s_emulator() -> Iterator[str]:
     """The test suite's API emulator in a child process; yields its URL."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.k8s_emulator"],
+        [sys.executable, "-m", "testcluster.apiserver.emulator"],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -29,8 +29,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from batch import run_job  # noqa: E402 - benchmarks/batch.py: `finishable run` of the example
 
-from e2e.localcluster.cluster import RUNTIMES, LocalCluster  # noqa: E402
-from e2e.support import LocalE2ECluster, batch_example, wait_for  # noqa: E402
+from testcluster.client import LocalE2ECluster, batch_example, wait_for  # noqa: E402
+from testcluster.localcluster.cluster import RUNTIMES, LocalCluster  # noqa: E402
 
 NAMESPACE = "bench"
 TIMEOUT = 1800.0

@@ -1,6 +1,6 @@
 """How the operator copes with many jobs at once: 500 FinishableSparkJobs against the API emulator.
 
-The emulator (tests/support/k8s_emulator.py) and ``finishable operator`` each run in a child
+The emulator (testcluster/apiserver/emulator.py) and ``finishable operator`` each run in a child
 process; this process creates the jobs as fast as the emulator takes them and polls until every
 job is Submitted (its children and driver pod created, its status written). It prints one JSON
 line: the seconds from the first create until all are Submitted, the operator's peak resident

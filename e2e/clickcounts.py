@@ -13,8 +13,8 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-from e2e.support import ROOT
 from finishable.connectors.sinks import TransactionalFiles
+from testcluster.client import ROOT
 
 sys.path.insert(0, str(ROOT / "examples" / "streaming"))
 from clicks import existing_files, window_counts

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from e2e.localcluster.cluster import RUNTIMES, LocalCluster
-from e2e.support import E2ECluster, KubeconfigE2ECluster, LocalE2ECluster
 from finishable.kube.api import KubeApi
-from tests.support import image
+from testcluster import image
+from testcluster.client import E2ECluster, KubeconfigE2ECluster, LocalE2ECluster
+from testcluster.localcluster.cluster import RUNTIMES, LocalCluster
 
 NAMESPACE = os.environ.get("E2E_NAMESPACE", "finishable-e2e")
 RUNTIME = os.environ.get("E2E_RUNTIME", "process")

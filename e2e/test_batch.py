@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from e2e.support import ROOT, E2ECluster, batch_example, wait_for
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.batch.core import event_log_prefix, logged_runs
 from finishable.driver.batch.plan import TaskFinished, decode_event
 from finishable.state.eventlog import read_events
-from tests.support.batchlog import durable_at_crash
+from testcluster.batchlog import durable_at_crash
+from testcluster.client import ROOT, E2ECluster, batch_example, wait_for
 
 sys.path.insert(0, str(ROOT / "examples" / "batch"))
 from orders import ground_truth

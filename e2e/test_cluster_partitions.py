@@ -18,9 +18,9 @@ from typing import Any
 import pyarrow.fs as pafs
 import pytest
 
-from e2e.localcluster.cluster import LocalCluster
-from e2e.support import ROOT, E2ECluster, batch_example, wait_for
 from finishable.connectors.sinks import TransactionalFiles
+from testcluster.client import ROOT, E2ECluster, batch_example, wait_for
+from testcluster.localcluster.cluster import LocalCluster
 
 sys.path.insert(0, str(ROOT / "examples" / "batch"))
 from orders import ground_truth

@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from e2e.support import ROOT, E2ECluster, batch_example, wait_for
 from e2e.test_batch import FILES, ROWS, RUN, START, published
+from testcluster.client import ROOT, E2ECluster, batch_example, wait_for
 
 sys.path.insert(0, str(ROOT / "examples" / "batch"))
 from orders import ground_truth

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from e2e.conftest import KUBECTL_NAMESPACE
-from e2e.localcluster.cluster import LocalCluster
-from e2e.support import ROOT
-from tests.support.tools import installed
+from testcluster.client import ROOT
+from testcluster.localcluster.cluster import LocalCluster
+from testcluster.tools import installed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from e2e.localcluster.cluster import LocalCluster
-from e2e.support import E2ECluster, batch_example, example, wait_for
+from testcluster.client import E2ECluster, batch_example, example, wait_for
+from testcluster.localcluster.cluster import LocalCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

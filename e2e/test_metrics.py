@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.localcluster.cluster import LocalCluster
-from e2e.support import E2ECluster
+from testcluster.client import E2ECluster
+from testcluster.localcluster.cluster import LocalCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.after_all]
 

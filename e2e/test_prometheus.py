@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from e2e.localcluster.chart import OPERATOR_NAMESPACE, operator_part
-from e2e.localcluster.cluster import LocalCluster
-from e2e.localcluster.prometheus import Prometheus
-from e2e.support import E2ECluster
-from tests.charts.helm import only
-from tests.charts.test_dashboard import dashboard, metric_names, panels
+from testcluster.chart.dashboard import dashboard, metric_names, panels
+from testcluster.chart.helm import only
+from testcluster.client import E2ECluster
+from testcluster.localcluster.chart import OPERATOR_NAMESPACE, operator_part
+from testcluster.localcluster.cluster import LocalCluster
+from testcluster.localcluster.prometheus import Prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.after_all]
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from e2e.localcluster.cluster import LocalCluster
-from tests.charts.test_rbac import (
+from testcluster.apiserver.emulator import CALLS_PATH, REFUSALS_PATH
+from testcluster.chart.rbac import (
     MODES,
     OPERATOR_CLIENTS,
     Grant,
@@ -20,7 +20,7 @@ from tests.charts.test_rbac import (
     grants_of,
     used,
 )
-from tests.support.k8s_emulator import CALLS_PATH, REFUSALS_PATH
+from testcluster.localcluster.cluster import LocalCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.after_all]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from e2e.clickcounts import assert_prefix_of_input, committed
-from e2e.support import E2ECluster, example, wait_for
+from testcluster.client import E2ECluster, example, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

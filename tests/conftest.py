@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.k8s_emulator import EmulatorServer
+from testcluster.apiserver.emulator import EmulatorServer
 
 TOKEN = "test-token"
 """The bearer token the emulator demands; requests without it get 401."""

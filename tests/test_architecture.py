@@ -3,6 +3,10 @@
 A module may import from its own package and from packages of a lower rank, never upwards and
 never sideways into a package of the same rank: the pure decisions and the API stay importable
 without the runtimes, and the driver never needs the operator (or the operator the driver).
+
+The test trees (tests/, e2e/, benchmarks/) share only the test cluster (testcluster/): each may
+import itself, ``testcluster`` and ``finishable``, never another tree, and ``testcluster`` imports
+no tree.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1] / "operator" / "finishable"
+REPO = Path(__file__).resolve().parents[1]
+ROOT = REPO / "operator" / "finishable"
 
 RANKS: dict[str, int] = {
     "api": 0,
@@ -37,6 +42,9 @@ LEAVES = {"finishable.state.errors", "finishable.timings"}
 error taxonomy is one: the Kubernetes client raises ``BackendError`` like any unreachable storage,
 and the operator and the CLI catch it. The phase timings are another: the tasks (connectors) and the
 driver add to them."""
+
+TREES = ("tests", "e2e", "benchmarks", "testcluster")
+"""The test trees: each may import itself, the test cluster and ``finishable``, no other tree."""
 
 LONG_MODULE_LINES = 500
 """Beyond this a module must say in its docstring why it is one thing (``one cohesive``)."""
@@ -105,3 +113,46 @@ def test_a_long_module_says_why_it_is_one_thing(path: Path) -> None:
         f"{path.relative_to(ROOT)} has {lines} lines: split it, or say in its docstring why it "
         "is one cohesive thing"
     )
+
+
+def _imports_of_another_tree(tree: str, path: Path) -> list[tuple[int, str]]:
+    """The imports in ``path``, a module of ``tree``, of a tree it may not import."""
+    others = set(TREES) - {tree, "testcluster"}
+    return [(line, name) for line, name in _imports(path) if name.split(".")[0] in others]
+
+
+@pytest.mark.parametrize("tree", TREES)
+def test_a_test_tree_imports_only_itself_the_test_cluster_and_the_package(tree: str) -> None:
+    paths = sorted(p for p in (REPO / tree).rglob("*.py") if "__pycache__" not in p.parts)
+    assert paths, f"{tree}/ has no modules"
+    wrong = [
+        f"{path.relative_to(REPO)}:{line}: import {name}"
+        for path in paths
+        for line, name in _imports_of_another_tree(tree, path)
+    ]
+    assert not wrong, f"{tree}/ may import only itself, testcluster and finishable: {wrong}"
+
+
+def test_an_import_of_another_tree_is_found(tmp_path: Path) -> None:
+    module = tmp_path / "example.py"
+    module.write_text(
+        "import e2e\n"
+        "from e2e.clickcounts import committed\n"
+        "from testcluster.waiting import wait_for\n"
+        "from tests.support import spark\n"
+        "import finishable\n"
+        "from . import sibling\n"
+        "def later():\n"
+        "    import benchmarks.batch as batch\n"
+    )
+    assert _imports_of_another_tree("tests", module) == [
+        (1, "e2e"),
+        (2, "e2e.clickcounts.committed"),
+        (8, "benchmarks.batch"),
+    ]
+    assert [name for _, name in _imports_of_another_tree("testcluster", module)] == [
+        "e2e",
+        "e2e.clickcounts.committed",
+        "tests.support.spark",
+        "benchmarks.batch",
+    ]

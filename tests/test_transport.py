@@ -24,7 +24,7 @@ from finishable.transport import (
     Unreachable,
     bearer_problem,
 )
-from tests.support.network import free_port
+from testcluster.network import free_port
 
 TOKEN = "transport-token"
 FAST = Policy(backoff=0.001, max_backoff=0.01, deadline=30.0)

@@ -11,8 +11,9 @@ from typing import Any
 
 import yaml
 
-from tests.charts.test_dashboard import exported_series, metric_names
-from tests.support.tools import installed
+from testcluster.chart.dashboard import metric_names
+from testcluster.tools import installed
+from tests.charts.test_dashboard import exported_series
 
 HERE = Path(__file__).resolve().parent
 CHART = HERE.parents[1] / "charts" / "finishable-spark-operator"

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.charts.helm import only, template
+from testcluster.chart.helm import only, template
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "finishable-spark-operator"

@@ -28,10 +28,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from finishable.controller.metrics import Metrics
 from finishable.partitions.catalog import PartitionCatalog
 from finishable.partitions.service import DirectoryTokens, PartitionService
+from testcluster.chart.dashboard import dashboard, metric_names, panels, strip_strings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "finishable-spark-operator"
-DASHBOARD = CHART / "files" / "dashboard.json"
 GRID_COLUMNS = 24
 PANEL_TYPES = {
     "timeseries", "stat", "gauge", "bargauge", "table", "heatmap", "piechart", "text", "row",
@@ -41,15 +41,6 @@ BUILTIN_VARIABLES = {
     "__rate_interval", "__interval", "__interval_ms", "__range", "__range_s", "__range_ms",
     "__all", "__dashboard", "__from", "__to",
 }  # fmt: skip
-PROMQL_KEYWORDS = {
-    "and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",
-    "offset", "bool", "inf", "nan", "atan2",
-}  # fmt: skip
-
-
-def dashboard() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
-    return loaded
 
 
 def exported_series() -> set[str]:
@@ -81,28 +72,6 @@ def exported_series() -> set[str]:
     return names
 
 
-def strip_strings(expr: str) -> str:
-    return re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', expr)
-
-
-def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression selects (a lexer, enough for dashboards)."""
-    text = strip_strings(expr)
-    selectors = set(re.findall(r'__name__\s*=\s*"([^"]*)"', expr))  # {__name__="..."}
-    text = re.sub(r"\$\{\w+(?::\w+)?\}|\$\w+", " ", text)  # Grafana variables
-    text = re.sub(r"\{[^{}]*\}", " ", text)  # label matchers
-    text = re.sub(r"\[[^\[\]]*\]", " ", text)  # ranges and subqueries' steps
-    grouping = r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)"
-    text = re.sub(grouping, " ", text)
-    names = set()
-    for match in re.finditer(r"(?<![\w.:])([A-Za-z_:][\w:]*)(\s*\()?", text):
-        name, call = match.group(1), match.group(2)
-        if call or name.lower() in PROMQL_KEYWORDS:
-            continue  # a function or an aggregation, or an operator
-        names.add(name)
-    return names | selectors
-
-
 def legend_labels(legend: str) -> set[str]:
     return set(re.findall(r"\{\{\s*(\w+)\s*\}\}", legend))
 
@@ -129,15 +98,6 @@ def balanced(expr: str) -> bool:
         elif char in pairs and (not stack or stack.pop() != pairs[char]):
             return False
     return not stack
-
-
-def panels(board: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every panel, including those folded into rows."""
-    found = []
-    for panel in board["panels"]:
-        found.append(panel)
-        found.extend(panel.get("panels", []))
-    return found
 
 
 def queries(board: dict[str, Any]) -> list[str]:

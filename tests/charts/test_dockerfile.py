@@ -140,7 +140,7 @@ def test_the_local_clusters_stand_in_is_this_image() -> None:
     with this machine's interpreter, pyspark and Java in place of the image's."""
     import json
 
-    from e2e.localcluster.cluster import local_image
+    from testcluster.localcluster.cluster import local_image
 
     image = local_image()
     (entrypoint,) = instructions("ENTRYPOINT")

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from tests.charts.helm import (
+from testcluster.chart.helm import (
     CHART,
     COMBINATIONS,
     NAMESPACE,

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.image import IMAGE, BuildFailed, build
+from testcluster.image import IMAGE, BuildFailed, build
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.tools import installed
+from testcluster.tools import installed
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "e2e" / "kind" / "run.sh"

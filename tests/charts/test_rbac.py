@@ -13,11 +13,11 @@ What admission checks beyond a call (owner references) this comparison cannot se
 roles as helm renders them and the admission plugin on.
 
 How the chart's rules are read without helm: templates/rbac.yaml includes the rule files under
-files/rbac/ verbatim (``.Files.Get``, no templating inside them), so this test reads those files
-and knows from ``MODES`` which of them the template binds where. That mapping is the one piece
-that is not read from the chart: a test checks that the template includes exactly these files,
-and another renders the chart with helm and compares the rendered roles and bindings with
-``MODES``.
+files/rbac/ verbatim (``.Files.Get``, no templating inside them), so ``testcluster.chart.rbac``
+reads those files and knows from ``MODES`` which of them the template binds where. That mapping
+is the one piece that is not read from the chart: a test checks that the template includes
+exactly these files, and another renders the chart with helm and compares the rendered roles and
+bindings with ``MODES``.
 """
 
 from __future__ import annotations
@@ -26,60 +26,33 @@ import json
 import re
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from finishable.api.control import DriverState
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL
 from finishable.api.snapshot import SNAPSHOT_PLURAL
 from finishable.api.status import SavepointStatus
-from finishable.controller import builders
 from finishable.kube.objects import JobRef, owner_reference
-from tests.charts.helm import template
+from testcluster.apiserver.emulator import CALLS_PATH, EmulatorServer
+from testcluster.chart.helm import template
+from testcluster.chart.rbac import (
+    CHART,
+    MODES,
+    OPERATOR_CLIENTS,
+    RULES,
+    Grant,
+    denied,
+    driver_role_grants,
+    grants_of,
+    rule_grants,
+    used,
+)
 from tests.controller.cluster import MERGE, Cluster, OperatorProcess, install, wait_for
-from tests.support.k8s_emulator import CALLS_PATH, EmulatorServer
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "finishable-spark-operator"
-RULES = CHART / "files" / "rbac"
 TOKEN = "rbac-tests"
 NAMESPACE = "jobs"
-OPERATOR_CLIENTS = {"finishable-operator", "kopf"}  # the operator's own client and kopf's
-
-Grant = tuple[str, str, str]
-"""(verb, API group, resource[/subresource])"""
-
-MODES: dict[str, dict[str, list[str]]] = {
-    # rule files bound in each watched namespace (a RoleBinding), and cluster-wide
-    "namespaced": {"namespace": ["jobs", "peering"], "cluster": ["crds", "namespaces"]},
-    "clusterwide": {"namespace": [], "cluster": ["jobs", "crds", "cluster-peering"]},
-}
-
-# Non-resource URLs every authenticated client may GET (the system:discovery ClusterRole).
-DISCOVERY = re.compile(r"/(api|apis)(/[^/]+(/[^/]+)?)?/?|/version/?")
-
-
-def grants_of(rule_files: list[str]) -> set[Grant]:
-    grants: set[Grant] = set()
-    for name in rule_files:
-        for rule in yaml.safe_load((RULES / f"{name}.yaml").read_text()):
-            grants |= rule_grants(rule)
-    return grants
-
-
-def rule_grants(rule: dict[str, Any]) -> set[Grant]:
-    fields = (rule["verbs"], rule["apiGroups"], rule["resources"])
-    assert not any("*" in values for values in fields), f"no wildcards: {rule}"
-    return {(v, g, r) for v in rule["verbs"] for g in rule["apiGroups"] for r in rule["resources"]}
-
-
-def driver_role_grants() -> set[Grant]:
-    """What the operator grants each driver: RBAC lets it do so only if it holds it too."""
-    job = JobRef(name="any", namespace=NAMESPACE, uid="0")
-    return {grant for rule in builders.role(job)["rules"] for grant in rule_grants(rule)}
 
 
 def owner_finalizer_grants() -> set[Grant]:
@@ -199,26 +172,6 @@ def calls(
         with urllib.request.urlopen(server.url + CALLS_PATH, timeout=10) as response:
             recorded = json.loads(response.read())
         yield mode, [call for call in recorded if call["client"] in OPERATOR_CLIENTS]
-
-
-def denied(
-    recorded: list[dict[str, Any]], in_namespace: set[Grant], cluster_wide: set[Grant]
-) -> list[dict[str, Any]]:
-    """The calls these grants would refuse (namespaced grants hold only for namespaced calls);
-    every call without a resource must be discovery."""
-    refused = []
-    for call in recorded:
-        if not call["resource"]:
-            assert DISCOVERY.fullmatch(call["path"]), f"a non-discovery URL: {call}"
-            continue
-        grant = (call["verb"], call["group"], call["resource"])
-        if grant not in cluster_wide | (in_namespace if call["namespaced"] else set()):
-            refused.append(call)
-    return refused
-
-
-def used(recorded: list[dict[str, Any]]) -> set[Grant]:
-    return {(c["verb"], c["group"], c["resource"]) for c in recorded if c["resource"]}
 
 
 # -- the checks -----------------------------------------------------------------------------------

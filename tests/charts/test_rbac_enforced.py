@@ -18,17 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.charts.helm import NAMESPACE as RELEASE_NAMESPACE
-from tests.charts.helm import template
-from tests.charts.test_rbac import (
-    MODES,
-    NAMESPACE,
-    OPERATOR_CLIENTS,
-    TOKEN,
-    drive_a_job_through_its_lifecycle,
-)
+from testcluster.apiserver.emulator import CALLS_PATH, REFUSALS_PATH, EmulatorServer
+from testcluster.chart.helm import NAMESPACE as RELEASE_NAMESPACE
+from testcluster.chart.helm import template
+from testcluster.chart.rbac import MODES, OPERATOR_CLIENTS
+from tests.charts.test_rbac import NAMESPACE, TOKEN, drive_a_job_through_its_lifecycle
 from tests.controller.cluster import Cluster, OperatorProcess, install
-from tests.support.k8s_emulator import CALLS_PATH, REFUSALS_PATH, EmulatorServer
 
 pytestmark = pytest.mark.slow
 

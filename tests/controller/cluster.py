@@ -13,11 +13,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
@@ -26,35 +25,13 @@ from finishable.api.crd import build_crd, build_snapshot_crd
 from finishable.api.status import ControlRequest
 from finishable.kube.api import KubeApi
 from finishable.state.control import ConfigMapControlChannel
-from tests.support.network import free_port
-from tests.support.processes import terminate
+from testcluster.network import free_port
+from testcluster.processes import terminate
+from testcluster.waiting import WAIT_SECONDS, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = "finishable.dev/v1alpha1"
 MERGE = "application/merge-patch+json"
-WAIT_SECONDS = 45.0
-T = TypeVar("T")
-
-
-def wait_for(
-    probe: Callable[[], T | None],
-    what: str,
-    timeout: float = WAIT_SECONDS,
-    *,
-    on_fail: str | Callable[[], str] = "",
-    interval: float = 0.05,
-) -> T:
-    """Poll until ``probe`` returns something truthy; fail naming ``what`` otherwise, with
-    ``on_fail`` (or what it returns: logs, say) appended."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    detail = on_fail() if callable(on_fail) else on_fail
-    raise AssertionError(f"{what}: not within {timeout:g}s (last seen: {last!r}){detail}")
 
 
 def install(api: KubeApi, namespaces: list[str]) -> None:

@@ -20,9 +20,9 @@ from finishable.controller.observe import DriverPod
 from finishable.controller.reconcile import Controller, JobLoop
 from finishable.kube.api import KubeApi
 from finishable.lifecycle.decisions import Event, PodPhase
+from testcluster.apiserver.emulator import EmulatorServer
 from tests.conftest import TOKEN
 from tests.controller.cluster import Cluster, install
-from tests.support.k8s_emulator import EmulatorServer
 
 NAMESPACE = "racing"
 

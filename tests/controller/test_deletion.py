@@ -23,8 +23,8 @@ from finishable.controller.deletion import (
 from finishable.controller.kube import Kube
 from finishable.kube.api import KubeApi
 from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, JobRef, job_label_value
+from testcluster.apiserver.emulator import EmulatorServer
 from tests.conftest import TOKEN
-from tests.support.k8s_emulator import EmulatorServer
 
 
 def configmap(name: str, object_name: str | None) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from finishable.cli import main
 from finishable.state.backends import open_backend
 from finishable.state.configmap import ConfigMapBackend
 from finishable.state.snapshots import SnapshotStore
+from testcluster.apiserver.emulator import EmulatorServer
 from tests.controller.cluster import JOBS, Cluster, OperatorProcess, install, wait_for
-from tests.support.k8s_emulator import EmulatorServer
 
 TOKEN = "disposal-tests"
 NAMESPACE = "jobs"

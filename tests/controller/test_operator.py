@@ -14,9 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from finishable.api.control import DriverState
 from finishable.api.jobconfig import JobConfig
 from finishable.api.status import CheckpointStatus, SavepointStatus
-from tests.charts.test_rbac import OPERATOR_CLIENTS
+from testcluster.apiserver.emulator import CALLS_PATH, REFUSALS_PATH, EmulatorServer
+from testcluster.chart.rbac import OPERATOR_CLIENTS
 from tests.controller.cluster import JOBS, MERGE, Cluster, OperatorProcess, install, wait_for
-from tests.support.k8s_emulator import CALLS_PATH, REFUSALS_PATH, EmulatorServer
 
 TOKEN = "operator-tests"
 NAMESPACE = "jobs"

@@ -26,7 +26,7 @@ from finishable.controller.snapshots import (
 )
 from finishable.kube.api import KubeApi
 from finishable.kube.objects import JobRef
-from tests.support.k8s_emulator import EmulatorServer
+from testcluster.apiserver.emulator import EmulatorServer
 
 JOB = JobRef(name="clicks", namespace="jobs", uid="0b5e-uid")
 SAVEPOINT = SavepointStatus(

@@ -30,8 +30,8 @@ from finishable.driver.batch.core import event_log_prefix, logged_runs
 from finishable.driver.batch.plan import TaskFinished, decode_event
 from finishable.state import LocalDirBackend
 from finishable.state.eventlog import read_events
-from tests.support.batchlog import durable_at_crash, read_after_the_newest_snapshot
-from tests.support.processes import alive, start_runner
+from testcluster.batchlog import durable_at_crash, read_after_the_newest_snapshot
+from testcluster.processes import alive, start_runner
 
 pytestmark = pytest.mark.slow
 

@@ -34,9 +34,9 @@ from finishable.driver.streaming.savepoints import (
 from finishable.kube.api import KubeApi
 from finishable.state import LocalDirBackend, SnapshotKind, SnapshotStore
 from finishable.state.configmap import ConfigMapBackend
+from testcluster.apiserver.emulator import EmulatorServer
 from tests.conftest import TOKEN
 from tests.driver.test_savepoints import fake_checkpoint
-from tests.support.k8s_emulator import EmulatorServer
 
 PRINTS = Fingerprints(sources={"clicks": "abc"}, sinks={"counts": "def"})
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from finishable.driver.runner_watch import RUNNER_PID_ENV, watch_runner
-from tests.support.processes import ended, wait_ended
+from testcluster.processes import ended, wait_ended
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -28,7 +28,7 @@ import yaml
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.streaming.savepoints import decode_savepoint
 from finishable.state import LocalDirBackend, SnapshotKind, SnapshotStore
-from tests.support.processes import ended, start_runner
+from testcluster.processes import ended, start_runner
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from finishable.cli import main
-from tests.support.processes import start_runner
+from testcluster.processes import start_runner
 
 FAKE_DRIVER = Path(__file__).with_name("fake_driver.py")
 

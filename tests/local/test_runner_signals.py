@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from finishable.cli import main
+from testcluster.processes import start_runner, wait_ended
 from tests.local.test_runner import attempts, manifest, wait_phase, wait_status
-from tests.support.processes import start_runner, wait_ended
 
 
 @pytest.fixture

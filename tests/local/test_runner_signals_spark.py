@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from testcluster.processes import group_members, wait_ended
 from tests.driver.test_streaming_job import Job, ground_truth, published, write_clicks
-from tests.support.processes import group_members, wait_ended
 
 pytestmark = [
     pytest.mark.slow,

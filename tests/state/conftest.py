@@ -1,8 +1,8 @@
 """Real servers for the state contract tests, started once per session.
 
 * S3: moto's ``ThreadedMotoServer`` on a free loopback port, spoken to by ``pyarrow.fs`` over HTTP;
-* Kubernetes: kmock's emulator, extended in ``k8s_emulator``, served over HTTP on loopback and
-  checking a bearer token;
+* Kubernetes: kmock's emulator, extended in ``testcluster.apiserver``, served over HTTP on
+  loopback and checking a bearer token;
 * local: a temporary directory.
 
 Every test gets a fresh, isolated backend (its own directory, S3 prefix or job name), as a
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from finishable.state.backends import ObjectBackend
+from testcluster.apiserver.emulator import EmulatorServer
+from testcluster.network import free_port
 from tests.conftest import TOKEN
-from tests.support.k8s_emulator import EmulatorServer
-from tests.support.network import free_port
 
 from .specs import BackendSpec, open_spec
 

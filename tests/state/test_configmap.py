@@ -34,7 +34,7 @@ from finishable.state.configmap import (
     ConfigMapBackend,
     upsert_configmap,
 )
-from tests.support.k8s_emulator import EmulatorServer
+from testcluster.apiserver.emulator import EmulatorServer
 
 from .conftest import NAMESPACE, TOKEN
 

@@ -22,8 +22,8 @@ from finishable.state.control import (
     TakeOver,
     decode,
 )
+from testcluster.apiserver.emulator import EmulatorServer
 from tests.conftest import TOKEN
-from tests.support.k8s_emulator import EmulatorServer
 
 NAMESPACE = "control-tests"
 

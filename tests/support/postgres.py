@@ -20,7 +20,7 @@ from types import TracebackType
 
 import pytest
 
-from tests.support.network import free_port
+from testcluster.network import free_port
 
 UNPRIVILEGED_USER = "nobody"
 

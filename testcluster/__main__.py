@@ -1,0 +1,66 @@
+"""``python -m testcluster``: start the local cluster and serve until Ctrl-C.
+
+.venv/bin/python -m testcluster --dir .local-cluster [--runtime container]
+KUBECONFIG=.local-cluster/kubeconfig kubectl apply -f examples/batch/cluster.yaml   # any client
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from testcluster.localcluster.chart import OPERATOR_NAMESPACE
+from testcluster.localcluster.cluster import RUNTIMES, LocalCluster
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m testcluster", description=__doc__)
+    parser.add_argument("--dir", default=".local-cluster", help="state, logs and the kubeconfig")
+    parser.add_argument("--port", type=int, default=0, help="API port (default: a free one)")
+    parser.add_argument(
+        "--namespace", action="append", help="namespaces to create and serve (default: default)"
+    )
+    parser.add_argument(
+        "--spark-master",
+        help="the drivers' Spark master (default: the API server's k8s:// URL, so Spark creates "
+        "executor pods; local[N] runs Spark inside each driver pod)",
+    )
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default="process",
+        help="run pods as sandboxed processes of this machine (default: quick, no container "
+        "engine) or as docker containers of the image (build it first: make image)",
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    cluster = LocalCluster(
+        Path(args.dir),
+        namespaces=tuple(args.namespace or ["default"]),
+        spark_master=args.spark_master,
+        port=args.port,
+        runtime=args.runtime,
+    )
+    with cluster:
+        print(f"API server  {cluster.url}")
+        print(f"kubeconfig  {cluster.kubeconfig}")
+        operator = (cluster.operator_pod or {}).get("metadata", {}).get("name")
+        print(
+            f"operator    pod {OPERATOR_NAMESPACE}/{operator}, logs under pods/{OPERATOR_NAMESPACE}"
+        )
+        print(f"pods        logs under {cluster.directory / 'pods'}")
+        print("Ctrl-C stops the cluster and every pod.", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""The local cluster: the API emulator, a kubelet, the StatefulSet, Deployment and ReplicaSet
+controllers, the chart's operator and Prometheus, on one machine.
+
+The kubelet's runtime is ``container`` (the built image, IMAGE, run by docker: the image's
+entrypoint, paths and user run every pod; ``make image`` builds it) or ``process`` (quick, no
+container engine: pods are sandboxed processes of this machine, this environment standing in
+for the image, see ``local_image()``).
+
+``LocalCluster(directory).start()`` serves the Kubernetes API on a loopback port (the extended
+kmock emulator of ``testcluster.apiserver``, checking custom resources against their CRD schema),
+creates the namespaces, starts the controllers (StatefulSets, Deployments and ReplicaSets; the
+garbage collector is the emulator's) and the kubelet, and installs the chart as helm renders it
+(``chart.py``: CRDs, service account, RBAC, Services, dashboard and the Deployment; the
+namespaced mode, peering on). The operator is the chart's Deployment's pod, run by the kubelet
+with the chart's command, args, env, ports, probes and service account: under RBAC, with the
+OwnerReferencesPermissionEnforcement admission plugin on (as in OpenShift), with its default
+Spark master: the API server's ``k8s://`` URL, so Spark's
+Kubernetes backend in each driver creates its executor pods through the API and the kubelet runs
+them (``spark_master="local[2]"`` runs Spark inside the driver pod instead). The kubelet and the
+StatefulSet controller keep the admin's token. Prometheus (``prometheus.py``) scrapes the
+operator as the chart's ServiceMonitor says and evaluates its alerting rules. The admin
+kubeconfig is ``<directory>/kubeconfig``; logs are
+``<directory>/pods/<namespace>/<pod>-<uid>/<container>.log`` (the operator's in the namespace
+OPERATOR_NAMESPACE).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import pyspark
+
+from finishable.kube.api import KubeApi
+from testcluster.apiserver.emulator import EmulatorServer
+from testcluster.chart.helm import only
+from testcluster.image import IMAGE
+from testcluster.localcluster import chart
+from testcluster.localcluster.chart import OPERATOR_NAMESPACE, RELEASE
+from testcluster.localcluster.container_runtime import ContainerRuntime
+from testcluster.localcluster.deployments import DeploymentController, is_ready
+from testcluster.localcluster.kubelet import Kubelet, kubeconfig
+from testcluster.localcluster.objectstore import ObjectStore
+from testcluster.localcluster.podspec import Image
+from testcluster.localcluster.process_runtime import ProcessRuntime
+from testcluster.localcluster.prometheus import Prometheus, scrape_config
+from testcluster.localcluster.runtime import ImageUnknown, Runtime
+from testcluster.localcluster.statefulsets import StatefulSetController
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+OPERATOR_START_TIMEOUT = 120.0
+RUNTIMES = ("process", "container")
+
+
+class LocalCluster:
+    """See the module docstring; a context manager, or ``start()`` and ``stop()``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        namespaces: tuple[str, ...] = ("default",),
+        spark_master: str | None = None,
+        port: int = 0,
+        runtime: str = "process",
+    ) -> None:
+        if runtime not in RUNTIMES:
+            raise ValueError(f"runtime {runtime!r}: one of {', '.join(RUNTIMES)}")
+        self.directory = directory.resolve()
+        self.runtime: Runtime = (
+            ContainerRuntime([IMAGE])
+            if runtime == "container"
+            else ProcessRuntime({IMAGE: local_image()})
+        )
+        self.namespaces = namespaces
+        self.spark_master = spark_master
+        self.token = secrets.token_urlsafe(16)
+        self.server = EmulatorServer(
+            port=port,
+            tls=True,
+            # where pods reach it too: the node's address on the pods' network
+            tls_addresses=tuple(dict.fromkeys(("127.0.0.1", self.runtime.api_host))),
+            required_token=self.token,
+            validate_schemas=True,
+            # RBAC and the OwnerReferencesPermissionEnforcement admission plugin (on in OpenShift)
+            authorize=True,
+            owner_reference_enforcement=True,
+        )
+        self.kubeconfig = self.directory / "kubeconfig"
+        self.operator_pod: dict[str, Any] | None = None
+        self.deployments: DeploymentController | None = None
+        self.kubelet: Kubelet | None = None
+        self.stateful_sets: StatefulSetController | None = None
+        self.prometheus: Prometheus | None = None
+        self.chart: list[dict[str, Any]] = []
+        self.object_store = ObjectStore()
+        # The partition service's bearer token of each namespace (its Secret's keys).
+        self.partition_tokens = {ns: secrets.token_urlsafe(16) for ns in namespaces}
+
+    @property
+    def url(self) -> str:
+        return str(self.server.url)
+
+    @property
+    def api_address(self) -> tuple[str, int]:
+        """Where pods reach the API server (its HTTPS port; the Service variables a kubelet
+        gives every container: ``KUBERNETES_SERVICE_HOST`` and ``_PORT``)."""
+        return self.runtime.api_host, self.server.tls_port
+
+    def api(self, user_agent: str, namespace: str | None = None) -> KubeApi:
+        return KubeApi.for_url(
+            self.url,
+            token=self.token,
+            namespace=namespace or self.namespaces[0],
+            user_agent=user_agent,
+        )
+
+    # -- life -------------------------------------------------------------------------------
+
+    @property
+    def partition_storage(self) -> str:
+        """The partition service's storage, as pods reach the object store."""
+        return self.object_store.url("cluster-partitions", self.runtime.api_host)
+
+    def object_storage(self, prefix: str) -> str:
+        """An ``s3://`` URL of ``prefix`` in the cluster's bucket, as pods reach it."""
+        return self.object_store.url(prefix, self.runtime.api_host)
+
+    def partition_storage_from_host(self) -> str:
+        return self.object_store.url("cluster-partitions", "127.0.0.1")
+
+    def start(self) -> Self:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.server.start()
+        self.object_store.start()
+        self.kubeconfig.write_text(
+            # HTTPS, as kubectl sends a token over HTTPS only; the CA is the emulator's.
+            json.dumps(
+                kubeconfig(
+                    self.server.tls_url, self.token, self.namespaces[0], ca=self.server.ca_pem
+                ),
+                indent=2,
+            )
+        )
+        admin = self.api("local-cluster")
+        self.stateful_sets = StatefulSetController(self.api("statefulset-controller")).start()
+        self.deployments = DeploymentController(self.api("deployment-controller")).start()
+        try:
+            self.runtime.check_image(IMAGE)
+        except ImageUnknown as unknown:
+            raise RuntimeError(f"{unknown}: build it first (make image)") from None
+        self.kubelet = Kubelet(
+            self.api("kubelet"),
+            self.directory,
+            runtime=self.runtime,
+            api_port=self.server.tls_port,
+        ).start()
+        self._install(admin)
+        self.operator_pod = self._await_operator(admin)
+        self._start_prometheus()
+        return self
+
+    def stop(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
+        if self.deployments is not None:
+            self.deployments.stop()
+        if self.kubelet is not None:
+            self.kubelet.stop()  # and its runtime
+        else:
+            self.runtime.close()
+        if self.stateful_sets is not None:
+            self.stateful_sets.stop()
+        self.server.stop()
+        self.object_store.stop()
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- parts ------------------------------------------------------------------------------
+
+    def _install(self, api: KubeApi) -> None:
+        """``kubectl create namespace`` and ``helm install`` of the chart."""
+        for namespace in dict.fromkeys((*self.namespaces, OPERATOR_NAMESPACE)):
+            body = {"metadata": {"name": namespace}}
+            response = api.request("POST", "/api/v1/namespaces", body=body)
+            if response.status not in (201, 409):
+                raise RuntimeError(f"cannot create namespace {namespace}: {response.message}")
+        tokens = {
+            "metadata": {"name": "finishable-partition-tokens", "namespace": OPERATOR_NAMESPACE},
+            "stringData": self.partition_tokens,
+        }
+        path = api.path("secrets", namespace=OPERATOR_NAMESPACE)
+        response = api.request("POST", path, body=tokens)
+        if response.status not in (201, 409):
+            raise RuntimeError(f"cannot create the partition tokens: {response.message}")
+        self.chart = chart.render(self.namespaces, self.spark_master, self.partition_storage)
+        chart.install(api, self.chart)
+
+    def _await_operator(self, api: KubeApi) -> dict[str, Any]:
+        """The Deployment's pod, once its readiness probe (kopf's /healthz) answers."""
+        deployment = chart.operator_part(self.chart, "Deployment")
+        pod = _ready_pod(api, deployment, OPERATOR_START_TIMEOUT)
+        if pod is None:
+            raise RuntimeError(
+                f"the operator's pod did not become ready: {self.operator_logs()[-3000:]}"
+            )
+        return pod
+
+    def _operator_port(self, name: str) -> int:
+        deployment = chart.operator_part(self.chart, "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == name]
+        return int(port)
+
+    @property
+    def operator_address(self) -> str:
+        """host:port of the operator pod's metrics port."""
+        assert self.operator_pod is not None
+        return f"{self.operator_pod['status']['podIP']}:{self._operator_port('metrics')}"
+
+    def _start_prometheus(self) -> None:
+        """Prometheus scraping the operator as the chart's ServiceMonitor asks, with its rules."""
+        assert self.operator_pod is not None
+        scrape = scrape_config(
+            chart.operator_part(self.chart, "ServiceMonitor"),
+            chart.operator_part(self.chart, "Service"),
+            self.operator_address,
+            pod=self.operator_pod["metadata"]["name"],
+        )
+        rules = only(self.chart, "PrometheusRule")["spec"]
+        self.prometheus = Prometheus(self.directory / "prometheus", scrape, rules).start()
+
+    def partition_service_url(self, timeout: float = OPERATOR_START_TIMEOUT) -> str:
+        """``http://podIP:port`` of the partition service's pod, once it is ready."""
+        deployment = chart.partition_service_part(self.chart, "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "http"]
+        pod = _ready_pod(self.api("local-cluster"), deployment, timeout)
+        if pod is None:
+            raise RuntimeError("the partition service's pod did not become ready")
+        return f"http://{pod['status']['podIP']}:{port}"
+
+    def metrics(self) -> str:
+        """The operator's Prometheus metrics, as scraped."""
+        url = f"http://{self.operator_address}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return str(response.read().decode())
+
+    def operator_logs(self) -> str:
+        """The logs of the operator's pods (one the Deployment replaced too), oldest first."""
+        logs = (self.directory / "pods" / OPERATOR_NAMESPACE).glob(f"{RELEASE}-*/operator.log")
+        return "".join(
+            log.read_text(errors="replace") for log in sorted(logs, key=os.path.getmtime)
+        )
+
+
+def _ready_pod(api: KubeApi, deployment: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+    """A ready pod of ``deployment`` (in the operator's namespace), or None at the deadline."""
+    labels = deployment["spec"]["selector"]["matchLabels"]
+    selector = ",".join(f"{key}={value}" for key, value in labels.items())
+    path = api.path("pods", namespace=OPERATOR_NAMESPACE)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = api.request("GET", path, query={"labelSelector": selector})
+        ready = [pod for pod in response.body.get("items") or [] if is_ready(pod)]
+        if ready:
+            found: dict[str, Any] = ready[0]
+            return found
+        time.sleep(0.5)
+    return None
+
+
+def local_image() -> Image:
+    """The project's image (the Dockerfile) as this machine stands in for it: its entrypoint,
+    CMD, ENV and WORKDIR, with this environment's interpreter, pyspark and Java in place of the
+    image's, and the files it copies (the examples, the entrypoint) from the repository.
+    ``tests/charts/test_dockerfile.py`` keeps the two in step."""
+    python = Path(sys.executable)
+    spark_home = Path(pyspark.__file__).resolve().parent
+    java = shutil.which("java")
+    java_home = os.environ.get("JAVA_HOME") or (
+        str(Path(java).resolve().parents[1]) if java else "/usr/lib/jvm/default-java"
+    )
+    return Image(
+        entrypoint=("/opt/finishable/entrypoint.sh",),
+        cmd=("finishable", "--help"),
+        env={
+            "PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "PIP_NO_CACHE_DIR": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "JAVA_HOME": java_home,
+            "SPARK_HOME": str(spark_home),
+            "PYSPARK_PYTHON": str(python),
+            "PYSPARK_DRIVER_PYTHON": str(python),
+            "HOME": "/home/finishable",
+        },
+        working_dir="/home/finishable",
+        files={
+            "/opt/finishable/examples": ROOT / "examples",
+            "/opt/finishable/entrypoint.sh": ROOT / "docker" / "entrypoint.sh",
+        },
+        dirs=("/home/finishable", "/tmp/finishable"),
+        host_paths=tuple(sorted({ROOT, Path(sys.prefix).resolve(), spark_home})),
+    )

@@ -27,16 +27,25 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # when built by hand): the build machine's CA bundle, for networks that re-sign TLS, trusted by pip
 # in this stage only, and constraints.txt, the versions the tests ran with, so that the image runs
 # what was tested.
+# Two layers, so that a change of the code (or of the README) rebuilds in seconds: the
+# dependencies, from pyproject.toml alone (a placeholder package stands in for operator/), then the
+# package itself without them.
 COPY docker/build-local/ /tmp/build-local/
-COPY pyproject.toml README.md /src/
-COPY operator /src/operator
+COPY pyproject.toml /src/
 RUN if [ -s /tmp/build-local/ca-certificates.crt ]; then \
         export PIP_CERT=/tmp/build-local/ca-certificates.crt; fi \
     && if [ -s /tmp/build-local/constraints.txt ]; then \
         export PIP_CONSTRAINT=/tmp/build-local/constraints.txt; fi \
+    && mkdir -p /src/operator/finishable && touch /src/README.md \
+    && echo '__version__ = "0"' > /src/operator/finishable/__init__.py \
     && python3 -m venv /opt/finishable/venv \
     && /opt/finishable/venv/bin/pip install --upgrade pip \
     && /opt/finishable/venv/bin/pip install '/src[iceberg]' \
+    && /opt/finishable/venv/bin/pip uninstall --yes finishable-spark-operator \
+    && rm -rf /src/operator /src/README.md
+COPY README.md /src/
+COPY operator /src/operator
+RUN /opt/finishable/venv/bin/pip install --no-deps '/src[iceberg]' \
     && find /opt/finishable/venv -name __pycache__ -prune -exec rm -rf {} +
 
 # -- the image ----------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck unit crd clean tools image
+.PHONY: demo test test-all venv lint typecheck crd clean tools image
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,11 +13,27 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
+venv: $(STAMP)
+
 demo: $(STAMP)
 	$(BIN)/finishable run examples/streaming/bounded.yaml --fresh
 	$(BIN)/python examples/streaming/show.py .finishable/clickstream-bounded/output
 
-test: lint typecheck unit
+# Two tiers (testcluster/tiers.py: every test is marked quick or full). `make test` is what CI and
+# every change run: ruff, mypy and the quick tier (the unit and component tests on WORKERS
+# processes, a module on one, then an e2e smoke on the local cluster). `make test-all` runs both
+# tiers: every e2e flow, the kill sweeps, the long streaming tests; run it before resolving an
+# issue that touches the runtime. Both print where their minutes went, the one-time setup apart.
+# E2E_RUNTIME=process runs the e2e pods as sandboxed processes (no container engine, no image).
+WORKERS ?= 2
+E2E_RUNTIME ?= container
+export WORKERS E2E_RUNTIME
+
+test:
+	@sh testcluster/tools/run-tier.sh quick
+
+test-all:
+	@sh testcluster/tools/run-tier.sh all
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -25,22 +41,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The unit and component tiers on WORKERS processes (a module stays on one: one Spark session per
-# module), then the e2e tier on its one local cluster, its pods containers of the built image
-# (E2E_RUNTIME=process runs them as sandboxed processes: quicker, no container engine).
-WORKERS ?= 2
-E2E_RUNTIME ?= container
-unit: $(STAMP) tools
-	$(BIN)/pytest tests testcluster -n $(WORKERS) --dist loadfile
-	E2E_RUNTIME=$(E2E_RUNTIME) $(BIN)/pytest e2e
-
 # What the tests run for real besides Python: the pinned kubectl and helm (checksums checked) in
-# .venv/bin, and Debian's prometheus, promtool and shellcheck (installed when missing).
+# .venv/bin, and Debian's prometheus, promtool, shellcheck and postgresql (installed when missing).
 tools: $(BIN)/kubectl $(BIN)/helm
-	sh e2e/tools/install-system-tools.sh
+	sh testcluster/tools/install-system-tools.sh
 
-$(BIN)/kubectl $(BIN)/helm: e2e/tools/install-cluster-tool.sh | $(STAMP)
-	sh e2e/tools/install-cluster-tool.sh $(notdir $@) $@
+$(BIN)/kubectl $(BIN)/helm: testcluster/tools/install-cluster-tool.sh | $(STAMP)
+	sh testcluster/tools/install-cluster-tool.sh $(notdir $@) $@
 
 # The project's image, built and tried (docker, or ENGINE=podman; BASE=local builds its base here).
 image:

@@ -33,7 +33,7 @@ as_root() {
 }
 engine() { "$ENGINE" "$@" 9>&-; }
 
-# Another apt-get (e2e/tools/install-system-tools.sh of a test run beside this one, say) holds
+# Another apt-get (testcluster/tools/install-system-tools.sh of a test run beside this one, say) holds
 # dpkg's lock: wait up to ten minutes for it instead of failing at once.
 apt_get() { DEBIAN_FRONTEND=noninteractive as_root apt-get -o DPkg::Lock::Timeout=600 "$@"; }
 apt_install() {

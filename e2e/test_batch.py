@@ -19,7 +19,7 @@ from testcluster.client import ROOT, E2ECluster, batch_example, wait_for
 sys.path.insert(0, str(ROOT / "examples" / "batch"))
 from orders import ground_truth
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.quick]
 
 FILES = 40  # examples/batch/cluster.yaml
 ROWS = 5000  # aggregate.py's default rows per generated file
@@ -103,6 +103,7 @@ def test_a_driver_killed_half_way_recovers_without_re_running_finished_tasks(
     wait_for(lambda: shuffle_pods(cluster, name) == {}, "the shuffle pods are deleted", 60)
 
 
+@pytest.mark.full
 def test_shuffle_pods_nobody_reconnects_to_are_deleted_at_the_retain_deadline(
     cluster: E2ECluster,
 ) -> None:

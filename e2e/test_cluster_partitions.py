@@ -25,7 +25,7 @@ from testcluster.localcluster.cluster import LocalCluster
 sys.path.insert(0, str(ROOT / "examples" / "batch"))
 from orders import ground_truth
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.full]
 
 FILES, ROWS, TOP = 8, 2000, 5
 RUN = 600.0

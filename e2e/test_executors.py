@@ -21,7 +21,7 @@ from testcluster.client import ROOT, E2ECluster, batch_example, wait_for
 sys.path.insert(0, str(ROOT / "examples" / "batch"))
 from orders import ground_truth
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.full]
 
 NAME = "executor-faults"
 

@@ -1,5 +1,5 @@
 """The README's kubectl commands, run as written with a real kubectl (v1.33, pinned by
-``e2e/tools/install-kubectl.sh``) against the local cluster: submit, suspend, resume, drain and
+``make tools``) against the local cluster: submit, suspend, resume, drain and
 delete a job, ``kubectl get fsj`` printing the CRD's columns, the executor pods Spark created,
 and the API server refusing a misspelt field under kubectl's default ``--validate=strict``.
 
@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from e2e.clickcounts import assert_prefix_of_input, committed
 from e2e.conftest import KUBECTL_NAMESPACE
 from testcluster.client import ROOT
 from testcluster.localcluster.cluster import LocalCluster
 from testcluster.tools import installed
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.quick]
 
 SECTION = "### Run on a cluster"
 COMMAND_TIMEOUT = 420  # above the --timeout=5m of the README's waits
@@ -81,6 +82,13 @@ class Kubectl:
             check=False,
         )
 
+    def claim_dir(self, claim: str) -> Path:
+        """Where the local cluster keeps the files of ``claim`` (read here as a pod would)."""
+        done = self.run(["kubectl", "get", "pvc", claim, "-o", "json"])
+        assert done.returncode == 0, done.stderr
+        assert self.cluster.kubelet is not None
+        return self.cluster.kubelet.volumes.claim_dir(KUBECTL_NAMESPACE, json.loads(done.stdout))
+
     def logs(self) -> str:
         parts = []
         pods = self.cluster.directory / "pods" / KUBECTL_NAMESPACE
@@ -127,7 +135,10 @@ def test_a_misspelt_field_is_refused_with_the_servers_message(
 
 
 def test_the_readme_commands_run_a_job_through_its_phases(kubectl: Kubectl) -> None:
+    read_before_drain = 0
     for command in readme_commands():
+        if command[1] == "patch" and '"Finished"' in command[-1]:
+            read_before_drain = splits_finished(kubectl)
         done = kubectl.run(command)
         line = shlex.join(command)
         assert done.returncode == 0, f"{line}\n{done.stdout}{done.stderr}{kubectl.logs()}"
@@ -145,3 +156,15 @@ def test_the_readme_commands_run_a_job_through_its_phases(kubectl: Kubectl) -> N
             assert done.stdout.strip(), "the drained job names its savepoint"
     gone = kubectl.run(["kubectl", "get", "fsj", "clickstream", "--ignore-not-found"])
     assert gone.returncode == 0 and gone.stdout == "", gone.stdout
+
+    # Suspended, resumed and drained: nothing lost, nothing twice (e2e/clickcounts.py).
+    data = kubectl.claim_dir("finishable-data") / "clickstream"
+    assert_prefix_of_input(committed(data / "output"), data / "input", read_before_drain)
+
+
+def splits_finished(kubectl: Kubectl) -> int:
+    """The input files the job had read, as its status counts them."""
+    jsonpath = "jsonpath={.status.coordinator.splitsFinished}"
+    done = kubectl.run(["kubectl", "get", "fsj", "clickstream", "-o", jsonpath])
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.strip() or 0)

@@ -10,7 +10,7 @@ import pytest
 from testcluster.client import E2ECluster, batch_example, example, wait_for
 from testcluster.localcluster.cluster import LocalCluster
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.full]
 
 START = 240.0
 

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from testcluster.client import E2ECluster
 from testcluster.localcluster.cluster import LocalCluster
 
-pytestmark = [pytest.mark.e2e, pytest.mark.after_all]
+pytestmark = [pytest.mark.e2e, pytest.mark.after_all, pytest.mark.quick]
 
 
 def samples(cluster: LocalCluster | None) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

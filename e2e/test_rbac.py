@@ -22,7 +22,7 @@ from testcluster.chart.rbac import (
 )
 from testcluster.localcluster.cluster import LocalCluster
 
-pytestmark = [pytest.mark.e2e, pytest.mark.after_all]
+pytestmark = [pytest.mark.e2e, pytest.mark.after_all, pytest.mark.quick]
 
 SPARK_CLIENT = "fabric8-kubernetes-client"  # Spark's Kubernetes backend in the driver pods
 DRIVER_CLIENTS = {"finishable-state", SPARK_CLIENT}  # the runtime's client, and Spark's

@@ -22,7 +22,7 @@ from finishable.api.snapshot import SNAPSHOT_PLURAL
 from finishable.controller.snapshots import SNAPSHOT_API_VERSION as SNAPSHOT_API
 from testcluster.client import DATA_MOUNT, E2ECluster, example, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.full]
 
 ORIGIN = "sp-origin"
 FOLLOWER = "sp-follower"

@@ -14,7 +14,7 @@ import pytest
 from e2e.clickcounts import assert_prefix_of_input, committed
 from testcluster.client import E2ECluster, example, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.full]
 
 NAME = "warm-clicks"
 START = 240.0

@@ -21,7 +21,7 @@ from finishable.controller.snapshots import SNAPSHOT_API_VERSION as SNAPSHOT_API
 from finishable.state.savepointfiles import configmap_files
 from testcluster.client import E2ECluster, example, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.full]
 
 NAME = "clickstream"
 START = 240.0

@@ -10,6 +10,8 @@ import yaml
 from finishable.api.crd import CRD_FILE, SNAPSHOT_CRD_FILE
 from finishable.cli import main
 
+pytestmark = pytest.mark.quick
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(ROOT.glob("examples/*/*.yaml"))
 

@@ -26,6 +26,8 @@ from finishable.transport import (
 )
 from testcluster.network import free_port
 
+pytestmark = pytest.mark.quick
+
 TOKEN = "transport-token"
 FAST = Policy(backoff=0.001, max_backoff=0.01, deadline=30.0)
 """Small backoff so the tests are quick; a generous deadline so a busy machine does not matter."""

@@ -21,7 +21,9 @@ StatefulSet controller keep the admin's token. Prometheus (``prometheus.py``) sc
 operator as the chart's ServiceMonitor says and evaluates its alerting rules. The admin
 kubeconfig is ``<directory>/kubeconfig``; logs are
 ``<directory>/pods/<namespace>/<pod>-<uid>/<container>.log`` (the operator's in the namespace
-OPERATOR_NAMESPACE).
+OPERATOR_NAMESPACE); when it stops, the API audit (every call counted by client, verb and
+resource, and every request refused) is written to ``<directory>/api-calls.json`` and
+``<directory>/api-refusals.json``.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR_START_TIMEOUT = 120.0
 RUNTIMES = ("process", "container")
+# The API audit, written into the cluster's directory when it stops (_keep_api_audit).
+API_CALLS_FILE = "api-calls.json"
+API_REFUSALS_FILE = "api-refusals.json"
 
 
 class LocalCluster:
@@ -184,6 +189,18 @@ class LocalCluster:
             self.stateful_sets.stop()
         self.server.stop()
         self.object_store.stop()
+        self._keep_api_audit()
+
+    def _keep_api_audit(self) -> None:
+        """What the API server was asked (each call as RBAC sees it, counted) and what it refused,
+        kept beside the pod logs: where a failed e2e run is read once the cluster is gone."""
+        emulator = self.server.emulator
+        if emulator is None:
+            return
+        calls = [{**call._asdict(), "count": n} for call, n in emulator.api_calls.items()]
+        (self.directory / API_CALLS_FILE).write_text(json.dumps(calls, indent=1))
+        refusals = list(emulator.refusals)
+        (self.directory / API_REFUSALS_FILE).write_text(json.dumps(refusals, indent=1))
 
     def __enter__(self) -> Self:
         try:

@@ -18,7 +18,7 @@ from testcluster.apiserver.emulator import EmulatorServer
 from testcluster.localcluster.container_runtime import LABEL, OWNER_LABEL, ContainerRuntime
 from testcluster.localcluster.kubelet import Kubelet
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.quick
 
 TIMEOUT = 120.0
 

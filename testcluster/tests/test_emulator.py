@@ -18,6 +18,8 @@ from testcluster.apiserver.emulator import (
 )
 from testcluster.tests.conftest import TOKEN
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.fixture
 def api(k8s_server: EmulatorServer) -> Iterator[KubeApi]:

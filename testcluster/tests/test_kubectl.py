@@ -15,6 +15,8 @@ from testcluster.apiserver.emulator import EmulatorServer
 from testcluster.apiserver.kubectl import human_duration
 from testcluster.tests.conftest import TOKEN
 
+pytestmark = pytest.mark.quick
+
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "finishablesparkjobs.finishable.dev.yaml"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"

@@ -3,6 +3,7 @@ StatefulSet children, and the kubelet running real pods (process runtime) throug
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -15,6 +16,7 @@ import pytest
 from finishable.kube.api import KubeApi
 from testcluster.apiserver.emulator import EmulatorServer
 from testcluster.localcluster.chart import OPERATOR_NAMESPACE, collection
+from testcluster.localcluster.cluster import API_CALLS_FILE, API_REFUSALS_FILE, LocalCluster
 from testcluster.localcluster.container_runtime import security_args
 from testcluster.localcluster.deployments import (
     HASH_LABEL,
@@ -29,6 +31,8 @@ from testcluster.localcluster.prometheus import scrape_config
 from testcluster.localcluster.runtime import CreateError
 from testcluster.localcluster.sandbox import Bind, plan_layout
 from testcluster.localcluster.statefulsets import orphaned, stateful_claim, stateful_pod
+
+pytestmark = pytest.mark.quick
 
 SHELL = Image(entrypoint=("/bin/sh", "-c"), cmd=("exit 0",), env={"PATH": "/usr/bin:/bin"})
 
@@ -515,3 +519,25 @@ def test_a_deleted_pod_stays_terminating_until_its_process_has_stopped(
     assert out.read_text() == "stopped\n", "the pod went only after its process had stopped"
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_stopped_cluster_keeps_its_api_audit_beside_the_pod_logs(tmp_path: Path) -> None:
+    """Only the API server runs here: the audit is what it recorded, whatever else ran."""
+    cluster = LocalCluster(tmp_path, namespaces=("audit",))
+    cluster.server.start()
+    try:
+        api = cluster.api("audit-test", "audit")
+        assert api.request("GET", api.path("configmaps", namespace="audit")).status == 200
+        refused = api.request("POST", api.path("configmaps", namespace="audit"), body={"data": 1})
+        assert refused.status in (400, 422), refused.body
+    finally:
+        cluster.stop()
+    calls = json.loads((tmp_path / API_CALLS_FILE).read_text())
+    listed = [c for c in calls if c["client"] == "audit-test" and c["verb"] == "list"]
+    assert [(c["resource"], c["namespaced"], c["count"]) for c in listed] == [
+        ("configmaps", True, 1)
+    ]
+    refusals = json.loads((tmp_path / API_REFUSALS_FILE).read_text())
+    assert [(r["client"], r["method"], r["status"]) for r in refusals] == [
+        ("audit-test", "POST", refused.status)
+    ]

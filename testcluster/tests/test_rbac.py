@@ -14,6 +14,8 @@ from testcluster.apiserver import rbac
 from testcluster.apiserver.emulator import EmulatorServer
 from testcluster.apiserver.identity import User, service_account_user
 
+pytestmark = pytest.mark.quick
+
 ADMIN_TOKEN = "rbac-admin"
 NS = "rbac"
 OTHER = "elsewhere"

@@ -16,6 +16,8 @@ from finishable.kube.api import KubeApi
 from testcluster.apiserver.emulator import EmulatorServer
 from testcluster.tests.conftest import TOKEN
 
+pytestmark = pytest.mark.quick
+
 MOUNT = {"readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
 # plugin/pkg/admission/serviceaccount/admission.go's volume, field for field.
 PROJECTED = {

@@ -17,6 +17,8 @@ import urllib3
 from finishable.api.crd import build_crd
 from testcluster.apiserver.emulator import REFUSALS_PATH, EmulatorServer
 
+pytestmark = pytest.mark.quick
+
 NS = "strict"
 GROUP = "strict.test"
 WIDGETS = f"/apis/{GROUP}/v1/namespaces/{NS}/widgets"

@@ -3,6 +3,7 @@
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from finishable.api.crd import (
@@ -15,6 +16,8 @@ from finishable.api.crd import (
 )
 from finishable.api.models import Phase
 from finishable.api.spec import FinishableSparkJobSpec
+
+pytestmark = pytest.mark.quick
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,6 +8,8 @@ from finishable.api.models import DesiredState, JobMode, StorageType, dump, is_v
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.validation import InvalidManifest, parse_spec
 
+pytestmark = pytest.mark.quick
+
 
 def spec(**fields: Any) -> dict[str, Any]:
     return {"application": {"file": "job.py"}, **fields}

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from finishable.api.units import Duration, Quantity
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.mark.parametrize(
     ("text", "expected"),

@@ -8,6 +8,8 @@ from pydantic import ValidationError
 from finishable.api.spec import ApplicationSpec
 from finishable.api.volumes import VolumeConfError, driver_volumes
 
+pytestmark = pytest.mark.quick
+
 P = "spark.kubernetes.driver.volumes."
 
 

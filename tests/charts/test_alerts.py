@@ -9,11 +9,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from testcluster.chart.dashboard import metric_names
 from testcluster.tools import installed
 from tests.charts.test_dashboard import exported_series
+
+pytestmark = pytest.mark.quick
 
 HERE = Path(__file__).resolve().parent
 CHART = HERE.parents[1] / "charts" / "finishable-spark-operator"

@@ -18,6 +18,8 @@ import yaml
 
 from testcluster.chart.helm import only, template
 
+pytestmark = pytest.mark.quick
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "finishable-spark-operator"
 

@@ -30,6 +30,8 @@ from finishable.partitions.catalog import PartitionCatalog
 from finishable.partitions.service import DirectoryTokens, PartitionService
 from testcluster.chart.dashboard import dashboard, metric_names, panels, strip_strings
 
+pytestmark = pytest.mark.quick
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "finishable-spark-operator"
 GRID_COLUMNS = 24

@@ -20,6 +20,8 @@ from testcluster.chart.helm import (
     template,
 )
 
+pytestmark = pytest.mark.quick
+
 # apiVersion of every kind the chart renders: all served by Kubernetes 1.25 and still today.
 API_VERSIONS = {
     "ServiceAccount": "v1",

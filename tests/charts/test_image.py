@@ -15,7 +15,7 @@ import pytest
 
 from testcluster.image import IMAGE, BuildFailed, build
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.quick
 
 ENGINE = os.environ.get("ENGINE", "docker")
 
@@ -58,6 +58,7 @@ def test_the_cli_runs_as_the_images_non_root_user(built: tuple[str, str]) -> Non
     assert "finishable 0.1.0" in version.stdout and "pyspark 4." in version.stdout
 
 
+@pytest.mark.full
 def test_java_17_and_pyspark_run_a_spark_job_with_a_pandas_function(built: tuple[str, str]) -> None:
     image, _ = built
     java = run(image, "java", "-version")

@@ -15,9 +15,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from testcluster.tools import installed
+
+pytestmark = pytest.mark.quick
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "e2e" / "kind" / "run.sh"

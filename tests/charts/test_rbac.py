@@ -176,7 +176,7 @@ def calls(
 
 # -- the checks -----------------------------------------------------------------------------------
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.quick
 
 
 def test_every_call_the_operator_makes_is_granted_where_it_lands(

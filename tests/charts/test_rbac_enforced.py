@@ -25,7 +25,7 @@ from testcluster.chart.rbac import MODES, OPERATOR_CLIENTS
 from tests.charts.test_rbac import NAMESPACE, TOKEN, drive_a_job_through_its_lifecycle
 from tests.controller.cluster import Cluster, OperatorProcess, install
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.quick
 
 PLURALS = {
     "ServiceAccount": "serviceaccounts",

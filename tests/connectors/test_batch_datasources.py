@@ -20,6 +20,8 @@ from finishable.connectors.staging import StagedPart, TaskIdentity
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.local.shuffle import LocalShuffle
 
+pytestmark = pytest.mark.quick
+
 
 def test_format_names_are_safe_short_names_unique_per_name() -> None:
     assert format_name("read", "orders").startswith("finishable_read__orders_")

@@ -28,6 +28,8 @@ from finishable.coordinator.files import (
     plan_file_splits,
 )
 
+pytestmark = pytest.mark.quick
+
 
 def test_options_take_sparks_names_in_any_case_and_spark_defaults() -> None:
     options = FileOptions.parse("csv", {"HEADER": True, "Delimiter": ";", "multiline": "TRUE"})

@@ -23,6 +23,8 @@ from finishable.connectors.sinks import (
 )
 from tests.state.conftest import BUCKET, S3Server
 
+pytestmark = pytest.mark.quick
+
 START = datetime(2026, 3, 1, tzinfo=UTC)
 SCHEMA = pa.schema(
     [("id", pa.int64()), ("page", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))]

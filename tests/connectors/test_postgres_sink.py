@@ -33,7 +33,7 @@ from tests.driver.test_streaming_job import ROOT, Job, ground_truth, write_click
 from tests.support.postgres import PostgresServer
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.full,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Debian's PostgreSQL"),
 ]
 

@@ -24,7 +24,7 @@ from finishable.connectors.sinks import (
 )
 from tests.connectors.test_sinks_units import s3_url, staged_files, start_moto
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.quick
 
 SCHEMA = f"id long, ts timestamp, name string, {SENTINEL_COLUMN} boolean"
 Truth = set[tuple[int, str, int]]

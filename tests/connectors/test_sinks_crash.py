@@ -23,7 +23,7 @@ import pytest
 from finishable.connectors.sink_store import STAGING_DIR
 from finishable.connectors.sinks import SENTINEL_COLUMN, SENTINEL_EVENT_TIME, TransactionalFiles
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 log = logging.getLogger(__name__)
 
 SCHEMA = f"id long, ts timestamp, name string, {SENTINEL_COLUMN} boolean"

@@ -50,6 +50,8 @@ from finishable.connectors.streaming.sink import (
     FilesStreamWriter,
 )
 
+pytestmark = pytest.mark.quick
+
 SPARK_SCHEMA = StructType(
     [
         StructField("id", LongType()),

@@ -26,7 +26,7 @@ from finishable.connectors.sources import Files
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.source_coordinator import SourceCoordinator
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 TOKEN = "conformance-token"
 

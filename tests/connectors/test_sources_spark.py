@@ -33,7 +33,7 @@ from finishable.driver.checkpoint_log import CheckpointLog
 from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
 from finishable.driver.streaming.boundary import await_batch_boundary
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.quick
 
 TOKEN = "spark-test-token"
 TRIGGER = "0.2 seconds"
@@ -182,6 +182,7 @@ def assert_exactly_once(values: list[Any], expected: set[Any]) -> None:
 # ---------------------------------------------------------------------- tests
 
 
+@pytest.mark.full
 def test_stop_at_a_batch_boundary_and_resume_after_a_driver_restart(
     driver: Driver, tmp_path: Path
 ) -> None:
@@ -260,6 +261,7 @@ def _write_inputs(root: Path) -> set[int]:
     return ids
 
 
+@pytest.mark.full
 def test_json_csv_and_parquet_files_survive_a_failed_batch_exactly_once(
     driver: Driver, tmp_path: Path
 ) -> None:

@@ -39,6 +39,8 @@ from finishable.connectors.streaming import source as ds
 from finishable.coordinator import FileSplit, RangeSplit, SentinelSplit
 from finishable.coordinator.files import ListedFile, plan_file_splits
 
+pytestmark = pytest.mark.quick
+
 SCHEMA = StructType(
     [
         StructField("id", LongType(), True),

@@ -6,12 +6,16 @@ import json
 import shlex
 from typing import Any
 
+import pytest
+
 from finishable.api.jobconfig import JobConfig
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.controller import builders, driverconf, naming
 from finishable.controller.observe import DriverPod, current_driver
 from finishable.kube.objects import JobRef
 from finishable.lifecycle.decisions import PodPhase
+
+pytestmark = pytest.mark.quick
 
 JOB = JobRef(name="clicks", namespace="analytics", uid="uid-1")
 OWNER = {

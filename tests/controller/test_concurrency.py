@@ -24,6 +24,8 @@ from testcluster.apiserver.emulator import EmulatorServer
 from tests.conftest import TOKEN
 from tests.controller.cluster import Cluster, install
 
+pytestmark = pytest.mark.quick
+
 NAMESPACE = "racing"
 
 

@@ -26,6 +26,8 @@ from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, JobRef, job_labe
 from testcluster.apiserver.emulator import EmulatorServer
 from tests.conftest import TOKEN
 
+pytestmark = pytest.mark.quick
+
 
 def configmap(name: str, object_name: str | None) -> dict[str, Any]:
     annotations = {"finishable.dev/object-name": object_name} if object_name else {}

@@ -29,7 +29,7 @@ STREAMING = {
 }
 RETRIED = 90.0  # a held or failed disposal is tried again after 30 s
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.controller import builders
 from finishable.controller.disposalplan import (
@@ -15,6 +17,8 @@ from finishable.controller.disposalplan import (
     pod_outcome,
 )
 from finishable.kube.objects import JobRef
+
+pytestmark = pytest.mark.quick
 
 JOB = JobRef(name="clicks", namespace="analytics", uid="uid-1")
 S3 = "s3://bucket/clicks/snapshots/sp-000000000007.blob"

@@ -19,6 +19,8 @@ from finishable.api.spec import FinishableSparkJobSpec
 from finishable.controller import driverconf
 from finishable.kube.objects import JobRef
 
+pytestmark = pytest.mark.quick
+
 PROGRAM = """
 import json, os, sys
 print(json.dumps({

@@ -13,6 +13,8 @@ from finishable.api.spec import FinishableSparkJobSpec
 from finishable.controller import builders, driverconf, naming, podparts
 from finishable.kube.objects import JobRef
 
+pytestmark = pytest.mark.quick
+
 JOB = JobRef(name="clicks", namespace="analytics", uid="uid-1")
 LOCAL = "local[2]"
 SETTINGS = {

@@ -21,7 +21,7 @@ from tests.controller.cluster import JOBS, MERGE, Cluster, OperatorProcess, inst
 TOKEN = "operator-tests"
 NAMESPACE = "jobs"
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.quick
 
 
 @pytest.fixture(scope="module")
@@ -411,6 +411,7 @@ def test_a_job_starts_from_the_snapshot_its_restore_from_names(k8s: Cluster) -> 
     assert driver_config.spec.restore_from.savepoint == "configmap:origin/sp-3"
 
 
+@pytest.mark.full
 def test_a_missing_snapshot_ref_holds_the_job_with_a_clear_error_until_it_exists(
     k8s: Cluster,
 ) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import kopf
+import pytest
 
 from finishable.controller.settings import OperatorOptions, configure
+
+pytestmark = pytest.mark.quick
 
 
 def test_the_watch_timeout_goes_into_the_url_as_an_integer() -> None:

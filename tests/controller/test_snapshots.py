@@ -28,6 +28,8 @@ from finishable.kube.api import KubeApi
 from finishable.kube.objects import JobRef
 from testcluster.apiserver.emulator import EmulatorServer
 
+pytestmark = pytest.mark.quick
+
 JOB = JobRef(name="clicks", namespace="jobs", uid="0b5e-uid")
 SAVEPOINT = SavepointStatus(
     location="configmap:clicks/savepoints/7",

@@ -25,6 +25,8 @@ from finishable.controller.status import merge_patch
 from finishable.lifecycle.decisions import Observation, PodPhase
 from finishable.lifecycle.phases import next_status, request_deadline
 
+pytestmark = pytest.mark.quick
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KEY = ("ns", "job")
 

@@ -24,6 +24,8 @@ from finishable.coordinator.ranges import RangeSplitEnumerator
 from ._helpers import TIMEOUT, TOKEN
 from .conftest import HostFactory
 
+pytestmark = pytest.mark.quick
+
 
 class LossyProxy:
     """A TCP proxy that forwards requests but drops the first ``drops`` responses on the floor,

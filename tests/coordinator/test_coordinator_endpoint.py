@@ -23,6 +23,8 @@ from finishable.coordinator.ranges import RangeSplitEnumerator
 from ._helpers import TIMEOUT, TOKEN
 from .conftest import HostFactory
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.fixture
 def served(make_host: HostFactory, endpoint: CoordinatorEndpoint) -> CoordinatorHost:

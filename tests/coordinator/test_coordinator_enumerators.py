@@ -23,6 +23,8 @@ from finishable.coordinator.ranges import RangeSplitEnumerator
 from ._helpers import TIMEOUT, fail, finish, ready, request, take
 from .conftest import HostFactory
 
+pytestmark = pytest.mark.quick
+
 
 def view(host: CoordinatorHost) -> AssignmentView:
     def probe(coordinator: object) -> AssignmentView:

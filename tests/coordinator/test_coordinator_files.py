@@ -25,6 +25,8 @@ from finishable.coordinator.ranges import RangeSplitEnumerator
 from ._helpers import TIMEOUT, fail, finish, ready, request
 from .conftest import HostFactory
 
+pytestmark = pytest.mark.quick
+
 
 def write(path: Path, size: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)

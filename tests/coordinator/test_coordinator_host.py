@@ -33,6 +33,8 @@ from finishable.coordinator.ranges import RangeSplitEnumerator
 from ._helpers import TIMEOUT, fail, ready, request
 from .conftest import HostFactory
 
+pytestmark = pytest.mark.quick
+
 
 class Recorder(OperatorCoordinator):
     """Records every call and the thread it ran on; answers each event with NoMoreSplits."""

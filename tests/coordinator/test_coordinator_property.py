@@ -41,6 +41,8 @@ from finishable.coordinator.ranges import RangeSplitEnumerator
 
 from ._helpers import TIMEOUT
 
+pytestmark = pytest.mark.quick
+
 SUBTASKS = st.integers(min_value=0, max_value=1)
 
 Key = tuple[int, int]

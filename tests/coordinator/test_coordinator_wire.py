@@ -20,6 +20,8 @@ from finishable.coordinator import (
     split_from_json,
 )
 
+pytestmark = pytest.mark.quick
+
 EVENTS: list[OperatorEvent] = [
     RequestSplit(subtask=3, attempt=1),
     RequestSplit(subtask=0, attempt=0, max_splits=50),

@@ -33,7 +33,7 @@ from finishable.state.eventlog import read_events
 from testcluster.batchlog import durable_at_crash, read_after_the_newest_snapshot
 from testcluster.processes import alive, start_runner
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "batch"

@@ -30,6 +30,8 @@ from finishable.driver.batch.plan import (
 from finishable.lifecycle.graph import TaskId
 from finishable.state.eventlog import JobEvent
 
+pytestmark = pytest.mark.quick
+
 READ = StageInitialized("paid", StageKind.READ.value, 4, source="orders")
 TOTALS = StageInitialized("totals", StageKind.STAGE.value, 2, inputs=("paid",))
 SINK = StageInitialized("sink-out", StageKind.SINK.value, 2, inputs=("totals",))

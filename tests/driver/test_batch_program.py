@@ -33,6 +33,8 @@ from finishable.shuffle.streams import ipc_chunks
 from finishable.state import LocalDirBackend
 from finishable.state.eventlog import read_events
 
+pytestmark = pytest.mark.quick
+
 SCHEMA = "customer STRING, status STRING, cents LONG"
 
 

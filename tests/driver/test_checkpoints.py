@@ -38,6 +38,8 @@ from testcluster.apiserver.emulator import EmulatorServer
 from tests.conftest import TOKEN
 from tests.driver.test_savepoints import fake_checkpoint
 
+pytestmark = pytest.mark.quick
+
 PRINTS = Fingerprints(sources={"clicks": "abc"}, sinks={"counts": "def"})
 
 

@@ -24,7 +24,7 @@ from finishable.connectors.sinks import TransactionalFiles
 from finishable.partitions.catalog import PartitionCatalog, PartitionInUse
 from finishable.partitions.manifest import now_utc
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "batch"

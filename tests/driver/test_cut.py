@@ -24,6 +24,8 @@ from finishable.driver.streaming.cut import (
     read_cut,
 )
 
+pytestmark = pytest.mark.quick
+
 PARTITION = "state/0/0"
 
 

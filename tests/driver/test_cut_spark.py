@@ -32,7 +32,7 @@ from finishable.driver.streaming.savepoints import (
 from tests.driver.test_cut import cut_bytes
 from tests.support.spark import start_session
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"

@@ -8,6 +8,8 @@ from finishable.driver.outcome import JobFailed
 from finishable.driver.streaming.checkpoints import SavepointUnreachable, UnrestorableSavepoint
 from finishable.state import StateError
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.mark.parametrize(
     "error",

@@ -31,7 +31,7 @@ from finishable.connectors.sinks import BATCH_KEY, RUN_KEY, SINK_KEY, Iceberg
 from tests.driver.test_batch_job import BatchJob
 from tests.driver.test_streaming_job import Job
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 ROOT = Path(__file__).parents[2]
 STREAMING = ROOT / "examples" / "streaming"

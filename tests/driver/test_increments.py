@@ -21,6 +21,8 @@ from finishable.state.contents import ContentStore
 from tests.driver.test_checkpoints import PRINTS
 from tests.driver.test_cut import PARTITION, commit_batch, maintain
 
+pytestmark = pytest.mark.quick
+
 RUN = lineage_of("j", "")
 
 

@@ -33,7 +33,7 @@ from tests.driver.test_streaming_job import (
     write_clicks,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 PROGRAM = Path(__file__).parent / "multi_query_program.py"
 SEED_START = datetime(2026, 1, 2, tzinfo=UTC)  # as in multi_query_program.py

@@ -16,6 +16,8 @@ from finishable.driver.placement import (
     stateful_operators,
 )
 
+pytestmark = pytest.mark.quick
+
 
 def rate(spark: Any) -> Any:
     return spark.readStream.format("rate").option("rowsPerSecond", 1).load()

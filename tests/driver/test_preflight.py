@@ -22,7 +22,7 @@ from finishable.api.jobconfig import (
 from finishable.state import SnapshotKind
 from tests.driver.test_streaming_job import PROGRAM, ROOT, Job, cleanup, write_clicks
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 __all__ = ["cleanup"]  # the fixture, used by name
 

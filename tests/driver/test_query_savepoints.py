@@ -37,6 +37,8 @@ from finishable.driver.streaming.savepoints import (
 from finishable.state import LocalDirBackend, SnapshotKind, SnapshotStore
 from tests.driver.test_savepoints import fake_checkpoint
 
+pytestmark = pytest.mark.quick
+
 PAGES = Fingerprints(sources={"clicks": "c1"}, sinks={"pages": "p1"})
 SEEDS = Fingerprints(sources={"seeds": "s1"}, sinks={"seeds": "s2"})
 PROGRAM = {"pages": PAGES, "seeds": SEEDS}

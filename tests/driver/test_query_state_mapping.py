@@ -27,7 +27,7 @@ from tests.driver.test_multi_query_job import (
 )
 from tests.driver.test_streaming_job import Job, ground_truth, write_clicks
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 __all__ = ["cleanup"]  # the fixture, used by name
 

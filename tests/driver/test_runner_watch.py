@@ -20,6 +20,8 @@ import pytest
 from finishable.driver.runner_watch import RUNNER_PID_ENV, watch_runner
 from testcluster.processes import ended, wait_ended
 
+pytestmark = pytest.mark.quick
+
 ROOT = Path(__file__).resolve().parents[2]
 
 DRIVER = """

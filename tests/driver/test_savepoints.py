@@ -29,6 +29,8 @@ from finishable.driver.streaming.savepoints import (
     unpack_checkpoint,
 )
 
+pytestmark = pytest.mark.quick
+
 
 def fake_checkpoint(root: Path) -> Path:
     """The layout Spark 4.3 writes (HDFS-backed state store), batches 0-2 committed, 3 planned."""
@@ -135,9 +137,6 @@ def test_restore_checks() -> None:
     with pytest.raises(IncompatibleSavepoint, match="allowDrained: true"):
         check_restorable(manifest(drained=True), allow_drained=False, **ours)
     check_restorable(manifest(drained=True), allow_drained=True, **ours)
-
-
-@pytest.mark.slow
 def test_real_query_continues_from_a_restored_cut(spark: Any, tmp_path: Path) -> None:
     """A stateful sum over a file stream: stop, cut, restore elsewhere, continue exactly."""
     from pyspark.sql import functions as sf

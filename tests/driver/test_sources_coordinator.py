@@ -34,6 +34,8 @@ from finishable.coordinator.ranges import RangeSplitEnumerator
 from finishable.driver.checkpoint_log import CheckpointLog
 from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
 
+pytestmark = pytest.mark.quick
+
 TIMEOUT = 60.0  # a bound for liveness only: events are awaited, never timed
 TOKEN = "t0ken"
 

@@ -10,6 +10,8 @@ import pytest
 from finishable.driver.standby import await_takeover
 from finishable.state.control import LocalControlChannel, TakeOver
 
+pytestmark = pytest.mark.quick
+
 
 class FlakyChannel(LocalControlChannel):
     """A local channel whose first reads fail, as an API server that is briefly away."""

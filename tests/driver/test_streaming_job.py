@@ -30,7 +30,7 @@ from finishable.driver.streaming.savepoints import decode_savepoint
 from finishable.state import LocalDirBackend, SnapshotKind, SnapshotStore
 from testcluster.processes import ended, start_runner
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -418,6 +418,7 @@ def test_a_driver_superseded_while_it_was_frozen_writes_nothing_and_stops(
     assert published(job.output) == Counter(ground_truth(job.input))
 
 
+@pytest.mark.quick
 def test_bounded_input_ends_finished_through_its_final_checkpoint(
     tmp_path: Path, cleanup: list[Job]
 ) -> None:

@@ -15,6 +15,8 @@ from finishable.timings import (
     timed_input,
 )
 
+pytestmark = pytest.mark.quick
+
 
 def test_phases_add_up_also_when_the_block_raises() -> None:
     timings = PhaseTimings()

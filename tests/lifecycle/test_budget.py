@@ -2,6 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,6 +14,8 @@ from finishable.lifecycle.budget import (
     restart_backoff,
     restarts_left,
 )
+
+pytestmark = pytest.mark.quick
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

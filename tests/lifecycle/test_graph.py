@@ -24,6 +24,8 @@ from finishable.lifecycle.graph import (
     tasks_to_trigger_naive,
 )
 
+pytestmark = pytest.mark.quick
+
 A2A = EdgeKind.ALL_TO_ALL
 PW = EdgeKind.POINTWISE
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from finishable.api.control import DriverReport, DriverState
 from finishable.api.models import ConditionStatus, ConditionType, Phase
 from finishable.api.status import CheckpointStatus, CoordinatorStatus, QueryStatus
 from finishable.lifecycle.decisions import ActionKind, PodPhase
 from tests.lifecycle.test_phases import Job, kinds
+
+pytestmark = pytest.mark.quick
 
 UNREAD = CoordinatorStatus(splits_total=10, splits_finished=4)
 IDLE = CoordinatorStatus(splits_total=10, splits_finished=10)

@@ -3,6 +3,7 @@
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,8 @@ from finishable.lifecycle.decisions import (
     PodPhase,
 )
 from finishable.lifecycle.phases import next_status
+
+pytestmark = pytest.mark.quick
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

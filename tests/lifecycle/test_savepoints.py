@@ -13,6 +13,8 @@ from finishable.api.validation import InvalidManifest, parse_spec
 from finishable.lifecycle.decisions import ActionKind, Decision, PodPhase
 from tests.lifecycle.test_phases import Job
 
+pytestmark = pytest.mark.quick
+
 
 def alive(job: Job, after: timedelta = timedelta(seconds=1), **report: object) -> Decision:
     return job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING, **report), after=after)

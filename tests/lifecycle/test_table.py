@@ -36,6 +36,8 @@ from finishable.lifecycle.table import (
     render_markdown,
 )
 
+pytestmark = pytest.mark.quick
+
 FC = LifecycleMode.FINAL_CHECKPOINT
 SWD = LifecycleMode.STOP_WITH_SAVEPOINT_DRAIN
 SW = LifecycleMode.STOP_WITH_SAVEPOINT

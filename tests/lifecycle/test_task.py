@@ -22,6 +22,8 @@ from finishable.lifecycle.table import (
 )
 from finishable.lifecycle.task import IllegalTransition, TaskLifecycle
 
+pytestmark = pytest.mark.quick
+
 FC = LifecycleMode.FINAL_CHECKPOINT
 SWD = LifecycleMode.STOP_WITH_SAVEPOINT_DRAIN
 SW = LifecycleMode.STOP_WITH_SAVEPOINT

@@ -14,6 +14,8 @@ from finishable.api.status import SavepointStatus
 from finishable.lifecycle.decisions import Action, ActionKind, CheckPod, Decision, PodPhase
 from tests.lifecycle.test_phases import Job, kinds
 
+pytestmark = pytest.mark.quick
+
 NEW_PROGRAM: dict[str, Any] = {"file": "job.py", "args": ["--window=2m"]}
 
 

@@ -13,6 +13,8 @@ from finishable.api.status import FinishableSparkJobStatus
 from finishable.cli import main
 from finishable.local.jobdir import local_job
 
+pytestmark = pytest.mark.quick
+
 
 def test_unknown_job_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "nosuchjob", "--state-dir", str(tmp_path)]) == 1

@@ -17,6 +17,8 @@ import yaml
 from finishable.cli import main
 from testcluster.processes import start_runner
 
+pytestmark = pytest.mark.quick
+
 FAKE_DRIVER = Path(__file__).with_name("fake_driver.py")
 
 

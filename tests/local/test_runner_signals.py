@@ -20,6 +20,8 @@ from finishable.cli import main
 from testcluster.processes import start_runner, wait_ended
 from tests.local.test_runner import attempts, manifest, wait_phase, wait_status
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.fixture
 def runners() -> Iterator[list[subprocess.Popen[str]]]:

@@ -18,7 +18,7 @@ from testcluster.processes import group_members, wait_ended
 from tests.driver.test_streaming_job import Job, ground_truth, published, write_clicks
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.full,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
 ]
 

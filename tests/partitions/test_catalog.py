@@ -24,6 +24,8 @@ from finishable.state.objectstore import ObjectStoreBackend
 from tests.partitions.support import promote, table
 from tests.state.conftest import S3Server
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.fixture(params=["local", "s3"])
 def catalog(request: pytest.FixtureRequest, tmp_path: Path) -> PartitionCatalog:

@@ -18,6 +18,8 @@ from finishable.partitions.manifest import (
 )
 from finishable.state.backends import validate_name
 
+pytestmark = pytest.mark.quick
+
 CREATED = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 
 

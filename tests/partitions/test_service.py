@@ -19,6 +19,8 @@ from finishable.partitions.catalog import PartitionCatalog
 from finishable.partitions.manifest import now_utc
 from tests.partitions.support import promote
 
+pytestmark = pytest.mark.quick
+
 ROOT = Path(__file__).resolve().parents[2]
 TOKENS = {"jobs": "jobs-token", "other": "other-token"}
 T = TypeVar("T")

@@ -33,7 +33,7 @@ from finishable.shuffle import (
 
 from .conftest import JOB, ROOT, TOKEN, ServerFactory, ServerProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.quick
 
 
 def ipc(table: pa.Table) -> bytes:

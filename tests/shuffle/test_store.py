@@ -21,6 +21,8 @@ from finishable.shuffle.records import (
 )
 from finishable.shuffle.store import PartitionStore
 
+pytestmark = pytest.mark.quick
+
 JOB = "etl"
 
 

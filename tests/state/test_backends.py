@@ -20,6 +20,8 @@ from finishable.state.objectstore import ObjectStoreBackend
 
 from .conftest import BackendCase, S3Server
 
+pytestmark = pytest.mark.quick
+
 
 def test_put_get_overwrite_delete(case: BackendCase) -> None:
     backend = case.backend

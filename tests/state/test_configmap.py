@@ -38,6 +38,8 @@ from testcluster.apiserver.emulator import EmulatorServer
 
 from .conftest import NAMESPACE, TOKEN
 
+pytestmark = pytest.mark.quick
+
 MiB = 1024 * 1024
 
 

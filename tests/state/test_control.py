@@ -25,6 +25,8 @@ from finishable.state.control import (
 from testcluster.apiserver.emulator import EmulatorServer
 from tests.conftest import TOKEN
 
+pytestmark = pytest.mark.quick
+
 NAMESPACE = "control-tests"
 
 

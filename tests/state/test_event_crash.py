@@ -15,6 +15,8 @@ from finishable.state import JobEventStore, read_events
 
 from .conftest import BackendCase
 
+pytestmark = pytest.mark.quick
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,9 +26,6 @@ def flushed_up_to(side_file: Path) -> int:
     lines = side_file.read_text().splitlines()
     complete = [line for line in lines if len(line.split()) == 2]
     return max((int(line.split()[1]) for line in complete), default=0)
-
-
-@pytest.mark.slow
 def test_sigkill_mid_stream_loses_nothing_acknowledged(case: BackendCase, tmp_path: Path) -> None:
     side_file = tmp_path / "flushed.txt"
     child = subprocess.Popen(

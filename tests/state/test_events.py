@@ -29,6 +29,8 @@ from finishable.state.eventlog import EventLog, JobEvent, encode_base, encode_se
 
 from .conftest import BackendCase
 
+pytestmark = pytest.mark.quick
+
 
 class Status(enum.Enum):
     OK = "ok"

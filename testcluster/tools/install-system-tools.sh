@@ -4,7 +4,7 @@
 # alerting rules), shellcheck (the kind script's lint) and postgresql (the server the PostgreSQL
 # sink example's tests start on loopback). Nothing happens when all are present.
 #
-# usage: e2e/tools/install-system-tools.sh
+# usage: testcluster/tools/install-system-tools.sh
 set -eu
 
 # Two test runs starting at once on a fresh machine: the second waits here for the first one's

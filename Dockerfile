@@ -45,7 +45,9 @@ RUN if [ -s /tmp/build-local/ca-certificates.crt ]; then \
     && rm -rf /src/operator /src/README.md
 COPY README.md /src/
 COPY operator /src/operator
-RUN /opt/finishable/venv/bin/pip install --no-deps '/src[iceberg]' \
+RUN if [ -s /tmp/build-local/ca-certificates.crt ]; then \
+        export PIP_CERT=/tmp/build-local/ca-certificates.crt; fi \
+    && /opt/finishable/venv/bin/pip install --no-deps '/src[iceberg]' \
     && find /opt/finishable/venv -name __pycache__ -prune -exec rm -rf {} +
 
 # -- the image ----------------------------------------------------------------------------------

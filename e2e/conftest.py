@@ -2,7 +2,9 @@
 
 The local cluster runs pods as containers of the built image with ``E2E_RUNTIME=container``
 (what ``make test`` runs: the image is built first, a cache hit after the image tests), as
-sandboxed processes otherwise (quick, no container engine)."""
+sandboxed processes otherwise (quick, no container engine). ``E2E_LOCAL_CLUSTER=DIR`` uses the
+local cluster ``python -m testcluster --dir DIR`` runs already (serving both namespaces below)
+instead of starting one."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import pytest
 from finishable.kube.api import KubeApi
 from testcluster import image
 from testcluster.client import E2ECluster, KubeconfigE2ECluster, LocalE2ECluster
-from testcluster.localcluster.cluster import RUNTIMES, LocalCluster
+from testcluster.localcluster.attached import AttachedCluster, NotRunning
+from testcluster.localcluster.cluster import RUNTIMES, ClusterAccess, LocalCluster
 
 NAMESPACE = os.environ.get("E2E_NAMESPACE", "finishable-e2e")
 RUNTIME = os.environ.get("E2E_RUNTIME", "process")
@@ -29,9 +32,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster | None]:
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterAccess | None]:
     if os.environ.get("E2E_KUBECONFIG"):
         yield None
+        return
+    namespaces = (NAMESPACE, KUBECTL_NAMESPACE)
+    if running := os.environ.get("E2E_LOCAL_CLUSTER"):
+        try:
+            yield AttachedCluster(Path(running), namespaces)
+        except NotRunning as problem:
+            pytest.fail(str(problem))
         return
     if RUNTIME not in RUNTIMES:
         pytest.fail(f"E2E_RUNTIME={RUNTIME!r}: one of {', '.join(RUNTIMES)}")
@@ -40,7 +50,6 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
             image.build()
         except image.BuildFailed as failed:
             pytest.fail(str(failed))
-    namespaces = (NAMESPACE, KUBECTL_NAMESPACE)
     directory = tmp_path_factory.mktemp("cluster")
     with LocalCluster(directory, namespaces=namespaces, runtime=RUNTIME) as cluster:
         yield cluster
@@ -48,7 +57,7 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
 
 @pytest.fixture(scope="session")
 def cluster(
-    local_cluster: LocalCluster | None, tmp_path_factory: pytest.TempPathFactory
+    local_cluster: ClusterAccess | None, tmp_path_factory: pytest.TempPathFactory
 ) -> E2ECluster:
     if local_cluster is not None:
         api = local_cluster.api("e2e", NAMESPACE)

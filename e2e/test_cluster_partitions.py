@@ -20,7 +20,7 @@ import pytest
 
 from finishable.connectors.sinks import TransactionalFiles
 from testcluster.client import ROOT, E2ECluster, batch_example, wait_for
-from testcluster.localcluster.cluster import LocalCluster
+from testcluster.localcluster.cluster import ClusterAccess
 
 sys.path.insert(0, str(ROOT / "examples" / "batch"))
 from orders import ground_truth
@@ -42,7 +42,7 @@ def call(url: str, method: str = "GET", token: str | None = None) -> tuple[int, 
 
 
 def test_a_promoted_result_is_listed_read_by_another_job_and_released(
-    cluster: E2ECluster, local_cluster: LocalCluster | None
+    cluster: E2ECluster, local_cluster: ClusterAccess | None
 ) -> None:
     if local_cluster is None:
         pytest.skip("needs the local cluster's object store (the chart's partition service)")

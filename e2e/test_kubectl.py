@@ -15,7 +15,7 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,13 +23,15 @@ import pytest
 from e2e.clickcounts import assert_prefix_of_input, committed
 from e2e.conftest import KUBECTL_NAMESPACE
 from testcluster.client import ROOT
-from testcluster.localcluster.cluster import LocalCluster
+from testcluster.localcluster.cluster import ClusterAccess
 from testcluster.tools import installed
+from testcluster.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.quick]
 
 SECTION = "### Run on a cluster"
 COMMAND_TIMEOUT = 420  # above the --timeout=5m of the README's waits
+START = 240.0  # a driver's start and its first batch on a busy machine
 
 
 def kubectl_binary() -> str:
@@ -64,7 +66,7 @@ def readme_refusal() -> tuple[list[str], str]:
 
 
 class Kubectl:
-    def __init__(self, binary: str, kubeconfig: Path, cluster: LocalCluster) -> None:
+    def __init__(self, binary: str, kubeconfig: Path, cluster: ClusterAccess) -> None:
         self.binary = binary
         self.kubeconfig = kubeconfig
         self.cluster = cluster
@@ -86,8 +88,7 @@ class Kubectl:
         """Where the local cluster keeps the files of ``claim`` (read here as a pod would)."""
         done = self.run(["kubectl", "get", "pvc", claim, "-o", "json"])
         assert done.returncode == 0, done.stderr
-        assert self.cluster.kubelet is not None
-        return self.cluster.kubelet.volumes.claim_dir(KUBECTL_NAMESPACE, json.loads(done.stdout))
+        return self.cluster.claim_dir(KUBECTL_NAMESPACE, json.loads(done.stdout))
 
     def logs(self) -> str:
         parts = []
@@ -100,7 +101,7 @@ class Kubectl:
 
 @pytest.fixture(scope="module")
 def kubectl(
-    local_cluster: LocalCluster | None, tmp_path_factory: pytest.TempPathFactory
+    local_cluster: ClusterAccess | None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Kubectl]:
     if local_cluster is None:
         pytest.skip("runs on the local cluster (its operator watches the kubectl namespace)")
@@ -135,10 +136,8 @@ def test_a_misspelt_field_is_refused_with_the_servers_message(
 
 
 def test_the_readme_commands_run_a_job_through_its_phases(kubectl: Kubectl) -> None:
-    read_before_drain = 0
+    read = 0
     for command in readme_commands():
-        if command[1] == "patch" and '"Finished"' in command[-1]:
-            read_before_drain = splits_finished(kubectl)
         done = kubectl.run(command)
         line = shlex.join(command)
         assert done.returncode == 0, f"{line}\n{done.stdout}{done.stderr}{kubectl.logs()}"
@@ -152,14 +151,30 @@ def test_the_readme_commands_run_a_job_through_its_phases(kubectl: Kubectl) -> N
             assert pods == ["clickstream-1-exec-1", "clickstream-1-exec-2"], done.stdout
         if command[1] == "wait":
             assert "condition met" in done.stdout, done.stdout
+        if command[1] == "wait" and command[-2].endswith("=Running"):
+            # Each attempt reads input before the next command stops it (as a user would find
+            # it: typing takes longer), so that the suspend, the resume and the drain carry data.
+            read = wait_for(
+                more_read(kubectl, read),
+                "the running job reads input",
+                START,
+                on_fail=kubectl.logs,
+                interval=1.0,
+            )
         if "jsonpath={.status.savepoint.location}" in command:
             assert done.stdout.strip(), "the drained job names its savepoint"
     gone = kubectl.run(["kubectl", "get", "fsj", "clickstream", "--ignore-not-found"])
     assert gone.returncode == 0 and gone.stdout == "", gone.stdout
 
-    # Suspended, resumed and drained: nothing lost, nothing twice (e2e/clickcounts.py).
+    # Suspended, resumed and drained: nothing lost, nothing twice (e2e/clickcounts.py): the
+    # counts of at least the files read before the drain.
     data = kubectl.claim_dir("finishable-data") / "clickstream"
-    assert_prefix_of_input(committed(data / "output"), data / "input", read_before_drain)
+    assert_prefix_of_input(committed(data / "output"), data / "input", read)
+
+
+def more_read(kubectl: Kubectl, than: int) -> Callable[[], int | None]:
+    """A probe: the files read, once more than ``than``."""
+    return lambda: n if (n := splits_finished(kubectl)) > than else None
 
 
 def splits_finished(kubectl: Kubectl) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from testcluster.client import E2ECluster, batch_example, example, wait_for
-from testcluster.localcluster.cluster import LocalCluster
+from testcluster.localcluster.cluster import ClusterAccess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.full]
 
@@ -78,7 +78,7 @@ def test_the_operator_fails_what_only_it_can_judge_naming_the_field(
 
 
 def test_a_stateful_query_on_executor_pods_without_a_work_volume_is_refused(
-    cluster: E2ECluster, local_cluster: LocalCluster | None
+    cluster: E2ECluster, local_cluster: ClusterAccess | None
 ) -> None:
     """The windowed counts' state would be written by the executors where no checkpoint can
     reach it: the driver refuses the query before its first batch, naming the field, and the

@@ -9,12 +9,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from testcluster.client import E2ECluster
-from testcluster.localcluster.cluster import LocalCluster
+from testcluster.localcluster.cluster import ClusterAccess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.after_all, pytest.mark.quick]
 
 
-def samples(cluster: LocalCluster | None) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+def samples(cluster: ClusterAccess | None) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     if cluster is None:
         pytest.skip("the local cluster's operator is scraped directly; elsewhere use Prometheus")
     return {
@@ -25,7 +25,7 @@ def samples(cluster: LocalCluster | None) -> dict[tuple[str, frozenset[tuple[str
 
 
 def test_the_metrics_agree_with_every_jobs_status(
-    local_cluster: LocalCluster | None, cluster: E2ECluster
+    local_cluster: ClusterAccess | None, cluster: E2ECluster
 ) -> None:
     scraped = samples(local_cluster)
     jobs = cluster.api.request("GET", cluster.job_path()).body.get("items") or []

@@ -16,7 +16,7 @@ from testcluster.chart.dashboard import dashboard, metric_names, panels
 from testcluster.chart.helm import only
 from testcluster.client import E2ECluster
 from testcluster.localcluster.chart import OPERATOR_NAMESPACE, operator_part
-from testcluster.localcluster.cluster import LocalCluster
+from testcluster.localcluster.cluster import ClusterAccess
 from testcluster.localcluster.prometheus import Prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.after_all, pytest.mark.quick]
@@ -39,7 +39,7 @@ SMOKE_MOVES = {
 }
 
 
-def prometheus_of(local_cluster: LocalCluster | None) -> Prometheus:
+def prometheus_of(local_cluster: ClusterAccess | None) -> Prometheus:
     if local_cluster is None or local_cluster.prometheus is None:
         pytest.skip("runs on the local cluster, which runs Prometheus")
     return local_cluster.prometheus
@@ -61,7 +61,7 @@ def over_the_run(prometheus: Prometheus, expr: str) -> list[float]:
 
 
 def test_prometheus_scrapes_the_operator_as_the_service_monitor_says(
-    local_cluster: LocalCluster | None,
+    local_cluster: ClusterAccess | None,
 ) -> None:
     prometheus = prometheus_of(local_cluster)
     assert local_cluster is not None
@@ -83,7 +83,7 @@ def test_prometheus_scrapes_the_operator_as_the_service_monitor_says(
 
 
 def test_every_dashboard_query_evaluates_and_panels_of_moved_metrics_show_data(
-    local_cluster: LocalCluster | None, cluster: E2ECluster, request: pytest.FixtureRequest
+    local_cluster: ClusterAccess | None, cluster: E2ECluster, request: pytest.FixtureRequest
 ) -> None:
     prometheus = prometheus_of(local_cluster)
     moved: dict[str, bool] = {}
@@ -116,7 +116,7 @@ def test_every_dashboard_query_evaluates_and_panels_of_moved_metrics_show_data(
 
 
 def test_the_charts_alerting_rules_are_loaded_and_healthy(
-    local_cluster: LocalCluster | None,
+    local_cluster: ClusterAccess | None,
 ) -> None:
     prometheus = prometheus_of(local_cluster)
     assert local_cluster is not None

@@ -20,7 +20,7 @@ from testcluster.chart.rbac import (
     grants_of,
     used,
 )
-from testcluster.localcluster.cluster import LocalCluster
+from testcluster.localcluster.cluster import ClusterAccess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.after_all, pytest.mark.quick]
 
@@ -28,14 +28,14 @@ SPARK_CLIENT = "fabric8-kubernetes-client"  # Spark's Kubernetes backend in the 
 DRIVER_CLIENTS = {"finishable-state", SPARK_CLIENT}  # the runtime's client, and Spark's
 
 
-def recorded(cluster: LocalCluster | None, path: str = CALLS_PATH) -> list[dict[str, Any]]:
+def recorded(cluster: ClusterAccess | None, path: str = CALLS_PATH) -> list[dict[str, Any]]:
     if cluster is None:
         pytest.skip("only the local cluster records API calls")
     with urllib.request.urlopen(cluster.url + path, timeout=10) as response:
         return list(json.loads(response.read()))
 
 
-def test_the_chart_grants_every_call_the_operator_made(local_cluster: LocalCluster | None) -> None:
+def test_the_chart_grants_every_call_the_operator_made(local_cluster: ClusterAccess | None) -> None:
     """The local cluster runs the operator as the chart does with watchNamespaces set."""
     calls = [c for c in recorded(local_cluster) if c["client"] in OPERATOR_CLIENTS]
     if not any(c["resource"] == "pods" and c["verb"] == "create" for c in calls):
@@ -46,7 +46,7 @@ def test_the_chart_grants_every_call_the_operator_made(local_cluster: LocalClust
 
 
 def test_the_driver_role_grants_every_call_the_drivers_made(
-    local_cluster: LocalCluster | None,
+    local_cluster: ClusterAccess | None,
 ) -> None:
     calls = [c for c in recorded(local_cluster) if c["client"] in DRIVER_CLIENTS]
     if not calls:
@@ -57,7 +57,7 @@ def test_the_driver_role_grants_every_call_the_drivers_made(
 
 
 def test_the_api_server_refused_none_of_the_drivers_calls(
-    local_cluster: LocalCluster | None,
+    local_cluster: ClusterAccess | None,
 ) -> None:
     """Spark's fabric8 client in each driver created, watched (over WebSockets) and deleted its
     executor pods through the API: the emulator answered each call as a real server would, or
@@ -76,7 +76,7 @@ ON_DEMAND: set[Grant] = set()
 
 
 def test_the_driver_role_grants_nothing_the_drivers_did_not_use(
-    local_cluster: LocalCluster | None,
+    local_cluster: ClusterAccess | None,
 ) -> None:
     """Least privilege, shown by a real run: every right of the drivers' Role was used by Spark
     or by the runtime in the suite's jobs (with executor pods), or is listed in ON_DEMAND."""

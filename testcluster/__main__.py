@@ -2,6 +2,11 @@
 
 .venv/bin/python -m testcluster --dir .local-cluster [--runtime container]
 KUBECONFIG=.local-cluster/kubeconfig kubectl apply -f examples/batch/cluster.yaml   # any client
+
+The e2e suite runs against it when it serves the suite's namespaces (docs/testing.md):
+
+.venv/bin/python -m testcluster --namespace finishable-e2e --namespace finishable-kubectl
+E2E_LOCAL_CLUSTER=.local-cluster .venv/bin/pytest e2e/test_batch.py   # again and again
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ def main() -> int:
             f"operator    pod {OPERATOR_NAMESPACE}/{operator}, logs under pods/{OPERATOR_NAMESPACE}"
         )
         print(f"pods        logs under {cluster.directory / 'pods'}")
+        print(f"e2e         E2E_LOCAL_CLUSTER={args.dir} .venv/bin/pytest e2e/...")
         print("Ctrl-C stops the cluster and every pod.", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()

@@ -57,6 +57,7 @@ from testcluster.localcluster.process_runtime import ProcessRuntime
 from testcluster.localcluster.prometheus import Prometheus, scrape_config
 from testcluster.localcluster.runtime import ImageUnknown, Runtime
 from testcluster.localcluster.statefulsets import StatefulSetController
+from testcluster.localcluster.volumes import claim_dir
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,102 @@ API_CALLS_FILE = "api-calls.json"
 API_REFUSALS_FILE = "api-refusals.json"
 
 
-class LocalCluster:
+ACCESS_FILE = "cluster.json"  # what another process needs to use a running cluster (attach)
+
+
+class ClusterAccess:
+    """A local cluster as a test run uses it: its API, object store, chart, Prometheus and the
+    files its pods leave, whether this process started it (``LocalCluster``) or another one did
+    (``AttachedCluster``, for a test run against ``python -m testcluster``)."""
+
+    directory: Path
+    token: str
+    namespaces: tuple[str, ...]
+    chart: list[dict[str, Any]]
+    object_store: ObjectStore
+    prometheus: Prometheus | None
+    operator_pod: dict[str, Any] | None
+    # The partition service's bearer token of each namespace (its Secret's keys).
+    partition_tokens: dict[str, str]
+
+    @property
+    def url(self) -> str:
+        """The API server's plain-HTTP address on loopback (the kubeconfig's is HTTPS)."""
+        raise NotImplementedError
+
+    @property
+    def api_host(self) -> str:
+        """The node's address, where pods reach the API server and the object store."""
+        raise NotImplementedError
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    def api(self, user_agent: str, namespace: str | None = None) -> KubeApi:
+        return KubeApi.for_url(
+            self.url,
+            token=self.token,
+            namespace=namespace or self.namespaces[0],
+            user_agent=user_agent,
+        )
+
+    @property
+    def partition_storage(self) -> str:
+        """The partition service's storage, as pods reach the object store."""
+        return self.object_store.url("cluster-partitions", self.api_host)
+
+    def object_storage(self, prefix: str) -> str:
+        """An ``s3://`` URL of ``prefix`` in the cluster's bucket, as pods reach it."""
+        return self.object_store.url(prefix, self.api_host)
+
+    def partition_storage_from_host(self) -> str:
+        return self.object_store.url("cluster-partitions", "127.0.0.1")
+
+    def claim_dir(self, namespace: str, claim: dict[str, Any]) -> Path:
+        """Where the cluster keeps the files of ``claim`` (an object read from the API)."""
+        return claim_dir(self.directory, namespace, claim)
+
+    def _operator_port(self, name: str) -> int:
+        deployment = chart.operator_part(self.chart, "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == name]
+        return int(port)
+
+    @property
+    def operator_address(self) -> str:
+        """host:port of the operator pod's metrics port."""
+        assert self.operator_pod is not None
+        return f"{self.operator_pod['status']['podIP']}:{self._operator_port('metrics')}"
+
+    def partition_service_url(self, timeout: float = OPERATOR_START_TIMEOUT) -> str:
+        """``http://podIP:port`` of the partition service's pod, once it is ready."""
+        deployment = chart.partition_service_part(self.chart, "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "http"]
+        pod = ready_pod(self.api("local-cluster"), deployment, timeout)
+        if pod is None:
+            raise RuntimeError("the partition service's pod did not become ready")
+        return f"http://{pod['status']['podIP']}:{port}"
+
+    def metrics(self) -> str:
+        """The operator's Prometheus metrics, as scraped."""
+        url = f"http://{self.operator_address}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return str(response.read().decode())
+
+    def operator_logs(self) -> str:
+        """The logs of the operator's pods (one the Deployment replaced too), oldest first."""
+        logs = (self.directory / "pods" / OPERATOR_NAMESPACE).glob(f"{RELEASE}-*/operator.log")
+        return "".join(
+            log.read_text(errors="replace") for log in sorted(logs, key=os.path.getmtime)
+        )
+
+    def stop(self) -> None:
+        """Nothing to stop here; ``LocalCluster`` stops what it started."""
+
+
+class LocalCluster(ClusterAccess):
     """See the module docstring; a context manager, or ``start()`` and ``stop()``."""
 
     def __init__(
@@ -102,7 +198,6 @@ class LocalCluster:
             authorize=True,
             owner_reference_enforcement=True,
         )
-        self.kubeconfig = self.directory / "kubeconfig"
         self.operator_pod: dict[str, Any] | None = None
         self.deployments: DeploymentController | None = None
         self.kubelet: Kubelet | None = None
@@ -118,32 +213,16 @@ class LocalCluster:
         return str(self.server.url)
 
     @property
+    def api_host(self) -> str:
+        return self.runtime.api_host
+
+    @property
     def api_address(self) -> tuple[str, int]:
         """Where pods reach the API server (its HTTPS port; the Service variables a kubelet
         gives every container: ``KUBERNETES_SERVICE_HOST`` and ``_PORT``)."""
         return self.runtime.api_host, self.server.tls_port
 
-    def api(self, user_agent: str, namespace: str | None = None) -> KubeApi:
-        return KubeApi.for_url(
-            self.url,
-            token=self.token,
-            namespace=namespace or self.namespaces[0],
-            user_agent=user_agent,
-        )
-
     # -- life -------------------------------------------------------------------------------
-
-    @property
-    def partition_storage(self) -> str:
-        """The partition service's storage, as pods reach the object store."""
-        return self.object_store.url("cluster-partitions", self.runtime.api_host)
-
-    def object_storage(self, prefix: str) -> str:
-        """An ``s3://`` URL of ``prefix`` in the cluster's bucket, as pods reach it."""
-        return self.object_store.url(prefix, self.runtime.api_host)
-
-    def partition_storage_from_host(self) -> str:
-        return self.object_store.url("cluster-partitions", "127.0.0.1")
 
     def start(self) -> Self:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -174,7 +253,22 @@ class LocalCluster:
         self._install(admin)
         self.operator_pod = self._await_operator(admin)
         self._start_prometheus()
+        self._write_access_file()
         return self
+
+    def _write_access_file(self) -> None:
+        """What another process needs to use this cluster while it runs (``AttachedCluster``)."""
+        access = {
+            "url": self.url,
+            "token": self.token,
+            "namespaces": list(self.namespaces),
+            "api_host": self.api_host,
+            "object_store_port": self.object_store.port,
+            "prometheus_port": self.prometheus.port if self.prometheus else 0,
+            "partition_tokens": self.partition_tokens,
+            "chart": self.chart,
+        }
+        (self.directory / ACCESS_FILE).write_text(json.dumps(access))
 
     def stop(self) -> None:
         if self.prometheus is not None:
@@ -240,24 +334,12 @@ class LocalCluster:
     def _await_operator(self, api: KubeApi) -> dict[str, Any]:
         """The Deployment's pod, once its readiness probe (kopf's /healthz) answers."""
         deployment = chart.operator_part(self.chart, "Deployment")
-        pod = _ready_pod(api, deployment, OPERATOR_START_TIMEOUT)
+        pod = ready_pod(api, deployment, OPERATOR_START_TIMEOUT)
         if pod is None:
             raise RuntimeError(
                 f"the operator's pod did not become ready: {self.operator_logs()[-3000:]}"
             )
         return pod
-
-    def _operator_port(self, name: str) -> int:
-        deployment = chart.operator_part(self.chart, "Deployment")
-        (container,) = deployment["spec"]["template"]["spec"]["containers"]
-        (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == name]
-        return int(port)
-
-    @property
-    def operator_address(self) -> str:
-        """host:port of the operator pod's metrics port."""
-        assert self.operator_pod is not None
-        return f"{self.operator_pod['status']['podIP']}:{self._operator_port('metrics')}"
 
     def _start_prometheus(self) -> None:
         """Prometheus scraping the operator as the chart's ServiceMonitor asks, with its rules."""
@@ -271,31 +353,7 @@ class LocalCluster:
         rules = only(self.chart, "PrometheusRule")["spec"]
         self.prometheus = Prometheus(self.directory / "prometheus", scrape, rules).start()
 
-    def partition_service_url(self, timeout: float = OPERATOR_START_TIMEOUT) -> str:
-        """``http://podIP:port`` of the partition service's pod, once it is ready."""
-        deployment = chart.partition_service_part(self.chart, "Deployment")
-        (container,) = deployment["spec"]["template"]["spec"]["containers"]
-        (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "http"]
-        pod = _ready_pod(self.api("local-cluster"), deployment, timeout)
-        if pod is None:
-            raise RuntimeError("the partition service's pod did not become ready")
-        return f"http://{pod['status']['podIP']}:{port}"
-
-    def metrics(self) -> str:
-        """The operator's Prometheus metrics, as scraped."""
-        url = f"http://{self.operator_address}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return str(response.read().decode())
-
-    def operator_logs(self) -> str:
-        """The logs of the operator's pods (one the Deployment replaced too), oldest first."""
-        logs = (self.directory / "pods" / OPERATOR_NAMESPACE).glob(f"{RELEASE}-*/operator.log")
-        return "".join(
-            log.read_text(errors="replace") for log in sorted(logs, key=os.path.getmtime)
-        )
-
-
-def _ready_pod(api: KubeApi, deployment: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+def ready_pod(api: KubeApi, deployment: dict[str, Any], timeout: float) -> dict[str, Any] | None:
     """A ready pod of ``deployment`` (in the operator's namespace), or None at the deadline."""
     labels = deployment["spec"]["selector"]["matchLabels"]
     selector = ",".join(f"{key}={value}" for key, value in labels.items())

@@ -44,6 +44,13 @@ class PodRef:
         return dict(self.pod["spec"]["containers"][0])
 
 
+def claim_dir(root: Path, namespace: str, claim: Mapping[str, Any]) -> Path:
+    """Where the kubelet rooted at ``root`` keeps a claim's files (the local-path provisioner's
+    layout: one directory per claim, named by the claim and its uid)."""
+    meta = claim["metadata"]
+    return root / "claims" / namespace / f"{meta['name']}-{meta['uid'][:8]}"
+
+
 def data_of(plural: str, obj: Mapping[str, Any]) -> dict[str, bytes]:
     """A ConfigMap's or Secret's keys as bytes."""
     if plural == "secrets":
@@ -102,8 +109,7 @@ class PodVolumes:
         return directory
 
     def claim_dir(self, namespace: str, claim: Mapping[str, Any]) -> Path:
-        meta = claim["metadata"]
-        return self.root / "claims" / namespace / f"{meta['name']}-{meta['uid'][:8]}"
+        return claim_dir(self.root, namespace, claim)
 
     def _project(self, pod: PodRef, volume: dict[str, Any], target: Path) -> None:
         """Write a ConfigMap's or Secret's keys as files (all, or the ``items`` named)."""

@@ -27,23 +27,23 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # when built by hand): the build machine's CA bundle, for networks that re-sign TLS, trusted by pip
 # in this stage only, and constraints.txt, the versions the tests ran with, so that the image runs
 # what was tested.
-# Two layers, so that a change of the code (or of the README) rebuilds in seconds: the
-# dependencies, from pyproject.toml alone (a placeholder package stands in for operator/), then the
-# package itself without them.
 COPY docker/build-local/ /tmp/build-local/
-COPY pyproject.toml /src/
+# Two layers, so that a change of the code (or of the README) rebuilds in seconds: the
+# dependencies, from pyproject.toml alone (a placeholder package stands in for operator/, built
+# apart so that nothing of it is left for the second build), then the package itself without them.
+COPY pyproject.toml /tmp/dependencies/
 RUN if [ -s /tmp/build-local/ca-certificates.crt ]; then \
         export PIP_CERT=/tmp/build-local/ca-certificates.crt; fi \
     && if [ -s /tmp/build-local/constraints.txt ]; then \
         export PIP_CONSTRAINT=/tmp/build-local/constraints.txt; fi \
-    && mkdir -p /src/operator/finishable && touch /src/README.md \
-    && echo '__version__ = "0"' > /src/operator/finishable/__init__.py \
+    && cd /tmp/dependencies && mkdir -p operator/finishable && touch README.md \
+    && echo '__version__ = "0"' > operator/finishable/__init__.py \
     && python3 -m venv /opt/finishable/venv \
     && /opt/finishable/venv/bin/pip install --upgrade pip \
-    && /opt/finishable/venv/bin/pip install '/src[iceberg]' \
+    && /opt/finishable/venv/bin/pip install '.[iceberg]' \
     && /opt/finishable/venv/bin/pip uninstall --yes finishable-spark-operator \
-    && rm -rf /src/operator /src/README.md
-COPY README.md /src/
+    && cd / && rm -rf /tmp/dependencies
+COPY pyproject.toml README.md /src/
 COPY operator /src/operator
 RUN if [ -s /tmp/build-local/ca-certificates.crt ]; then \
         export PIP_CERT=/tmp/build-local/ca-certificates.crt; fi \

@@ -39,9 +39,11 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterA
     namespaces = (NAMESPACE, KUBECTL_NAMESPACE)
     if running := os.environ.get("E2E_LOCAL_CLUSTER"):
         try:
-            yield AttachedCluster(Path(running), namespaces)
+            attached = AttachedCluster(Path(running), namespaces)
+            attached.clear(namespaces)
         except NotRunning as problem:
             pytest.fail(str(problem))
+        yield attached
         return
     if RUNTIME not in RUNTIMES:
         pytest.fail(f"E2E_RUNTIME={RUNTIME!r}: one of {', '.join(RUNTIMES)}")

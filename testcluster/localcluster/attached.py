@@ -10,15 +10,26 @@ The running cluster wrote what attaching needs into its directory when it had st
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
+from finishable.api.models import API_GROUP, API_VERSION, PLURAL
+from finishable.api.snapshot import SNAPSHOT_PLURAL
 from testcluster.localcluster.chart import OPERATOR_NAMESPACE, operator_part
 from testcluster.localcluster.cluster import ACCESS_FILE, ClusterAccess, ready_pod
 from testcluster.localcluster.objectstore import ObjectStore
 from testcluster.localcluster.prometheus import Prometheus
 
 ATTACH_TIMEOUT = 10.0
+CLEAR_TIMEOUT = 180.0  # the jobs' drivers stopped and their finalizers removed by the operator
+# What a test run leaves in its namespaces, newest kind first: jobs (their children go with them),
+# then the savepoints recorded as snapshots, then the claims (their files go with them).
+LEFT_BY_A_RUN = (
+    (PLURAL, f"{API_GROUP}/{API_VERSION}"),
+    (SNAPSHOT_PLURAL, f"{API_GROUP}/{API_VERSION}"),
+    ("persistentvolumeclaims", "v1"),
+)
 
 
 class NotRunning(RuntimeError):
@@ -71,3 +82,18 @@ class AttachedCluster(ClusterAccess):
     @property
     def api_host(self) -> str:
         return self._api_host
+
+    def clear(self, namespaces: tuple[str, ...]) -> None:
+        """Delete what earlier test runs left in ``namespaces`` (``LEFT_BY_A_RUN``) and wait until
+        it is gone, so that this run starts as it would on a new cluster."""
+        api = self.api("attached")
+        for plural, api_version in LEFT_BY_A_RUN:
+            paths = [api.path(plural, namespace=ns, api_version=api_version) for ns in namespaces]
+            for path in paths:
+                for item in api.request("GET", path).body.get("items") or []:
+                    api.request("DELETE", f"{path}/{item['metadata']['name']}")
+            deadline = time.monotonic() + CLEAR_TIMEOUT
+            while any(api.request("GET", path).body.get("items") for path in paths):
+                if time.monotonic() > deadline:
+                    raise NotRunning(f"{plural} of an earlier run stay: is the operator up?")
+                time.sleep(0.5)

@@ -283,6 +283,7 @@ class LocalCluster(ClusterAccess):
             self.stateful_sets.stop()
         self.server.stop()
         self.object_store.stop()
+        (self.directory / ACCESS_FILE).unlink(missing_ok=True)  # nothing to attach to now
         self._keep_api_audit()
 
     def _keep_api_audit(self) -> None:

@@ -23,7 +23,8 @@ kubeconfig is ``<directory>/kubeconfig``; logs are
 ``<directory>/pods/<namespace>/<pod>-<uid>/<container>.log`` (the operator's in the namespace
 OPERATOR_NAMESPACE); when it stops, the API audit (every call counted by client, verb and
 resource, and every request refused) is written to ``<directory>/api-calls.json`` and
-``<directory>/api-refusals.json``.
+``<directory>/api-refusals.json``. While it runs, ``<directory>/cluster.json`` tells another
+process how to use it (``attached.py``: an e2e run against ``python -m testcluster``).
 """
 
 from __future__ import annotations
@@ -67,9 +68,7 @@ RUNTIMES = ("process", "container")
 # The API audit, written into the cluster's directory when it stops (_keep_api_audit).
 API_CALLS_FILE = "api-calls.json"
 API_REFUSALS_FILE = "api-refusals.json"
-
-
-ACCESS_FILE = "cluster.json"  # what another process needs to use a running cluster (attach)
+ACCESS_FILE = "cluster.json"  # what another process needs to use the running cluster (attached.py)
 
 
 class ClusterAccess:

@@ -75,6 +75,7 @@ ON_DEMAND: set[Grant] = set()
 (each says which job)."""
 
 
+@pytest.mark.full  # only every flow together uses every right
 def test_the_driver_role_grants_nothing_the_drivers_did_not_use(
     local_cluster: ClusterAccess | None,
 ) -> None:

@@ -29,8 +29,8 @@ STARTED="$(date +%s)"
 report() {
     echo
     echo "make $( [ "$TIER" = quick ] && echo test || echo test-all ): where the minutes went"
-    while IFS="$(printf '\t')" read -r label seconds status; do
-        printf '  %-44s %5d s  %s\n' "$label" "$seconds" "$status"
+    while IFS="$(printf '\t')" read -r done_label done_seconds done_result; do
+        printf '  %-44s %5d s  %s\n' "$done_label" "$done_seconds" "$done_result"
     done <"$TIMES"
     printf '  %-44s %5d s\n' "total" "$(( $(date +%s) - STARTED ))"
 }

@@ -23,8 +23,8 @@ from testcluster.localcluster.prometheus import Prometheus
 
 ATTACH_TIMEOUT = 10.0
 CLEAR_TIMEOUT = 180.0  # the jobs' drivers stopped and their finalizers removed by the operator
-# What a test run leaves in its namespaces, newest kind first: jobs (their children go with them),
-# then the savepoints recorded as snapshots, then the claims (their files go with them).
+# What a test run leaves in its namespaces, in the order it is deleted: jobs (their children go
+# with them), then the savepoints recorded as snapshots, then the claims (their files go with them).
 LEFT_BY_A_RUN = (
     (PLURAL, f"{API_GROUP}/{API_VERSION}"),
     (SNAPSHOT_PLURAL, f"{API_GROUP}/{API_VERSION}"),

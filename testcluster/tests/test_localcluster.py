@@ -15,8 +15,14 @@ import pytest
 
 from finishable.kube.api import KubeApi
 from testcluster.apiserver.emulator import EmulatorServer
+from testcluster.localcluster.attached import AttachedCluster, NotRunning
 from testcluster.localcluster.chart import OPERATOR_NAMESPACE, collection
-from testcluster.localcluster.cluster import API_CALLS_FILE, API_REFUSALS_FILE, LocalCluster
+from testcluster.localcluster.cluster import (
+    ACCESS_FILE,
+    API_CALLS_FILE,
+    API_REFUSALS_FILE,
+    LocalCluster,
+)
 from testcluster.localcluster.container_runtime import security_args
 from testcluster.localcluster.deployments import (
     HASH_LABEL,
@@ -541,3 +547,12 @@ def test_a_stopped_cluster_keeps_its_api_audit_beside_the_pod_logs(tmp_path: Pat
     assert [(r["client"], r["method"], r["status"]) for r in refusals] == [
         ("audit-test", "POST", refused.status)
     ]
+
+
+def test_attaching_where_no_cluster_runs_says_how_to_start_one(tmp_path: Path) -> None:
+    with pytest.raises(NotRunning, match=r"no such file: start the cluster first .*-m testcluster"):
+        AttachedCluster(tmp_path / "nothing")
+    access = {"url": "", "api_host": "", "token": "", "namespaces": ["a"]}
+    (tmp_path / ACCESS_FILE).write_text(json.dumps(access))
+    with pytest.raises(NotRunning, match=r"serves a, not e2e: start it with --namespace e2e"):
+        AttachedCluster(tmp_path, ("e2e",))

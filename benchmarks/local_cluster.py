@@ -121,7 +121,8 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory(prefix="bench-local-cluster-") as temp:
         work = Path(temp)
-        run_s, _ = run_job(work, "plain", work / "plain-input", args.files, args.rows, crash=False)
+        plain = work / "plain-input"
+        run_s, _, _ = run_job(work, "plain", plain, args.files, args.rows, crash=False)
         result["finishable_run_s"] = round(run_s, 2)
         for mode, master in MODES.items():
             result |= through_a_cluster(

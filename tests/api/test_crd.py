@@ -1,5 +1,6 @@
 """The generated CRD: committed file equals the generator, and the schema is structural."""
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,19 @@ def test_every_spec_and_status_field_is_described() -> None:
     for path, node in walk(schema()):
         if path.startswith((".spec", ".status")) and not path.endswith(("[]", "{}")):
             assert node.get("description"), f"{path} has no description"
+
+
+def test_descriptions_break_lines_only_between_paragraphs_and_items() -> None:
+    """``kubectl explain`` prints a description's newlines as they are: a docstring's wrapped
+    lines would break its sentences mid-way there."""
+    for crd in (build_crd(), build_snapshot_crd()):
+        root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for path, node in walk(root):
+            lines = str(node.get("description", "")).split("\n")
+            for before, line in itertools.pairwise(lines):
+                assert not before or not line or line.startswith("- "), (
+                    f"{crd['metadata']['name']} {path or '.'}: a sentence broken at {before!r}"
+                )
 
 
 def test_defaults_are_valid_for_their_nodes() -> None:

@@ -513,6 +513,20 @@ def test_a_snapshot_created_by_hand_is_abandoned_when_its_job_is_deleted(k8s: Cl
     assert "deleted" in status["message"] and status["jobUid"]
 
 
+def test_a_deleted_jobs_loop_leaves_when_asked_and_is_not_cancelled(
+    k8s: Cluster, operator: OperatorProcess
+) -> None:
+    """kopf stops a deleted job's daemon by its stop flag first; the loop watches the flag, so it
+    is never cancelled mid-step (which kopf logged as a warning on every deletion)."""
+    k8s.start_running("leaving", STREAMING)
+    k8s.delete_job("leaving")
+    k8s.set_pod_phase("leaving-driver-1", "Succeeded", missing_ok=True)
+    wait_for(lambda: k8s.job("leaving") is None, "the job is gone")
+    said = [line for line in operator.log().splitlines() if "leaving" in line]
+    assert said, "the operator logged the job's deletion"
+    assert not [line for line in said if "cancelled" in line], said
+
+
 def test_a_stop_past_its_timeout_is_cancelled_and_the_job_keeps_running(k8s: Cluster) -> None:
     k8s.start_running("slowstop", {**STREAMING, "stopTimeout": "1s"})
     k8s.edit("slowstop", state="Suspended")
@@ -786,6 +800,9 @@ def test_deletion_stops_the_driver_removes_children_and_state_by_policy(
     else:
         assert found is not None, "the job's snapshots are kept"
         assert not found["metadata"].get("ownerReferences"), "and no longer owned"
+        # a new job of the same name lists its own snapshots, not a deleted one's
+        assert snapshots_of(k8s, name) == []
+        assert found["metadata"]["labels"] == {"finishable.dev/deleted-job": name}
     for plural, child in (
         ("pods", f"{name}-driver-1"),
         ("services", f"{name}-driver"),

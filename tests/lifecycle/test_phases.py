@@ -570,6 +570,18 @@ def test_invalid_spec_fails_a_new_job_and_a_fix_restarts_it() -> None:
     assert job.status.attempt == 1
 
 
+def test_a_job_refused_at_creation_is_not_told_of_a_new_spec_later() -> None:
+    """Failed for the spec it was created with, the job has no earlier spec: the next steps
+    on the same generation say nothing of a "new spec not applied"."""
+    job = Job()
+    problems = ("spec.state: 'Paused' is not one of ...",)
+    job.step(problems=problems)
+    later = [job.step(problems=problems) for _ in range(2)]
+    assert job.phase is Phase.FAILED
+    assert [e.message for d in later for e in d.events] == []
+    assert all(c.reason != "InvalidSpec" for c in job.status.conditions)
+
+
 def test_invalid_edit_of_a_running_job_changes_nothing() -> None:
     job = Job()
     job.run()

@@ -84,6 +84,8 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
                 out["additionalProperties"] = _structural(value, defs)
         elif key == "default" and value is None:
             continue
+        elif key == "description":
+            out[key] = _unwrapped(value)
         else:
             out[key] = value
 
@@ -95,6 +97,18 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if "type" not in out:
         raise ValueError(f"schema node without a type: {node!r}")
     return _ordered(out)
+
+
+def _unwrapped(text: str) -> str:
+    """A docstring's wrapped lines joined into one line per paragraph or ``- `` item:
+    ``kubectl explain`` prints newlines as they are, so a wrap would break a sentence there."""
+    paragraphs: list[str] = []
+    for line in (line.strip() for line in text.split("\n")):
+        if not line or not paragraphs or not paragraphs[-1] or line.startswith("- "):
+            paragraphs.append(line)
+        else:
+            paragraphs[-1] += " " + line
+    return "\n".join(paragraphs)
 
 
 _KEY_ORDER = (

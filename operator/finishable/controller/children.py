@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from finishable.api.models import Phase
@@ -19,7 +20,7 @@ from finishable.api.spec import FinishableSparkJobSpec
 from finishable.controller import builders, naming
 from finishable.controller.kube import Kube
 from finishable.controller.naming import KUBERNETES_MASTER
-from finishable.controller.observe import DriverPod
+from finishable.controller.observe import DriverPod, OwnPodWrites, driver_pod_of
 from finishable.kube.objects import (
     LABEL_ATTEMPT,
     LABEL_COMPONENT,
@@ -49,6 +50,8 @@ class JobChildren:
         self.key = (job.namespace, job.name)
         self.channel = channel
         self.master = master
+        self.writes = OwnPodWrites()
+        """The driver pods created and deleted here that the watch may not show yet."""
         self._children_for_attempt: int | None = None
         self._shuffle_deleted = False
 
@@ -107,6 +110,7 @@ class JobChildren:
         )
         if await self.kube.create(body):
             log.info("%s: created %s", self.key, builders.describe_child(body))
+        self.writes.create(driver_pod_of(body), datetime.now(UTC))  # created, or found (409)
 
     async def _promote(
         self, spec: FinishableSparkJobSpec, action: Action, pods: list[DriverPod]
@@ -159,6 +163,7 @@ class JobChildren:
         """Delete driver pods and the executors of their attempts."""
         for pod in pods:
             await self.kube.delete("pods", pod.name, namespace=self.job.namespace)
+            self.writes.delete(pod.name, datetime.now(UTC))
             deleted = await self._delete_executor_pods(f"{LABEL_ATTEMPT}={pod.attempt}")
             log.info("%s: deleted %s and %d executors", self.key, pod.name, deleted)
 

@@ -21,7 +21,13 @@ from finishable.controller import naming
 from finishable.controller.kube import Kube
 from finishable.controller.snapshots import SNAPSHOT_API_VERSION
 from finishable.kube.api import KubeApiError
-from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, JobRef, job_label_value
+from finishable.kube.objects import (
+    LABEL_COMPONENT,
+    LABEL_DELETED_JOB,
+    LABEL_JOB,
+    JobRef,
+    job_label_value,
+)
 from finishable.state.configmap import ANNOTATION_NAME
 from finishable.state.configmap import COMPONENT as STATE_COMPONENT
 from finishable.state.snapshots import is_savepoint_object
@@ -155,8 +161,10 @@ async def remove_children(kube: Kube, job: JobRef, *, retain: RetainOnDelete) ->
 
 async def keep_snapshots(kube: Kube, job: JobRef) -> None:
     """The job's FinishableSparkSnapshots outlive it, as its savepoints do (orphaned), so that a
-    new job can still start from one by name. Where their CRD is not installed (an operator
-    upgraded without it), there are none."""
+    new job can still start from one by name. Their ``finishable.dev/job`` label becomes
+    ``finishable.dev/deleted-job``: the label lists a job's own snapshots, and a new job of the
+    same name has none yet. Where their CRD is not installed (an operator upgraded without it),
+    there are none."""
     selector = f"{LABEL_JOB}={job_label_value(job.name)}"
     path = kube.api.path(SNAPSHOT_PLURAL, namespace=job.namespace, api_version=SNAPSHOT_API_VERSION)
     response = await kube.request("GET", path, query={"labelSelector": selector})
@@ -172,4 +180,5 @@ async def keep_snapshots(kube: Kube, job: JobRef) -> None:
                 str(meta["name"]),
                 namespace=job.namespace,
                 api_version=SNAPSHOT_API_VERSION,
+                labels={LABEL_JOB: None, LABEL_DELETED_JOB: job_label_value(job.name)},
             )

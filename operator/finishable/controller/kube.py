@@ -99,13 +99,23 @@ class Kube:
         raise KubeApiError(f"cannot delete {plural}/{name}", response)
 
     async def orphan(
-        self, plural: str, name: str, *, namespace: str, api_version: str = "v1"
+        self,
+        plural: str,
+        name: str,
+        *,
+        namespace: str,
+        api_version: str = "v1",
+        labels: Mapping[str, str | None] | None = None,
     ) -> bool:
-        """Remove the object's owner references, so it outlives its owner; False if gone."""
+        """Remove the object's owner references, so it outlives its owner, and merge ``labels``
+        into its own (None removes one); False if gone."""
+        metadata: dict[str, Any] = {"ownerReferences": None}
+        if labels:
+            metadata["labels"] = dict(labels)
         response = await self.request(
             "PATCH",
             self.api.path(plural, name, namespace=namespace, api_version=api_version),
-            body={"metadata": {"ownerReferences": None}},
+            body={"metadata": metadata},
             content_type=MERGE_PATCH,
         )
         if response.status == 200:

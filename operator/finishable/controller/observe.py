@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -81,6 +82,50 @@ def driver_pod_of(body: Mapping[str, Any]) -> DriverPod:
         standby=(meta.get("labels") or {}).get(LABEL_STANDBY) == "true",
         spec_revision=str((meta.get("annotations") or {}).get(ANNOTATION_SPEC_REVISION, "")),
     )
+
+
+WRITES_UNSEEN_FOR = timedelta(seconds=60)
+"""How long a pod write the watch has not shown is trusted over the watch (then the watch wins:
+a pod deleted by someone else before the watch showed it must not be awaited forever)."""
+
+
+@dataclass
+class OwnPodWrites:
+    """The driver pods this operator created or deleted that its watch has not shown yet.
+
+    A loop steps again as soon as its status write lands, often before the watch brings the pod
+    it just created or deleted: deciding on that older list would create the pod again (a 409)
+    or delete it again. Like the expectations of Kubernetes' own controllers, the operator's
+    own writes overlay the watched list until the watch shows them.
+    """
+
+    created: dict[str, tuple[DriverPod, datetime]] = field(default_factory=dict)
+    deleted: dict[str, datetime] = field(default_factory=dict)
+
+    def create(self, pod: DriverPod, at: datetime) -> None:
+        self.created[pod.name] = (pod, at)
+        self.deleted.pop(pod.name, None)
+
+    def delete(self, name: str, at: datetime) -> None:
+        self.deleted[name] = at
+        self.created.pop(name, None)
+
+    def overlay(self, watched: Iterable[DriverPod], now: datetime) -> list[DriverPod]:
+        """``watched`` with the writes it does not show yet; forgets those it shows or that
+        are older than :data:`WRITES_UNSEEN_FOR`."""
+        pods = {pod.name: pod for pod in watched}
+        for name, (pod, at) in list(self.created.items()):
+            if name in pods or now - at > WRITES_UNSEEN_FOR:
+                del self.created[name]
+            else:
+                pods[name] = pod
+        for name, at in list(self.deleted.items()):
+            seen = pods.get(name)
+            if seen is None or seen.deleting or now - at > WRITES_UNSEEN_FOR:
+                del self.deleted[name]
+            else:
+                pods[name] = replace(seen, deleting=True)
+        return list(pods.values())
 
 
 def parse_report(text: str | None) -> DriverReport | None:

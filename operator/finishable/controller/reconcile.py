@@ -209,9 +209,10 @@ class JobLoop:
         if spec is not None:
             spec = with_operator_defaults(spec, self.controller.partition_storage)
             spec = await self.resolve_snapshot_ref(spec, int(meta.get("generation") or 1))
-        pods, report_text = self.observe()
-        current = current_driver(pods, self.status.attempt)
+        watched, report_text = self.observe()
         now = datetime.now(UTC)
+        pods = self.children.writes.overlay(watched, now)
+        current = current_driver(pods, self.status.attempt)
         observation = Observation(
             now=now,
             generation=int(meta.get("generation") or 1),

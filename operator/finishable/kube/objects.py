@@ -16,6 +16,8 @@ from typing import Any
 from finishable.api.models import API_GROUP, API_VERSION, KIND
 
 LABEL_JOB = "finishable.dev/job"
+LABEL_DELETED_JOB = "finishable.dev/deleted-job"
+"""On the snapshots a deleted job left behind, in place of its ``LABEL_JOB``."""
 LABEL_COMPONENT = "finishable.dev/component"
 LABEL_ATTEMPT = "finishable.dev/attempt"
 LABEL_STANDBY = "finishable.dev/standby"

@@ -172,6 +172,8 @@ def _settle_transition(step: _Step) -> None:
 def _invalid_spec(step: _Step) -> None:
     problems = "; ".join(step.obs.spec_problems) or "the spec is invalid"
     alive = step.obs.driver_pod in (PodPhase.PENDING, PodPhase.RUNNING)
+    if step.status.phase is P.FAILED and step.status.observed_generation == step.obs.generation:
+        return  # failed for this very spec, as the status already says: no earlier spec to keep
     if alive or step.status.phase in (P.FINISHED, P.FAILED):
         # Never tear down a running job because of an edit: report it and do nothing.
         step.degraded = ("InvalidSpec", f"the new spec is not applied: {problems}")

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test test-all venv lint typecheck crd clean tools image
+.PHONY: demo test test-all venv lint typecheck crd clean tools image control-plane
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,7 +42,8 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # What the tests run for real besides Python: the pinned kubectl and helm (checksums checked) in
-# .venv/bin, and Debian's prometheus, promtool, shellcheck and postgresql (installed when missing).
+# .venv/bin, and Debian's prometheus, promtool, shellcheck, postgresql and etcd-server (installed
+# when missing).
 tools: $(BIN)/kubectl $(BIN)/helm
 	sh testcluster/tools/install-system-tools.sh
 
@@ -52,6 +53,12 @@ $(BIN)/kubectl $(BIN)/helm: testcluster/tools/install-cluster-tool.sh | $(STAMP)
 # The project's image, built and tried (docker, or ENGINE=podman; BASE=local builds its base here).
 image:
 	sh docker/build-image.sh
+
+# The real Kubernetes control plane of the full tier (testcluster/controlplane): kube-apiserver,
+# kube-controller-manager and kube-scheduler of the release go.mod pins, built from their Go
+# modules once into ~/.cache/finishable/kubernetes-<version> (minutes; then nothing to do).
+control-plane:
+	sh testcluster/tools/build-control-plane.sh >/dev/null
 
 crd: $(STAMP)
 	$(BIN)/finishable crd > crds/finishablesparkjobs.finishable.dev.yaml

@@ -66,3 +66,11 @@ def test_a_benchmark_runs_and_prints_json(script: str) -> None:
     if script == "soak":
         (result,) = results
         assert (result["lost"], result["duplicated"]) == (0, 0), result
+
+
+def test_the_operator_scale_benchmark_runs_on_the_real_api_server_too() -> None:
+    """``--server real``: the pinned kube-apiserver with etcd (testcluster/controlplane), its
+    requests counted by the server's audit log rather than the emulator's counters."""
+    (result,) = run("operator_scale", [*SMALL["operator_scale"], "--server", "real"])
+    assert result["server"] == "real" and result["jobs"] == 10, result
+    assert result["api_requests_per_job"] > 0, result

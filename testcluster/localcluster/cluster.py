@@ -353,6 +353,7 @@ class LocalCluster(ClusterAccess):
         rules = only(self.chart, "PrometheusRule")["spec"]
         self.prometheus = Prometheus(self.directory / "prometheus", scrape, rules).start()
 
+
 def ready_pod(api: KubeApi, deployment: dict[str, Any], timeout: float) -> dict[str, Any] | None:
     """A ready pod of ``deployment`` (in the operator's namespace), or None at the deadline."""
     labels = deployment["spec"]["selector"]["matchLabels"]

@@ -66,6 +66,7 @@ def test_make_test_all_runs_both_tiers_and_process_pods_need_no_image(tmp_path: 
     done, calls = run_tier(tmp_path, "all", E2E_RUNTIME="process")
     assert done.returncode == 0, done.stderr
     assert "make -s image" not in calls
+    assert "make -s control-plane" in calls, "the full tier's control plane, built apart"
     assert calls[-2:] == [
         "pytest tests testcluster --tier all -n 3 --dist loadfile",
         "pytest e2e --tier all",

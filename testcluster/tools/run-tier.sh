@@ -6,7 +6,8 @@
 #   all    every test of both tiers
 #
 # The one-time setup (the Python environment, the tools the tests run, the image the e2e pods
-# run) is timed apart from the tests: on a fresh machine it is most of the first run, later runs
+# run, and for the full tier the Kubernetes control plane built from its Go modules) is timed
+# apart from the tests: on a fresh machine it is most of the first run, later runs
 # find it cached and pay seconds. WORKERS (default 2) processes run the unit and component tests;
 # E2E_RUNTIME (default container) runs the e2e pods as containers of the image, or as sandboxed
 # processes (`process`: no container engine, no image step).
@@ -51,6 +52,9 @@ step "setup: python environment (.venv)" "$MAKE" -s venv
 step "setup: kubectl, helm, prometheus, postgres" "$MAKE" -s tools
 if [ "$E2E_RUNTIME" = container ]; then
     step "setup: the image (docker engine, build)" "$MAKE" -s image
+fi
+if [ "$TIER" = all ]; then
+    step "setup: the control plane (go build)" "$MAKE" -s control-plane
 fi
 step "ruff" "$MAKE" -s lint
 step "mypy --strict" "$MAKE" -s typecheck

@@ -137,6 +137,8 @@ def test_restore_checks() -> None:
     with pytest.raises(IncompatibleSavepoint, match="allowDrained: true"):
         check_restorable(manifest(drained=True), allow_drained=False, **ours)
     check_restorable(manifest(drained=True), allow_drained=True, **ours)
+
+
 def test_real_query_continues_from_a_restored_cut(spark: Any, tmp_path: Path) -> None:
     """A stateful sum over a file stream: stop, cut, restore elsewhere, continue exactly."""
     from pyspark.sql import functions as sf

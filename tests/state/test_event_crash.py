@@ -26,6 +26,8 @@ def flushed_up_to(side_file: Path) -> int:
     lines = side_file.read_text().splitlines()
     complete = [line for line in lines if len(line.split()) == 2]
     return max((int(line.split()[1]) for line in complete), default=0)
+
+
 def test_sigkill_mid_stream_loses_nothing_acknowledged(case: BackendCase, tmp_path: Path) -> None:
     side_file = tmp_path / "flushed.txt"
     child = subprocess.Popen(

@@ -1,0 +1,335 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager
+and kube-scheduler, built from their Go modules (``build-control-plane.sh``).
+
+Configured as a production cluster is where the project's promises depend on it: TLS with a
+client CA, ServiceAccount tokens signed by the cluster, RBAC (with the Node authorizer), the
+admission plugins a production cluster runs (ServiceAccount, NodeRestriction,
+OwnerReferencesPermissionEnforcement, PodSecurity) and an audit log of every request. Each
+component runs as a child process with its own free ports and its log in the cluster's
+directory; :meth:`ControlPlane.stop` ends them in reverse order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from finishable.kube.api import KubeApi
+from testcluster.controlplane import pki
+from testcluster.network import free_port
+from testcluster.processes import ROOT, terminate
+from testcluster.tools import find
+
+log = logging.getLogger(__name__)
+
+BUILD = ROOT / "testcluster" / "tools" / "build-control-plane.sh"
+SERVICE_CIDR = "10.96.0.0/16"
+API_SERVICE_IP = "10.96.0.1"  # the first address of SERVICE_CIDR: the ``kubernetes`` Service
+ADMISSION_PLUGINS = ("NodeRestriction", "OwnerReferencesPermissionEnforcement", "PodSecurity")
+"""Enabled beside the server's defaults (ServiceAccount, NamespaceLifecycle, LimitRanger, ...)."""
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        # the project's own resources written: with bodies, so that a refusal says why
+        {
+            "level": "RequestResponse",
+            "verbs": ["create", "update", "patch"],
+            "resources": [{"group": "finishable.dev"}],
+        },
+        {"level": "Metadata"},
+    ],
+}
+START_SECONDS = 120.0  # a loaded 2-core machine: etcd, then the server's post-start hooks
+
+
+class ControlPlaneError(RuntimeError):
+    """A component did not start; the message names it and ends with its log's tail."""
+
+
+def binaries(components: Sequence[str] = ()) -> Path:
+    """The directory of the pinned release's binaries, built on the first call on a machine
+    (``build-control-plane.sh``, minutes) and found in the cache afterwards."""
+    result = subprocess.run(
+        ["sh", str(BUILD), *components], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise ControlPlaneError(f"build-control-plane.sh failed:\n{result.stderr[-4000:]}")
+    if result.stderr.strip():
+        log.info("%s", result.stderr.strip())
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def host_address() -> str:
+    """This machine's address on its default route: the API server's advertised address (the
+    ``kubernetes`` Service's endpoint, which may not be a loopback address)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("203.0.113.1", 9))  # no packet is sent: this only picks the route
+        return str(probe.getsockname()[0])
+
+
+@dataclass
+class Identity:
+    """A kubeconfig for one user of the cluster."""
+
+    user: str
+    kubeconfig: Path
+
+
+@dataclass
+class ControlPlane:
+    """etcd and the three control-plane components, started by :meth:`start`."""
+
+    directory: Path
+    bin_dir: Path = field(default_factory=binaries)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
+    url: str = field(default="", init=False)
+    advertise: str = field(default_factory=host_address)
+
+    def __post_init__(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.ca = pki.ClusterCA()
+        self.ca_file = self._write("ca.crt", self.ca.certificate)
+        self.audit_log = self.directory / "audit.log"
+
+    # -- identities -------------------------------------------------------------------------
+
+    def identity(self, user: str, groups: Sequence[str] = ()) -> Identity:
+        """A kubeconfig for ``user`` in ``groups``, authenticated by a client certificate."""
+        issued = self.ca.client(user, groups)
+        name = user.replace(":", "-")
+        cert = self._write(f"{name}.crt", issued.certificate)
+        key = self._write(f"{name}.key", issued.key)
+        credentials = {"client-certificate": str(cert), "client-key": str(key)}
+        return Identity(user, self._kubeconfig(name, credentials))
+
+    def token_identity(self, name: str, token: str) -> Identity:
+        """A kubeconfig that authenticates by a bearer token (a ServiceAccount's)."""
+        return Identity(name, self._kubeconfig(name.replace(":", "-"), {"token": token}))
+
+    def _kubeconfig(self, name: str, user: dict[str, str]) -> Path:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "local",
+                    "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)},
+                }
+            ],
+            "users": [{"name": name, "user": user}],
+            "contexts": [{"name": name, "context": {"cluster": "local", "user": name}}],
+            "current-context": name,
+        }
+        path = self.directory / "kubeconfigs" / f"{name}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(config, indent=1))
+        return path
+
+    # -- processes --------------------------------------------------------------------------
+
+    def start(self) -> ControlPlane:
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._start_controller_manager()
+            self._start_scheduler()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_etcd(self) -> None:
+        etcd = find("etcd")
+        if etcd is None:
+            raise ControlPlaneError("etcd is missing: make tools (or: apt-get install etcd-server)")
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        self._spawn(
+            "etcd",
+            [
+                etcd,
+                "--name", "finishable",
+                "--data-dir", str(self.directory / "etcd"),
+                "--listen-client-urls", self.etcd_url,
+                "--advertise-client-urls", self.etcd_url,
+                "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-cluster", f"finishable=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",  # a test cluster: its data dies with it
+            ],
+        )  # fmt: skip
+        self._wait_healthy("etcd", f"{self.etcd_url}/health", tls=False)
+
+    def _start_apiserver(self) -> None:
+        port = free_port()
+        self.url = f"https://127.0.0.1:{port}"
+        self.admin = self.identity("finishable-admin", ["system:masters"])
+        served = self.ca.serving(
+            "kube-apiserver",
+            ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+             "kubernetes.default.svc.cluster.local"],
+            ["127.0.0.1", API_SERVICE_IP, self.advertise],
+        )  # fmt: skip
+        signing = pki.signing_key()
+        self.sa_key = self._write("sa.key", signing.key)
+        sa_pub = self._write("sa.pub", signing.certificate)
+        policy = self._write("audit-policy.json", json.dumps(AUDIT_POLICY))
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.bin_dir / "kube-apiserver"),
+                "--etcd-servers", self.etcd_url,
+                "--bind-address", "127.0.0.1",
+                "--secure-port", str(port),
+                "--advertise-address", self.advertise,
+                "--tls-cert-file", str(self._write("apiserver.crt", served.certificate)),
+                "--tls-private-key-file", str(self._write("apiserver.key", served.key)),
+                "--client-ca-file", str(self.ca_file),
+                "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+                "--service-account-key-file", str(sa_pub),
+                "--service-account-signing-key-file", str(self.sa_key),
+                "--service-cluster-ip-range", SERVICE_CIDR,
+                "--authorization-mode", "Node,RBAC",
+                "--enable-admission-plugins", ",".join(ADMISSION_PLUGINS),
+                "--audit-log-path", str(self.audit_log),
+                "--audit-policy-file", str(policy),
+                "--profiling=false",
+            ],
+        )  # fmt: skip
+        self._wait_healthy("kube-apiserver", f"{self.url}/readyz", tls=True, admin=True)
+
+    def _start_controller_manager(self) -> None:
+        self._start_component(
+            "kube-controller-manager",
+            [
+                "--use-service-account-credentials=true",  # each controller as its own user
+                "--service-account-private-key-file", str(self.sa_key),
+                "--root-ca-file", str(self.ca_file),
+                "--service-cluster-ip-range", SERVICE_CIDR,
+            ],
+        )  # fmt: skip
+
+    def _start_scheduler(self) -> None:
+        self._start_component("kube-scheduler", [])
+
+    def _start_component(self, name: str, flags: list[str]) -> None:
+        """A control-plane component that calls the API server as ``system:<name>`` and serves
+        its health on a free port (one instance: no leader election)."""
+        kubeconfig = str(self.identity(f"system:{name}").kubeconfig)
+        port = free_port()
+        self._spawn(
+            name,
+            [
+                str(self.bin_dir / name),
+                "--kubeconfig", kubeconfig,
+                "--authentication-kubeconfig", kubeconfig,
+                "--authorization-kubeconfig", kubeconfig,
+                "--bind-address", "127.0.0.1",
+                "--secure-port", str(port),
+                "--leader-elect=false",
+                *flags,
+            ],
+        )  # fmt: skip
+        self._wait_healthy(name, f"https://127.0.0.1:{port}/healthz", tls=True)
+
+    def stop(self) -> None:
+        for name in reversed(list(self.processes)):
+            terminate(self.processes.pop(name), grace=10.0)
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def log_of(self, name: str) -> Path:
+        return self.directory / f"{name}.log"
+
+    def _spawn(self, name: str, command: list[str]) -> None:
+        with self.log_of(name).open("ab") as output:
+            self.processes[name] = subprocess.Popen(
+                command, stdout=output, stderr=subprocess.STDOUT, cwd=self.directory
+            )
+
+    def _wait_healthy(self, name: str, url: str, *, tls: bool, admin: bool = False) -> None:
+        context: ssl.SSLContext | None = None
+        if tls:
+            context = ssl.create_default_context(cafile=str(self.ca_file))
+            if admin:
+                context.load_cert_chain(
+                    self.directory / "finishable-admin.crt", self.directory / "finishable-admin.key"
+                )
+            else:  # the controller-manager's and scheduler's serving certificates are self-signed
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+        deadline = time.monotonic() + START_SECONDS
+        last = ""
+        while time.monotonic() < deadline:
+            process = self.processes[name]
+            if process.poll() is not None:
+                code = process.returncode
+                raise ControlPlaneError(f"{name} exited ({code}):\n{self._tail(name)}")
+            try:
+                with urllib.request.urlopen(url, timeout=5, context=context) as response:
+                    if response.status == 200:
+                        return
+            except OSError as error:
+                last = str(error)
+            time.sleep(0.2)
+        raise ControlPlaneError(
+            f"{name} not healthy at {url} in {START_SECONDS:.0f} s ({last}):\n{self._tail(name)}"
+        )
+
+    def _tail(self, name: str) -> str:
+        return self.log_of(name).read_text(errors="replace")[-3000:]
+
+    def _write(self, name: str, text: str) -> Path:
+        path = self.directory / name
+        path.write_text(text)
+        path.chmod(0o600)
+        return path
+
+
+def register_ready_node(plane: ControlPlane, name: str) -> None:
+    """Register ``name`` as its kubelet does, with the kubelet's own identity (NodeRestriction
+    lets a node write its own Node object and nothing of another's)."""
+    kubelet = KubeApi.from_kubeconfig(
+        plane.identity(f"system:node:{name}", ["system:nodes"]).kubeconfig
+    )
+    node = {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+        },
+    }
+    created = kubelet.request("POST", "/api/v1/nodes", body=node)
+    assert created.status in (201, 409), created.body
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "message": "ready",
+        "lastHeartbeatTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    response = kubelet.request(
+        "PATCH",
+        f"/api/v1/nodes/{name}/status",
+        body={"status": {"conditions": [ready]}},
+        content_type="application/strategic-merge-patch+json",
+    )
+    assert response.status == 200, response.body
+    kubelet.close()

@@ -1,0 +1,66 @@
+"""``build-control-plane.sh``: a release already in the cache is not built again (nor is Go
+needed for it), and a component it does not build is refused by name. The build itself runs in
+``make test-all`` (its own setup step) and under the full tier's control-plane tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.quick
+
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "build-control-plane.sh"
+GO_MOD = Path(__file__).resolve().parents[1] / "controlplane" / "go.mod"
+
+
+def release() -> str:
+    for line in GO_MOD.read_text().splitlines():
+        fields = line.split()
+        if fields[:1] == ["k8s.io/kubernetes"] and fields[1].startswith("v"):
+            return fields[1]
+    raise AssertionError("go.mod requires no k8s.io/kubernetes")
+
+
+def run(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The script with a PATH of the few tools it uses, so without Go whatever the machine has."""
+    tools = cache / "path"
+    tools.mkdir(exist_ok=True)
+    for tool in ("awk", "sed", "cut", "head", "date", "mkdir", "mv", "dirname"):
+        found = shutil.which(tool)
+        assert found, f"{tool} is missing"
+        if not (tools / tool).exists():
+            (tools / tool).symlink_to(found)
+    no_go = {**os.environ, "FINISHABLE_CACHE": str(cache), "PATH": str(tools)}
+    return subprocess.run(
+        [shutil.which("sh") or "/bin/sh", str(SCRIPT), *args],
+        env=no_go,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_a_cached_release_is_found_without_building(tmp_path: Path) -> None:
+    built = tmp_path / f"kubernetes-{release()}"
+    built.mkdir()
+    for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        (built / component).write_text("#!/bin/sh\n")
+        (built / component).chmod(0o755)
+    done = run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(built) and "building" not in done.stderr
+
+
+def test_a_missing_binary_needs_go_and_says_so(tmp_path: Path) -> None:
+    done = run(tmp_path, "kube-apiserver")
+    assert done.returncode == 1 and "go is needed to build kube-apiserver" in done.stderr
+
+
+def test_an_unknown_component_is_refused_by_name(tmp_path: Path) -> None:
+    done = run(tmp_path, "kube-proxy")
+    assert done.returncode == 2
+    assert "unknown component 'kube-proxy'" in done.stderr and "kubelet" in done.stderr

@@ -1,0 +1,118 @@
+"""The operator on a real kube-apiserver of the pinned release (testcluster/controlplane): the
+examples pass its validation of the CRD's schema, and the operator, authenticated as the chart's
+ServiceAccount with the chart's RBAC, runs a job without one request refused.
+
+Full tier: the first run on a machine builds the control plane from its Go modules (minutes;
+cached afterwards).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from finishable.kube.api import KubeApi, KubeResponse
+from testcluster.controlplane.audit import AuditLog
+from testcluster.controlplane.cluster import ControlPlane, register_ready_node
+from testcluster.localcluster.chart import OPERATOR_NAMESPACE, RELEASE, install, render
+from testcluster.processes import ROOT
+from testcluster.waiting import wait_for
+from tests.controller.cluster import OperatorProcess
+
+pytestmark = pytest.mark.full
+
+NAMESPACE = "jobs"
+NODE = "node-1"
+JOBS = "finishable.dev/v1alpha1"
+COLLECTION = f"/apis/{JOBS}/namespaces/{NAMESPACE}/finishablesparkjobs"
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}"
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with ControlPlane(tmp_path_factory.mktemp("controlplane")) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+def admin(plane: ControlPlane) -> Iterator[KubeApi]:
+    api = KubeApi.from_kubeconfig(plane.admin.kubeconfig)
+    for namespace in (NAMESPACE, OPERATOR_NAMESPACE):
+        body = {"metadata": {"name": namespace}}
+        assert api.request("POST", "/api/v1/namespaces", body=body).status == 201
+    install(api, render([NAMESPACE]))  # CRDs, ServiceAccount, RBAC, Services, Deployment
+    yield api
+    api.close()
+
+
+def served(call: Callable[[], KubeResponse]) -> KubeResponse:
+    """A CRD's resource is served a moment after the CRD is created (404 until then)."""
+    return wait_for(lambda: (r := call()).status != 404 and r, "the CRD's resource served", 60)
+
+
+def test_every_example_passes_the_real_servers_validation(admin: KubeApi) -> None:
+    checked = []
+    for path in sorted(ROOT.glob("examples/*/*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc.get("kind") != "FinishableSparkJob":
+                continue
+            response = served(
+                lambda doc=doc: admin.request("POST", COLLECTION, body=doc, query={"dryRun": "All"})
+            )
+            assert response.status == 201, f"{path}: {response.body}"
+            checked.append(path.name)
+    assert len(checked) == 8, checked
+
+
+def test_the_operator_runs_a_job_with_the_charts_rbac_and_nothing_is_refused(
+    plane: ControlPlane, admin: KubeApi, tmp_path: Path
+) -> None:
+    register_ready_node(plane, NODE)
+    token = admin.request(
+        "POST",
+        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{RELEASE}/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    assert token.status == 201, token.body
+    identity = plane.token_identity(OPERATOR_USER, token.body["status"]["token"])
+    operator = OperatorProcess(tmp_path, plane.url, "", [NAMESPACE])
+    operator.kubeconfig.write_text(identity.kubeconfig.read_text())
+    operator.start()
+    try:
+        job = {
+            "apiVersion": JOBS,
+            "kind": "FinishableSparkJob",
+            "metadata": {"name": "first"},
+            "spec": {"image": "finishable-spark:test", "application": {"file": "local:///job.py"}},
+        }
+        assert served(lambda: admin.request("POST", COLLECTION, body=job)).status == 201
+
+        def bound_driver() -> dict[str, Any] | None:
+            path = f"/api/v1/namespaces/{NAMESPACE}/pods/first-driver-1"
+            response = admin.request("GET", path)
+            found = response.status == 200 and response.body["spec"].get("nodeName")
+            return response.body if found else None
+
+        pod = wait_for(
+            bound_driver,
+            "the driver pod, created by the operator and bound by the scheduler",
+            120,
+            on_fail=operator.log,
+        )
+        assert pod["spec"]["nodeName"] == NODE
+        status = admin.request("GET", f"{COLLECTION}/first").body["status"]
+        assert status["phase"] == "Submitted", status
+    finally:
+        operator.stop()
+
+    audit = AuditLog(plane.audit_log)
+    assert audit.requests(OPERATOR_USER), "the operator's requests are in the audit log"
+    refused = audit.refused(OPERATOR_USER)
+    assert refused == [], json.dumps(refused, indent=1)
+    creates = audit.requests(OPERATOR_USER, verb="create", resource="pods")
+    assert [event["objectRef"].get("name") for event in creates] == ["first-driver-1"]

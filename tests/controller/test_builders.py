@@ -73,7 +73,12 @@ def test_driver_pod_golden() -> None:
         "spec": {
             "serviceAccountName": "clicks-driver",
             "restartPolicy": "Never",
-            "securityContext": {"fsGroup": 1000},  # the image's user can write its volumes
+            # the image's user can write its volumes; the Pod Security Standards' restricted level
+            "securityContext": {
+                "fsGroup": 1000,
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
             "containers": [
                 {
                     "name": "driver",
@@ -117,6 +122,10 @@ def test_driver_pod_golden() -> None:
                         {"name": "work", "mountPath": "/tmp/finishable"},
                     ],
                     "envFrom": [{"secretRef": {"name": "s3-creds"}}],
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
                 }
             ],
             "volumes": [

@@ -199,14 +199,26 @@ def test_the_driver_pod_takes_the_users_pod_settings() -> None:
     assert resources["limits"] == {"memory": "3072Mi", "cpu": "1500m"}
 
 
+# The defaults: the image's group owns the volumes, and the pods meet the restricted level of the
+# Pod Security Standards (checked by a real kube-apiserver in tests/controller/test_real_apiserver).
+RESTRICTED_POD = {
+    "fsGroup": 1000,
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def test_the_executor_pod_template_carries_the_executor_settings() -> None:
     job_spec = spec(executor=SETTINGS, imagePullSecrets=["registry"])
     template = podparts.executor_pod_template(job_spec)
     assert template["metadata"]["labels"]["team"] == "growth"
     assert template["spec"]["tolerations"] == SETTINGS["tolerations"]
-    assert template["spec"]["securityContext"] == {"fsGroup": 1000}
+    assert template["spec"]["securityContext"] == RESTRICTED_POD
     assert template["spec"]["automountServiceAccountToken"] is False, "executors call no API"
-    assert template["spec"]["containers"] == [{"name": "executor"}]
+    assert template["spec"]["containers"] == [
+        {"name": "executor", "securityContext": RESTRICTED_CONTAINER}
+    ]
     body = builders.config_map(JOB, job_spec)
     assert json.loads(body["data"]["executor-pod-template.yaml"]) == template
     with_account = podparts.executor_pod_template(spec(executor={"serviceAccountName": "x"}))
@@ -221,7 +233,8 @@ def test_shuffle_pods_take_their_settings_resources_and_the_runs_replicas() -> N
     template = stateful["spec"]["template"]
     assert template["metadata"]["labels"]["finishable.dev/component"] == "shuffle"
     assert template["metadata"]["labels"]["team"] == "growth"
-    assert template["spec"]["securityContext"] == {"fsGroup": 1000}, "the image's user writes"
+    assert template["spec"]["securityContext"] == RESTRICTED_POD, "the image's user writes"
+    assert template["spec"]["containers"][0]["securityContext"] == RESTRICTED_CONTAINER
     assert template["spec"]["nodeSelector"] == {"pool": "spark"}
     assert template["spec"]["imagePullSecrets"] == [{"name": "registry"}]
     resources = template["spec"]["containers"][0]["resources"]

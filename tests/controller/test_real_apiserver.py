@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
+from finishable.api.spec import FinishableSparkJobSpec
+from finishable.controller import builders, disposalplan, podparts, upgradecheck
 from finishable.kube.api import KubeApi, KubeResponse
+from finishable.kube.objects import JobRef
 from testcluster.controlplane.audit import AuditLog
 from testcluster.controlplane.cluster import ControlPlane, register_ready_node
 from testcluster.localcluster.chart import OPERATOR_NAMESPACE, RELEASE, install, render
@@ -43,7 +46,10 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 def admin(plane: ControlPlane) -> Iterator[KubeApi]:
     api = KubeApi.from_kubeconfig(plane.admin.kubeconfig)
     for namespace in (NAMESPACE, OPERATOR_NAMESPACE):
-        body = {"metadata": {"name": namespace}}
+        # the Pod Security Standards' restricted level, enforced (the PodSecurity admission
+        # plugin): the operator's pod and every pod it builds meet it
+        labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+        body = {"metadata": {"name": namespace, "labels": labels}}
         assert api.request("POST", "/api/v1/namespaces", body=body).status == 201
     install(api, render([NAMESPACE]))  # CRDs, ServiceAccount, RBAC, Services, Deployment
     yield api
@@ -67,6 +73,47 @@ def test_every_example_passes_the_real_servers_validation(admin: KubeApi) -> Non
             assert response.status == 201, f"{path}: {response.body}"
             checked.append(path.name)
     assert len(checked) == 8, checked
+
+
+def test_every_pod_the_operator_builds_meets_the_restricted_level(admin: KubeApi) -> None:
+    """Driver, standby, upgrade check, savepoint disposal, shuffle and executor pods, each
+    admitted by the server in a namespace that enforces the restricted level (a dry run)."""
+    job = JobRef(name="secure", namespace=NAMESPACE, uid="00000000-0000-0000-0000-000000000001")
+    spec = FinishableSparkJobSpec.model_validate(
+        {"image": "img:1", "mode": "Batch", "application": {"file": "local:///app/job.py"}}
+    )
+    account = {"metadata": {"name": "secure-driver"}}
+    path = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts"
+    assert admin.request("POST", path, body=account).status in (201, 409)
+    wait_for(  # the controller-manager gives each new namespace its "default" account
+        lambda: admin.request("GET", f"{path}/default").status == 200,
+        "the namespace's default ServiceAccount",
+        60,
+    )
+    shuffle = builders.shuffle_stateful_set(job, spec)["spec"]["template"]
+    executor = podparts.executor_pod_template(spec)
+    executor["spec"]["containers"][0]["image"] = spec.image  # Spark fills it in
+    pods = {
+        "driver": builders.driver_pod(job, spec, 1, ""),
+        "standby": builders.driver_pod(job, spec, 2, "", standby=True),
+        "upgrade check": upgradecheck.check_pod(
+            job, spec, generation=2, run=1, attempt=1, restore_from="", master="local[1]"
+        ),
+        "disposal": disposalplan.disposal_pod(job, spec, "secure-savepoint-1", "s3://b/sp-1"),
+        # the StatefulSet's pod, its claim's volume as the controller adds it
+        "shuffle": {
+            "metadata": {"name": "secure-shuffle-0"},
+            "spec": {**shuffle["spec"], "volumes": [{"name": "data", "emptyDir": {}}]},
+        },
+        "executor": {**executor, "metadata": {"name": "secure-exec-1"}},
+    }
+    for what, built in pods.items():
+        meta = {k: v for k, v in built["metadata"].items() if k != "ownerReferences"}
+        pod = {**built, "apiVersion": "v1", "kind": "Pod", "metadata": meta}
+        response = admin.request(
+            "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body=pod, query={"dryRun": "All"}
+        )
+        assert response.status == 201, f"the {what} pod: {response.body.get('message')}"
 
 
 def test_the_operator_runs_a_job_with_the_charts_rbac_and_nothing_is_refused(

@@ -77,6 +77,7 @@ from finishable.controller.podparts import (
     executor_pod_template,
     pod_metadata,
     pod_settings,
+    secured,
     storage_env_from,
     storage_volumes,
 )
@@ -372,7 +373,7 @@ def driver_pod(
             "serviceAccountName": driver.service_account_name or rbac_name(job.name),
             "restartPolicy": "Never",
             **pod_settings(driver, spec.image_pull_secrets),
-            "containers": [container],
+            "containers": [secured(container)],
             "volumes": [*volumes, *storage],
         },
     }
@@ -436,40 +437,42 @@ def shuffle_stateful_set(
                 "spec": {
                     **pod_settings(shuffle, spec.image_pull_secrets),
                     "containers": [
-                        {
-                            "name": SHUFFLE,
-                            "image": spec.image,
-                            "command": ["finishable", "shuffle-server"],
-                            "args": [
-                                "--port",
-                                str(SHUFFLE_PORT),
-                                "--data-dir",
-                                SHUFFLE_DATA_DIR,
-                                "--job",
-                                job.name,
-                                "--retain-timeout",
-                                str(shuffle.retain_timeout),
-                            ],
-                            "env": [
-                                {
-                                    "name": TOKEN_ENV,
-                                    "valueFrom": {
-                                        "secretKeyRef": {
-                                            "name": token_name(job.name),
-                                            "key": TOKEN_KEY,
-                                        }
-                                    },
-                                }
-                            ],
-                            "ports": [{"name": "shuffle", "containerPort": SHUFFLE_PORT}],
-                            "resources": {
-                                "requests": {"cpu": shuffle.cores, "memory": memory},
-                                "limits": {"memory": memory},
-                            },
-                            "readinessProbe": _health_probe(period=5),
-                            "livenessProbe": _health_probe(period=20),
-                            "volumeMounts": [{"name": "data", "mountPath": SHUFFLE_DATA_DIR}],
-                        }
+                        secured(
+                            {
+                                "name": SHUFFLE,
+                                "image": spec.image,
+                                "command": ["finishable", "shuffle-server"],
+                                "args": [
+                                    "--port",
+                                    str(SHUFFLE_PORT),
+                                    "--data-dir",
+                                    SHUFFLE_DATA_DIR,
+                                    "--job",
+                                    job.name,
+                                    "--retain-timeout",
+                                    str(shuffle.retain_timeout),
+                                ],
+                                "env": [
+                                    {
+                                        "name": TOKEN_ENV,
+                                        "valueFrom": {
+                                            "secretKeyRef": {
+                                                "name": token_name(job.name),
+                                                "key": TOKEN_KEY,
+                                            }
+                                        },
+                                    }
+                                ],
+                                "ports": [{"name": "shuffle", "containerPort": SHUFFLE_PORT}],
+                                "resources": {
+                                    "requests": {"cpu": shuffle.cores, "memory": memory},
+                                    "limits": {"memory": memory},
+                                },
+                                "readinessProbe": _health_probe(period=5),
+                                "livenessProbe": _health_probe(period=20),
+                                "volumeMounts": [{"name": "data", "mountPath": SHUFFLE_DATA_DIR}],
+                            }
+                        )
                     ],
                 },
             },

@@ -26,6 +26,7 @@ from finishable.api.spec import FinishableSparkJobSpec
 from finishable.controller.podparts import (
     pod_metadata,
     pod_settings,
+    secured,
     storage_env_from,
     storage_volumes,
 )
@@ -145,7 +146,7 @@ def disposal_pod(
         "restartPolicy": "Never",
         "activeDeadlineSeconds": DEADLINE_SECONDS,
         **pod_settings(driver, spec.image_pull_secrets),
-        "containers": [container],
+        "containers": [secured(container)],
     }
     if driver.service_account_name:
         pod_spec["serviceAccountName"] = driver.service_account_name

@@ -7,6 +7,7 @@ and :mod:`finishable.controller.disposalplan` assemble the pods.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from finishable.api.pods import PodSettings
@@ -33,10 +34,32 @@ def container_memory(memory: Quantity, overhead: Quantity | None = None) -> str:
     return f"{mebibytes}Mi"
 
 
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "fsGroup": IMAGE_GID,
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+"""A pod's securityContext when the spec gives none: the image's group owns the volumes (so its
+user can write them), and with :data:`CONTAINER_SECURITY_CONTEXT` the pod meets the Pod Security
+Standards' ``restricted`` level, which a real kube-apiserver's PodSecurity admission checks."""
+
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+"""Every container the operator builds: a JVM and Python processes of the image's own user,
+which need no privilege and no capability."""
+
+
+def secured(container: dict[str, Any]) -> dict[str, Any]:
+    """``container`` with :data:`CONTAINER_SECURITY_CONTEXT`."""
+    return {**container, "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT)}
+
+
 def pod_settings(settings: PodSettings, image_pull_secrets: list[str]) -> dict[str, Any]:
     """The scheduling and security fields of a pod spec, from the user's settings."""
     fields: dict[str, Any] = {
-        "securityContext": dict(settings.security_context or {"fsGroup": IMAGE_GID}),
+        "securityContext": copy.deepcopy(settings.security_context or POD_SECURITY_CONTEXT),
     }
     if settings.node_selector:
         fields["nodeSelector"] = dict(settings.node_selector)
@@ -89,7 +112,7 @@ def executor_pod_template(spec: FinishableSparkJobSpec) -> dict[str, Any]:
     executor = spec.executor
     pod_spec: dict[str, Any] = {
         **pod_settings(executor, spec.image_pull_secrets),
-        "containers": [{"name": EXECUTOR_CONTAINER}],
+        "containers": [secured({"name": EXECUTOR_CONTAINER})],
     }
     if executor.service_account_name is None:
         pod_spec["automountServiceAccountToken"] = False

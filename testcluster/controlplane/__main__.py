@@ -21,22 +21,21 @@ import sys
 import threading
 from pathlib import Path
 
-from testcluster.controlplane.cluster import ControlPlane, register_ready_node
+from testcluster.controlplane.cluster import ControlPlane
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m testcluster.controlplane", description=__doc__)
     parser.add_argument("--dir", default=".control-plane", help="etcd's data, logs, kubeconfigs")
     parser.add_argument(
-        "--node", action="append", default=[], help="register a Ready node of this name"
+        "--node", action="append", default=[], help="register a node of this name, kept Ready"
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with ControlPlane(Path(args.dir).resolve()) as plane:
-        for node in args.node:
-            register_ready_node(plane, node)
+        nodes = [plane.node(name) for name in args.node]  # kept Ready until Ctrl-C
         sys.stdout.write(
             f"API server  {plane.url}\n"
             f"kubeconfig  {plane.admin.kubeconfig}  (a cluster admin)\n"
@@ -47,6 +46,8 @@ def main() -> int:
         sys.stdout.flush()
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()
+        for node in nodes:
+            node.stop()
     return 0
 
 

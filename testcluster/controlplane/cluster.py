@@ -24,6 +24,7 @@ from pathlib import Path
 
 from finishable.kube.api import KubeApi
 from testcluster.controlplane import pki
+from testcluster.controlplane.node import NodeAgent
 from testcluster.network import free_port
 from testcluster.processes import ROOT, terminate
 from testcluster.tools import find
@@ -94,6 +95,8 @@ class ControlPlane:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
     url: str = field(default="", init=False)
     advertise: str = field(default_factory=host_address)
+    controller_manager_flags: tuple[str, ...] = ()
+    """Beside the defaults, e.g. a short ``--node-monitor-grace-period`` for a test."""
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -111,6 +114,12 @@ class ControlPlane:
         key = self._write(f"{name}.key", issued.key)
         credentials = {"client-certificate": str(cert), "client-key": str(key)}
         return Identity(user, self._kubeconfig(name, credentials))
+
+    def node(self, name: str, *, renew_seconds: float = 10.0) -> NodeAgent:
+        """A node registered and kept alive with its kubelet's identity (:class:`NodeAgent`)."""
+        kubelet = self.identity(f"system:node:{name}", ["system:nodes"])
+        api = KubeApi.from_kubeconfig(kubelet.kubeconfig)
+        return NodeAgent(api, name, renew_seconds=renew_seconds).start()
 
     def token_identity(self, name: str, token: str) -> Identity:
         """A kubeconfig that authenticates by a bearer token (a ServiceAccount's)."""
@@ -216,6 +225,7 @@ class ControlPlane:
                 "--service-account-private-key-file", str(self.sa_key),
                 "--root-ca-file", str(self.ca_file),
                 "--service-cluster-ip-range", SERVICE_CIDR,
+                *self.controller_manager_flags,
             ],
         )  # fmt: skip
 
@@ -300,36 +310,3 @@ class ControlPlane:
         path.write_text(text)
         path.chmod(0o600)
         return path
-
-
-def register_ready_node(plane: ControlPlane, name: str) -> None:
-    """Register ``name`` as its kubelet does, with the kubelet's own identity (NodeRestriction
-    lets a node write its own Node object and nothing of another's)."""
-    kubelet = KubeApi.from_kubeconfig(
-        plane.identity(f"system:node:{name}", ["system:nodes"]).kubeconfig
-    )
-    node = {
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {
-            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-        },
-    }
-    created = kubelet.request("POST", "/api/v1/nodes", body=node)
-    assert created.status in (201, 409), created.body
-    ready = {
-        "type": "Ready",
-        "status": "True",
-        "reason": "KubeletReady",
-        "message": "ready",
-        "lastHeartbeatTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    response = kubelet.request(
-        "PATCH",
-        f"/api/v1/nodes/{name}/status",
-        body={"status": {"conditions": [ready]}},
-        content_type="application/strategic-merge-patch+json",
-    )
-    assert response.status == 200, response.body
-    kubelet.close()

@@ -21,7 +21,7 @@ from finishable.controller import builders, disposalplan, podparts, upgradecheck
 from finishable.kube.api import KubeApi, KubeResponse
 from finishable.kube.objects import JobRef
 from testcluster.controlplane.audit import AuditLog
-from testcluster.controlplane.cluster import ControlPlane, register_ready_node
+from testcluster.controlplane.cluster import ControlPlane
 from testcluster.localcluster.chart import OPERATOR_NAMESPACE, RELEASE, install, render
 from testcluster.processes import ROOT
 from testcluster.waiting import wait_for
@@ -119,7 +119,7 @@ def test_every_pod_the_operator_builds_meets_the_restricted_level(admin: KubeApi
 def test_the_operator_runs_a_job_with_the_charts_rbac_and_nothing_is_refused(
     plane: ControlPlane, admin: KubeApi, tmp_path: Path
 ) -> None:
-    register_ready_node(plane, NODE)
+    node = plane.node(NODE)
     token = admin.request(
         "POST",
         f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{RELEASE}/token",
@@ -156,6 +156,7 @@ def test_the_operator_runs_a_job_with_the_charts_rbac_and_nothing_is_refused(
         assert status["phase"] == "Submitted", status
     finally:
         operator.stop()
+        node.stop()
 
     audit = AuditLog(plane.audit_log)
     assert audit.requests(OPERATOR_USER), "the operator's requests are in the audit log"

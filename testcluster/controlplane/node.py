@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import datetime
 import logging
-import threading
-from typing import Any
+from typing import Any, Self
 
 from finishable.kube.api import KubeApi
+from testcluster.localcluster.controllers import PollingController
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,9 @@ def _now(micro: bool = False) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
-class NodeAgent:
-    """Registers one node and keeps it alive (:meth:`start`) until :meth:`stop`."""
+class NodeAgent(PollingController):
+    """Registers one node (:meth:`start`) and renews its Lease every ``renew_seconds`` until
+    :meth:`stop`: then the Node stays and its Lease runs out, as when a kubelet dies."""
 
     def __init__(
         self,
@@ -44,39 +45,33 @@ class NodeAgent:
         capacity: dict[str, str] | None = None,
         renew_seconds: float = 10.0,
     ) -> None:
-        self.api = api
-        self.name = name
+        self.name = f"node-{name}"
+        self.period = renew_seconds
+        super().__init__(api)
+        self.node = name
         self.capacity = capacity or {"cpu": "8", "memory": "32Gi", "pods": "110"}
-        self.renew_seconds = renew_seconds
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.node_uid = ""
 
-    def start(self) -> NodeAgent:
+    def start(self) -> Self:
         self.register()
-        self.renew_lease()
-        self._thread = threading.Thread(target=self._run, name=f"node-{self.name}", daemon=True)
-        self._thread.start()
-        return self
+        self.renew_lease()  # the Lease is there when start returns
+        return super().start()
 
-    def stop(self) -> None:
-        """Stop renewing, as a kubelet that died would: the Node stays, its Lease runs out."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+    def sync(self) -> None:
+        self.renew_lease()
 
     def register(self) -> None:
         """The Node (created, or found as a restarted kubelet finds it) and its Ready status."""
         node = {
-            "metadata": {"name": self.name, "labels": {"kubernetes.io/hostname": self.name}},
+            "metadata": {"name": self.node, "labels": {"kubernetes.io/hostname": self.node}},
             "status": {"capacity": self.capacity, "allocatable": self.capacity},
         }
         created = self.api.request("POST", "/api/v1/nodes", body=node)
         if created.status not in (201, 409):
-            raise NodeError(f"cannot register node {self.name}: {created.message}")
-        found = self.api.request("GET", f"/api/v1/nodes/{self.name}")
+            raise NodeError(f"cannot register node {self.node}: {created.message}")
+        found = self.api.request("GET", f"/api/v1/nodes/{self.node}")
         if found.status != 200:
-            raise NodeError(f"cannot read node {self.name}: {found.message}")
+            raise NodeError(f"cannot read node {self.node}: {found.message}")
         self.node_uid = str(found.body["metadata"]["uid"])
         self.post_status()
 
@@ -96,39 +91,32 @@ class NodeAgent:
         }
         response = self.api.request(
             "PATCH",
-            f"/api/v1/nodes/{self.name}/status",
+            f"/api/v1/nodes/{self.node}/status",
             body={"status": status},
             content_type=STRATEGIC,
         )
         if response.status != 200:
-            raise NodeError(f"cannot post node {self.name}'s status: {response.message}")
+            raise NodeError(f"cannot post node {self.node}'s status: {response.message}")
 
     def renew_lease(self) -> None:
         path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
         lease = {
             "metadata": {
-                "name": self.name,
+                "name": self.node,
                 "ownerReferences": [
-                    {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self.node_uid}
+                    {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": self.node_uid}
                 ],
             },
             "spec": {
-                "holderIdentity": self.name,
+                "holderIdentity": self.node,
                 "leaseDurationSeconds": LEASE_SECONDS,
                 "renewTime": _now(micro=True),
             },
         }
         response = self.api.request(
-            "PATCH", f"{path}/{self.name}", body=lease, content_type=STRATEGIC
+            "PATCH", f"{path}/{self.node}", body=lease, content_type=STRATEGIC
         )
         if response.status == 404:
             response = self.api.request("POST", path, body=lease)
         if response.status not in (200, 201):
-            raise NodeError(f"cannot renew node {self.name}'s lease: {response.message}")
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.renew_seconds):
-            try:
-                self.renew_lease()
-            except (NodeError, OSError) as error:  # the server restarting: try again
-                log.warning("node %s: %s", self.name, error)
+            raise NodeError(f"cannot renew node {self.node}'s lease: {response.message}")

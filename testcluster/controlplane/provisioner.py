@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import logging
 import shutil
-import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from finishable.kube.api import KubeApi
+from testcluster.localcluster.controllers import PollingController
 
 log = logging.getLogger(__name__)
 
 STORAGE_CLASS = "local-path"
 PROVISIONER = "finishable.dev/local-path"
 ANNOTATION_PROVISIONER = "volume.kubernetes.io/storage-provisioner"  # set by the volume controller
-POLL_SECONDS = 0.5
 PV_PATH = "/api/v1/persistentvolumes"
 
 
@@ -110,47 +109,30 @@ def released(volume: Mapping[str, Any]) -> bool:
     )
 
 
-class Provisioner:
+class Provisioner(PollingController):
     """Follows the claims of every namespace (see the module docstring) until :meth:`stop`."""
 
-    def __init__(self, api: KubeApi, root: Path) -> None:
-        self.api = api
-        self.root = root
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+    name = "provisioner"
 
-    def start(self) -> Provisioner:
+    def __init__(self, api: KubeApi, root: Path) -> None:
+        super().__init__(api)
+        self.root = root
+
+    def start(self) -> Self:
         response = self.api.request(
             "POST", "/apis/storage.k8s.io/v1/storageclasses", body=storage_class()
         )
         if response.status not in (201, 409):
             raise ProvisionError(f"cannot create StorageClass {STORAGE_CLASS}: {response.message}")
-        self._thread = threading.Thread(target=self._run, name="provisioner", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        while not self._stop.wait(POLL_SECONDS):
-            try:
-                self.sync()
-            except (ProvisionError, OSError) as error:
-                log.warning("provisioner: %s", error)
+        return super().start()
 
     def sync(self) -> None:
-        claims = self.api.request("GET", "/api/v1/persistentvolumeclaims")
-        volumes = self.api.request("GET", PV_PATH)
-        if claims.status != 200 or volumes.status != 200:
-            raise ProvisionError(f"cannot list claims and volumes: {claims.message}")
-        existing = {v["metadata"]["name"] for v in volumes.body.get("items") or []}
-        for claim in claims.body.get("items") or []:
+        claims, volumes = self._list("/api/v1/persistentvolumeclaims"), self._list(PV_PATH)
+        existing = {v["metadata"]["name"] for v in volumes}
+        for claim in claims:
             if wants_volume(claim) and volume_name(claim) not in existing:
                 self._provision(claim)
-        for volume in volumes.body.get("items") or []:
+        for volume in volumes:
             if released(volume):
                 self._delete(volume)
 

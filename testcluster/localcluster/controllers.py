@@ -19,6 +19,7 @@ class PollingController(ABC):
     """Subclasses implement :meth:`sync`; errors are logged and the next pass tries again."""
 
     name = "controller"
+    period = SYNC_SECONDS  # seconds between passes
 
     def __init__(self, api: KubeApi) -> None:
         self.api = api
@@ -43,7 +44,7 @@ class PollingController(ABC):
                 self.sync()
             except Exception:
                 log.exception("%s sync failed; retrying", self.name)
-            self._stop.wait(SYNC_SECONDS)
+            self._stop.wait(self.period)
 
     def _list(self, path: str) -> list[dict[str, Any]]:
         response = self.api.request("GET", path)

@@ -42,8 +42,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # What the tests run for real besides Python: the pinned kubectl and helm (checksums checked) in
-# .venv/bin, and Debian's prometheus, promtool, shellcheck, postgresql and etcd-server (installed
-# when missing).
+# .venv/bin, and Debian's prometheus, promtool, shellcheck and postgresql (installed when missing).
 tools: $(BIN)/kubectl $(BIN)/helm
 	sh testcluster/tools/install-system-tools.sh
 
@@ -55,8 +54,8 @@ image:
 	sh docker/build-image.sh
 
 # The real Kubernetes control plane of the full tier (testcluster/controlplane): kube-apiserver,
-# kube-controller-manager and kube-scheduler of the release go.mod pins, built from their Go
-# modules once into ~/.cache/finishable/kubernetes-<version> (minutes; then nothing to do).
+# kube-controller-manager, kube-scheduler and etcd of the releases the Go modules pin, built once
+# into ~/.cache/finishable (minutes; then nothing to do).
 control-plane:
 	sh testcluster/tools/build-control-plane.sh >/dev/null
 

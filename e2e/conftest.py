@@ -2,7 +2,9 @@
 
 The local cluster runs pods as containers of the built image with ``E2E_RUNTIME=container``
 (what ``make test`` runs: the image is built first, a cache hit after the image tests), as
-sandboxed processes otherwise (quick, no container engine). ``E2E_LOCAL_CLUSTER=DIR`` uses the
+sandboxed processes otherwise (quick, no container engine). ``E2E_CONTROL_PLANE=real`` runs it on
+the real control plane (``testcluster/controlplane``) in place of the API emulator, its pods as
+containers. ``E2E_LOCAL_CLUSTER=DIR`` uses the
 local cluster ``python -m testcluster --dir DIR`` runs already (serving both namespaces below)
 instead of starting one."""
 
@@ -22,6 +24,9 @@ from testcluster.localcluster.cluster import RUNTIMES, ClusterAccess, LocalClust
 
 NAMESPACE = os.environ.get("E2E_NAMESPACE", "finishable-e2e")
 RUNTIME = os.environ.get("E2E_RUNTIME", "process")
+# The local cluster's API: the emulator with its own controllers, or ``real``: the control plane of
+# the pinned Kubernetes release (testcluster/controlplane; pods as containers only).
+CONTROL_PLANE = os.environ.get("E2E_CONTROL_PLANE", "emulator")
 # Where e2e/test_kubectl.py runs the README's kubectl commands (they name no namespace).
 KUBECTL_NAMESPACE = "finishable-kubectl"
 
@@ -53,7 +58,13 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterA
         except image.BuildFailed as failed:
             pytest.fail(str(failed))
     directory = tmp_path_factory.mktemp("cluster")
-    with LocalCluster(directory, namespaces=namespaces, runtime=RUNTIME) as cluster:
+    try:
+        cluster = LocalCluster(
+            directory, namespaces=namespaces, runtime=RUNTIME, control_plane=CONTROL_PLANE
+        )
+    except ValueError as invalid:
+        pytest.fail(f"E2E_RUNTIME={RUNTIME!r}, E2E_CONTROL_PLANE={CONTROL_PLANE!r}: {invalid}")
+    with cluster:
         yield cluster
 
 

@@ -88,7 +88,8 @@ def test_a_driver_killed_half_way_recovers_without_re_running_finished_tasks(
 
     assert published(cluster, f"{name}/totals") == ground_truth(FILES, ROWS)
     assert status["restarts"] == 1 and status["attempt"] == 2
-    assert shuffle_pods(cluster, name) == {} or shuffle_pods(cluster, name) == before
+    # none replaced while the job ran: those left (a finished job's go) are the same pods
+    assert shuffle_pods(cluster, name).items() <= before.items()
     log = events(cluster, name)
     _, finished = durable_at_crash(log)
     assert finished, "the crash came after some tasks had finished"

@@ -1,16 +1,14 @@
 """The chart's RBAC and the drivers' Role against every API call made during the e2e run, and
 the API server's answers to Spark's own client (local cluster only: the API emulator records
-each call as RBAC would authorize it, and every request a real server would refuse)."""
+each call as RBAC would authorize it and every request a real server would refuse; on the real
+control plane its audit log says the same)."""
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from typing import Any
 
 import pytest
 
-from testcluster.apiserver.emulator import CALLS_PATH, REFUSALS_PATH
 from testcluster.chart.rbac import (
     MODES,
     OPERATOR_CLIENTS,
@@ -28,11 +26,12 @@ SPARK_CLIENT = "fabric8-kubernetes-client"  # Spark's Kubernetes backend in the 
 DRIVER_CLIENTS = {"finishable-state", SPARK_CLIENT}  # the runtime's client, and Spark's
 
 
-def recorded(cluster: ClusterAccess | None, path: str = CALLS_PATH) -> list[dict[str, Any]]:
+def recorded(cluster: ClusterAccess | None, *, refusals: bool = False) -> list[dict[str, Any]]:
+    """The API calls the local cluster's server counted (the emulator's record, or the real
+    control plane's audit log), or those it refused."""
     if cluster is None:
         pytest.skip("only the local cluster records API calls")
-    with urllib.request.urlopen(cluster.url + path, timeout=10) as response:
-        return list(json.loads(response.read()))
+    return cluster.api_refusals() if refusals else cluster.api_calls()
 
 
 def test_the_chart_grants_every_call_the_operator_made(local_cluster: ClusterAccess | None) -> None:
@@ -66,7 +65,7 @@ def test_the_api_server_refused_none_of_the_drivers_calls(
     if not any(c["resource"] == "pods" and c["verb"] == "create" for c in calls):
         pytest.skip("Spark created no executor pod in this session: run the whole e2e suite")
     assert any(c["resource"] == "pods" and c["verb"] == "watch" for c in calls)
-    refused = [r for r in recorded(local_cluster, REFUSALS_PATH) if r["client"] in DRIVER_CLIENTS]
+    refused = [r for r in recorded(local_cluster, refusals=True) if r["client"] in DRIVER_CLIENTS]
     assert not refused, f"the API server refused or failed these driver calls: {refused}"
 
 

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 from testcluster.localcluster.chart import OPERATOR_NAMESPACE
-from testcluster.localcluster.cluster import RUNTIMES, LocalCluster
+from testcluster.localcluster.cluster import CONTROL_PLANES, RUNTIMES, LocalCluster
 
 
 def main() -> int:
@@ -42,17 +42,28 @@ def main() -> int:
         help="run pods as sandboxed processes of this machine (default: quick, no container "
         "engine) or as docker containers of the image (build it first: make image)",
     )
+    parser.add_argument(
+        "--control-plane",
+        choices=CONTROL_PLANES,
+        default="emulator",
+        help="the API emulator with the local cluster's controllers (default), or the real "
+        "control plane of the pinned Kubernetes release (make control-plane; pods as containers)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    cluster = LocalCluster(
-        Path(args.dir),
-        namespaces=tuple(args.namespace or ["default"]),
-        spark_master=args.spark_master,
-        port=args.port,
-        runtime=args.runtime,
-    )
+    try:
+        cluster = LocalCluster(
+            Path(args.dir),
+            namespaces=tuple(args.namespace or ["default"]),
+            spark_master=args.spark_master,
+            port=args.port,
+            runtime=args.runtime,
+            control_plane=args.control_plane,
+        )
+    except ValueError as invalid:
+        parser.error(str(invalid))  # --control-plane real with --runtime process, say
     with cluster:
         print(f"API server  {cluster.url}")
         print(f"kubeconfig  {cluster.kubeconfig}")

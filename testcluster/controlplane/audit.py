@@ -4,6 +4,7 @@ not in the client's view of it."""
 
 from __future__ import annotations
 
+import collections
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,49 @@ class AuditLog:
             found.append(event)
         return found
 
+    def calls(self) -> list[dict[str, Any]]:
+        """Every completed request counted by client (the User-Agent up to its first ``/``),
+        verb, group, resource (``plural/subresource``) and scope, or by non-resource path: the
+        API emulator's ``/_emulator/calls``, which the RBAC checks read."""
+        counted: collections.Counter[tuple[str, str, str, str, bool, str]] = collections.Counter()
+        for event in self.events():
+            if event.get("stage") != "ResponseComplete":
+                continue
+            client = str(event.get("userAgent") or "").split("/")[0]
+            ref = event.get("objectRef") or {}
+            resource = str(ref.get("resource") or "")
+            if ref.get("subresource"):
+                resource = f"{resource}/{ref['subresource']}"
+            path = "" if resource else str(event.get("requestURI") or "").split("?")[0]
+            key = (
+                client,
+                str(event.get("verb") or ""),
+                str(ref.get("apiGroup") or ""),
+                resource,
+                bool(ref.get("namespace")),
+                path,
+            )
+            counted[key] += 1
+        fields = ("client", "verb", "group", "resource", "namespaced", "path")
+        return [{**dict(zip(fields, key, strict=True)), "count": n} for key, n in counted.items()]
+
+    def refusals(self) -> list[dict[str, Any]]:
+        """Every request refused (a lost race aside) or failed by the server, by any client:
+        the API emulator's ``/_emulator/refusals``."""
+        return [
+            {
+                "client": str(event.get("userAgent") or "").split("/")[0],
+                "method": event.get("verb"),
+                "path": event.get("requestURI"),
+                "status": (event.get("responseStatus") or {}).get("code"),
+                "message": (event.get("responseStatus") or {}).get("message"),
+            }
+            for event in self.events()
+            if event.get("stage") == "ResponseComplete"
+            and _refused_or_failed((event.get("responseStatus") or {}).get("code"))
+            and not lost_race(event)
+        ]
+
     def refused(self, user: str) -> list[dict[str, Any]]:
         """``user``'s requests the server refused: verb, object and the server's answer."""
         return [
@@ -58,6 +102,10 @@ class AuditLog:
             for event in self.requests(user)
             if (event.get("responseStatus") or {}).get("code") in REFUSED and not lost_race(event)
         ]
+
+
+def _refused_or_failed(code: Any) -> bool:
+    return isinstance(code, int) and (code in REFUSED or code in (400, 405) or code >= 500)
 
 
 def lost_race(event: dict[str, Any]) -> bool:

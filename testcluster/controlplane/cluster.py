@@ -1,5 +1,5 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager
-and kube-scheduler, built from their Go modules (``build-control-plane.sh``).
+and kube-scheduler, each built from its Go module (``build-control-plane.sh``).
 
 Configured as a production cluster is where the project's promises depend on it: TLS with a
 client CA, ServiceAccount tokens signed by the cluster, RBAC (with the Node authorizer), the
@@ -27,7 +27,6 @@ from testcluster.controlplane import pki
 from testcluster.controlplane.node import NodeAgent
 from testcluster.network import free_port
 from testcluster.processes import ROOT, terminate
-from testcluster.tools import find
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +56,9 @@ class ControlPlaneError(RuntimeError):
     """A component did not start; the message names it and ends with its log's tail."""
 
 
-def binaries(components: Sequence[str] = ()) -> Path:
-    """The directory of the pinned release's binaries, built on the first call on a machine
-    (``build-control-plane.sh``, minutes) and found in the cache afterwards."""
+def binaries(components: Sequence[str] = ()) -> dict[str, Path]:
+    """The pinned releases' binaries by name (kube-apiserver, ..., etcd), built on the first call
+    on a machine (``build-control-plane.sh``, minutes) and found in the cache afterwards."""
     result = subprocess.run(
         ["sh", str(BUILD), *components], capture_output=True, text=True, check=False
     )
@@ -67,7 +66,8 @@ def binaries(components: Sequence[str] = ()) -> Path:
         raise ControlPlaneError(f"build-control-plane.sh failed:\n{result.stderr[-4000:]}")
     if result.stderr.strip():
         log.info("%s", result.stderr.strip())
-    return Path(result.stdout.strip().splitlines()[-1])
+    paths = [Path(line) for line in result.stdout.split()]
+    return {path.name: path for path in paths}
 
 
 def host_address() -> str:
@@ -91,12 +91,16 @@ class ControlPlane:
     """etcd and the three control-plane components, started by :meth:`start`."""
 
     directory: Path
-    bin_dir: Path = field(default_factory=binaries)
+    binaries: dict[str, Path] = field(default_factory=binaries)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
     url: str = field(default="", init=False)
     advertise: str = field(default_factory=host_address)
     controller_manager_flags: tuple[str, ...] = ()
     """Beside the defaults, e.g. a short ``--node-monitor-grace-period`` for a test."""
+    bind_address: str = "127.0.0.1"
+    """Where kube-apiserver listens: 0.0.0.0 for pods on a container network to reach it."""
+    serving_addresses: tuple[str, ...] = ()
+    """More addresses its certificate is valid for: where those pods reach it."""
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -118,7 +122,7 @@ class ControlPlane:
     def node(self, name: str, *, renew_seconds: float = 10.0) -> NodeAgent:
         """A node registered and kept alive with its kubelet's identity (:class:`NodeAgent`)."""
         kubelet = self.identity(f"system:node:{name}", ["system:nodes"])
-        api = KubeApi.from_kubeconfig(kubelet.kubeconfig)
+        api = KubeApi.from_kubeconfig(kubelet.kubeconfig, user_agent="kubelet")
         return NodeAgent(api, name, renew_seconds=renew_seconds).start()
 
     def token_identity(self, name: str, token: str) -> Identity:
@@ -158,15 +162,12 @@ class ControlPlane:
         return self
 
     def _start_etcd(self) -> None:
-        etcd = find("etcd")
-        if etcd is None:
-            raise ControlPlaneError("etcd is missing: make tools (or: apt-get install etcd-server)")
         client, peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
         self._spawn(
             "etcd",
             [
-                etcd,
+                str(self.binaries["etcd"]),
                 "--name", "finishable",
                 "--data-dir", str(self.directory / "etcd"),
                 "--listen-client-urls", self.etcd_url,
@@ -181,13 +182,16 @@ class ControlPlane:
 
     def _start_apiserver(self) -> None:
         port = free_port()
+        self.port = port
         self.url = f"https://127.0.0.1:{port}"
         self.admin = self.identity("finishable-admin", ["system:masters"])
         served = self.ca.serving(
             "kube-apiserver",
             ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
              "kubernetes.default.svc.cluster.local"],
-            ["127.0.0.1", API_SERVICE_IP, self.advertise],
+            list(dict.fromkeys(
+                ["127.0.0.1", API_SERVICE_IP, self.advertise, *self.serving_addresses]
+            )),
         )  # fmt: skip
         signing = pki.signing_key()
         self.sa_key = self._write("sa.key", signing.key)
@@ -196,9 +200,9 @@ class ControlPlane:
         self._spawn(
             "kube-apiserver",
             [
-                str(self.bin_dir / "kube-apiserver"),
+                str(self.binaries["kube-apiserver"]),
                 "--etcd-servers", self.etcd_url,
-                "--bind-address", "127.0.0.1",
+                "--bind-address", self.bind_address,
                 "--secure-port", str(port),
                 "--advertise-address", self.advertise,
                 "--tls-cert-file", str(self._write("apiserver.crt", served.certificate)),
@@ -240,7 +244,7 @@ class ControlPlane:
         self._spawn(
             name,
             [
-                str(self.bin_dir / name),
+                str(self.binaries[name]),
                 "--kubeconfig", kubeconfig,
                 "--authentication-kubeconfig", kubeconfig,
                 "--authorization-kubeconfig", kubeconfig,

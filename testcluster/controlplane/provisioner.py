@@ -20,6 +20,7 @@ from typing import Any, Self
 
 from finishable.kube.api import KubeApi
 from testcluster.localcluster.controllers import PollingController
+from testcluster.localcluster.volumes import claim_dir
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,8 @@ def volume_for(claim: Mapping[str, Any], root: Path) -> dict[str, Any]:
 
 
 def directory_of(claim: Mapping[str, Any], root: Path) -> Path:
-    meta = claim["metadata"]
-    return root / str(meta["namespace"]) / f"{meta['name']}-{meta['uid']}"
+    """The claim's directory, where the local cluster's kubelet keeps a claim's files."""
+    return claim_dir(root, str(claim["metadata"]["namespace"]), claim)
 
 
 def released(volume: Mapping[str, Any]) -> bool:

@@ -51,6 +51,7 @@ class AttachedCluster(ClusterAccess):
         self._url = str(access["url"])
         self._api_host = str(access["api_host"])
         self.token = str(access["token"])
+        self.audit_log = Path(access["audit_log"]) if access.get("audit_log") else None
         self.namespaces = tuple(access["namespaces"])
         missing = [namespace for namespace in namespaces if namespace not in self.namespaces]
         if missing:

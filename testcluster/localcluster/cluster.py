@@ -44,14 +44,18 @@ from typing import Any, Self
 import pyspark
 
 from finishable.kube.api import KubeApi
-from testcluster.apiserver.emulator import EmulatorServer
+from testcluster.apiserver.emulator import CALLS_PATH, REFUSALS_PATH, EmulatorServer
 from testcluster.chart.helm import only
+from testcluster.controlplane.audit import AuditLog
+from testcluster.controlplane.cluster import ControlPlane
+from testcluster.controlplane.node import NodeAgent
+from testcluster.controlplane.provisioner import Provisioner
 from testcluster.image import IMAGE
 from testcluster.localcluster import chart
 from testcluster.localcluster.chart import OPERATOR_NAMESPACE, RELEASE
 from testcluster.localcluster.container_runtime import ContainerRuntime
 from testcluster.localcluster.deployments import DeploymentController, is_ready
-from testcluster.localcluster.kubelet import Kubelet, kubeconfig
+from testcluster.localcluster.kubelet import NODE_NAME, Kubelet, kubeconfig
 from testcluster.localcluster.objectstore import ObjectStore
 from testcluster.localcluster.podspec import Image
 from testcluster.localcluster.process_runtime import ProcessRuntime
@@ -65,6 +69,7 @@ log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR_START_TIMEOUT = 120.0
 RUNTIMES = ("process", "container")
+CONTROL_PLANES = ("emulator", "real")
 # The API audit, written into the cluster's directory when it stops (_keep_api_audit).
 API_CALLS_FILE = "api-calls.json"
 API_REFUSALS_FILE = "api-refusals.json"
@@ -85,6 +90,25 @@ class ClusterAccess:
     operator_pod: dict[str, Any] | None
     # The partition service's bearer token of each namespace (its Secret's keys).
     partition_tokens: dict[str, str]
+    # A real control plane's audit log; None on the emulator, which counts calls itself.
+    audit_log: Path | None = None
+
+    def api_calls(self) -> list[dict[str, Any]]:
+        """Every call the API server was asked, counted by client, verb and resource, as RBAC
+        sees it (what the RBAC checks read)."""
+        if self.audit_log is not None:
+            return AuditLog(self.audit_log).calls()
+        return self._emulator_record(CALLS_PATH)
+
+    def api_refusals(self) -> list[dict[str, Any]]:
+        """Every request the API server refused or failed (client, method, path, status)."""
+        if self.audit_log is not None:
+            return AuditLog(self.audit_log).refusals()
+        return self._emulator_record(REFUSALS_PATH)
+
+    def _emulator_record(self, path: str) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(self.url + path, timeout=10) as response:
+            return list(json.loads(response.read()))
 
     @property
     def url(self) -> str:
@@ -101,6 +125,10 @@ class ClusterAccess:
         return self.directory / "kubeconfig"
 
     def api(self, user_agent: str, namespace: str | None = None) -> KubeApi:
+        if not self.token:  # a real control plane: its admin's client certificate
+            return KubeApi.from_kubeconfig(
+                self.kubeconfig, namespace=namespace or self.namespaces[0], user_agent=user_agent
+            )
         return KubeApi.for_url(
             self.url,
             token=self.token,
@@ -174,9 +202,17 @@ class LocalCluster(ClusterAccess):
         spark_master: str | None = None,
         port: int = 0,
         runtime: str = "process",
+        control_plane: str = "emulator",
     ) -> None:
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime {runtime!r}: one of {', '.join(RUNTIMES)}")
+        if control_plane not in CONTROL_PLANES:
+            raise ValueError(f"control_plane {control_plane!r}: one of {', '.join(CONTROL_PLANES)}")
+        if control_plane == "real" and runtime != "container":
+            raise ValueError(
+                "control_plane 'real' runs pods as containers (runtime 'container'): the real "
+                "endpoints controllers refuse the process runtime's loopback pod addresses"
+            )
         self.directory = directory.resolve()
         self.runtime: Runtime = (
             ContainerRuntime([IMAGE])
@@ -185,7 +221,19 @@ class LocalCluster(ClusterAccess):
         )
         self.namespaces = namespaces
         self.spark_master = spark_master
-        self.token = secrets.token_urlsafe(16)
+        self.plane: ControlPlane | None = None
+        self.provisioner: Provisioner | None = None
+        self.node: NodeAgent | None = None
+        if control_plane == "real":
+            self.token = ""  # clients authenticate by the admin's client certificate
+            self.plane = ControlPlane(
+                self.directory / "control-plane",
+                bind_address="0.0.0.0",  # pods on the container network reach it
+                serving_addresses=(self.runtime.api_host,),
+            )
+            self.audit_log = self.plane.audit_log
+        else:
+            self.token = secrets.token_urlsafe(16)
         self.server = EmulatorServer(
             port=port,
             tls=True,
@@ -209,24 +257,46 @@ class LocalCluster(ClusterAccess):
 
     @property
     def url(self) -> str:
-        return str(self.server.url)
+        return self.plane.url if self.plane is not None else str(self.server.url)
 
     @property
     def api_host(self) -> str:
         return self.runtime.api_host
 
     @property
+    def api_port(self) -> int:
+        """The API server's HTTPS port (the one pods reach it on)."""
+        return self.plane.port if self.plane is not None else int(self.server.tls_port)
+
+    @property
     def api_address(self) -> tuple[str, int]:
         """Where pods reach the API server (its HTTPS port; the Service variables a kubelet
         gives every container: ``KUBERNETES_SERVICE_HOST`` and ``_PORT``)."""
-        return self.runtime.api_host, self.server.tls_port
+        return self.runtime.api_host, self.api_port
 
     # -- life -------------------------------------------------------------------------------
 
     def start(self) -> Self:
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.server.start()
         self.object_store.start()
+        try:
+            self.runtime.check_image(IMAGE)
+        except ImageUnknown as unknown:
+            raise RuntimeError(f"{unknown}: build it first (make image)") from None
+        if self.plane is not None:
+            self._start_on_the_control_plane()
+        else:
+            self._start_on_the_emulator()
+        admin = self.api("local-cluster")
+        self._install(admin)
+        self.operator_pod = self._await_operator(admin)
+        self._start_prometheus()
+        self._write_access_file()
+        return self
+
+    def _start_on_the_emulator(self) -> None:
+        """The emulator, with the local cluster's own controllers; its kubelet binds pods."""
+        self.server.start()
         self.kubeconfig.write_text(
             # HTTPS, as kubectl sends a token over HTTPS only; the CA is the emulator's.
             json.dumps(
@@ -236,30 +306,40 @@ class LocalCluster(ClusterAccess):
                 indent=2,
             )
         )
-        admin = self.api("local-cluster")
         self.stateful_sets = StatefulSetController(self.api("statefulset-controller")).start()
         self.deployments = DeploymentController(self.api("deployment-controller")).start()
-        try:
-            self.runtime.check_image(IMAGE)
-        except ImageUnknown as unknown:
-            raise RuntimeError(f"{unknown}: build it first (make image)") from None
         self.kubelet = Kubelet(
-            self.api("kubelet"),
+            self.api("kubelet"), self.directory, runtime=self.runtime, api_port=self.api_port
+        ).start()
+
+    def _start_on_the_control_plane(self) -> None:
+        """The real control plane: its controller-manager and scheduler in place of the local
+        cluster's controllers, a provisioner for claims, and the kubelet as the node ``local``
+        with the node's own identity (its Node and Lease kept by a :class:`NodeAgent`)."""
+        assert self.plane is not None
+        self.plane.start()
+        self.kubeconfig.write_text(self.plane.admin.kubeconfig.read_text())
+        self.provisioner = Provisioner(self.api("provisioner"), self.directory).start()
+        self.node = self.plane.node(NODE_NAME)
+        node = KubeApi.from_kubeconfig(
+            self.plane.identity(f"system:node:{NODE_NAME}", ["system:nodes"]).kubeconfig,
+            user_agent="kubelet",
+        )
+        self.kubelet = Kubelet(
+            node,
             self.directory,
             runtime=self.runtime,
-            api_port=self.server.tls_port,
+            api_port=self.api_port,
+            binds=False,
+            keeps_claims=False,
         ).start()
-        self._install(admin)
-        self.operator_pod = self._await_operator(admin)
-        self._start_prometheus()
-        self._write_access_file()
-        return self
 
     def _write_access_file(self) -> None:
         """What another process needs to use this cluster while it runs (``AttachedCluster``)."""
         access = {
             "url": self.url,
             "token": self.token,
+            "audit_log": str(self.audit_log) if self.audit_log else "",
             "namespaces": list(self.namespaces),
             "api_host": self.api_host,
             "object_store_port": self.object_store.port,
@@ -280,7 +360,14 @@ class LocalCluster(ClusterAccess):
             self.runtime.close()
         if self.stateful_sets is not None:
             self.stateful_sets.stop()
-        self.server.stop()
+        if self.node is not None:
+            self.node.stop()
+        if self.provisioner is not None:
+            self.provisioner.stop()
+        if self.plane is not None:
+            self.plane.stop()
+        else:
+            self.server.stop()
         self.object_store.stop()
         (self.directory / ACCESS_FILE).unlink(missing_ok=True)  # nothing to attach to now
         self._keep_api_audit()
@@ -289,11 +376,14 @@ class LocalCluster(ClusterAccess):
         """What the API server was asked (each call as RBAC sees it, counted) and what it refused,
         kept beside the pod logs: where a failed e2e run is read once the cluster is gone."""
         emulator = self.server.emulator
-        if emulator is None:
+        if self.audit_log is not None:  # the real control plane's (its own file stays too)
+            calls, refusals = AuditLog(self.audit_log).calls(), AuditLog(self.audit_log).refusals()
+        elif emulator is not None:
+            calls = [{**call._asdict(), "count": n} for call, n in emulator.api_calls.items()]
+            refusals = list(emulator.refusals)
+        else:
             return
-        calls = [{**call._asdict(), "count": n} for call, n in emulator.api_calls.items()]
         (self.directory / API_CALLS_FILE).write_text(json.dumps(calls, indent=1))
-        refusals = list(emulator.refusals)
         (self.directory / API_REFUSALS_FILE).write_text(json.dumps(refusals, indent=1))
 
     def __enter__(self) -> Self:

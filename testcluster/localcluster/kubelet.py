@@ -69,10 +69,24 @@ def now() -> str:
 
 class Kubelet:
     """Runs pods through a :class:`Runtime` (see the module docstring). ``api_port``: the API
-    server's HTTPS port, on the runtime's ``api_host``."""
+    server's HTTPS port, on the runtime's ``api_host``. ``api``: the admin's on the emulator, the
+    node's own identity (``system:node:local``) on a real control plane."""
 
-    def __init__(self, api: KubeApi, root: Path, *, runtime: Runtime, api_port: int) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        root: Path,
+        *,
+        runtime: Runtime,
+        api_port: int,
+        binds: bool = True,
+        keeps_claims: bool = True,
+    ) -> None:
         self.api = api
+        # Without a scheduler it binds the pods it runs itself; on a real control plane the
+        # scheduler binds them, and a provisioner deletes the directories of deleted claims.
+        self.binds = binds
+        self.keeps_claims = keeps_claims
         self.root = root
         self.runtime = runtime
         self.service_env = service_environment(runtime.api_host, api_port)
@@ -117,7 +131,9 @@ class Kubelet:
     # -- one pass ---------------------------------------------------------------------------
 
     def sync(self) -> None:
-        pods = self._list("/api/v1/pods")
+        # A node may list only the pods bound to it (the Node authorizer); unbound ones it binds.
+        mine = None if self.binds else {"fieldSelector": f"spec.nodeName={NODE_NAME}"}
+        pods = self._list("/api/v1/pods", mine)
         services = self._list("/api/v1/services")
         live = {pod["metadata"]["uid"]: pod for pod in pods}
         for gone in set(self._waiting) - set(live):
@@ -147,13 +163,16 @@ class Kubelet:
             else:
                 current.pod = pod
                 self._tend(current)
-        self._collect_claims()
+        if self.keeps_claims:
+            self._collect_claims()
 
     def _bind(self, pod: dict[str, Any]) -> bool:
         """Take the pod for this node, as the scheduler binds it (its deletion is graceful from
         then on: it stays until this kubelet has stopped it); False if another took it."""
         if pod["spec"].get("nodeName"):
             return True
+        if not self.binds:
+            return False  # the scheduler's to bind
         meta = pod["metadata"]
         path = self.api.path(
             "pods", meta["name"], namespace=meta["namespace"], subresource="binding"
@@ -171,8 +190,8 @@ class Kubelet:
         pod["spec"]["nodeName"] = NODE_NAME
         return True
 
-    def _list(self, path: str) -> list[dict[str, Any]]:
-        response = self.api.request("GET", path)
+    def _list(self, path: str, query: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        response = self.api.request("GET", path, query=query)
         if response.status != 200:
             raise RuntimeError(f"GET {path}: {response.status} {response.message}")
         return list(response.body.get("items") or [])

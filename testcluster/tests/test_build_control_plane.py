@@ -14,15 +14,15 @@ import pytest
 pytestmark = pytest.mark.quick
 
 SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "build-control-plane.sh"
-GO_MOD = Path(__file__).resolve().parents[1] / "controlplane" / "go.mod"
+MODULE = Path(__file__).resolve().parents[1] / "controlplane"
 
 
-def release() -> str:
-    for line in GO_MOD.read_text().splitlines():
+def release(go_mod: Path, module: str) -> str:
+    for line in go_mod.read_text().splitlines():
         fields = line.split()
-        if fields[:1] == ["k8s.io/kubernetes"] and fields[1].startswith("v"):
+        if fields[:1] == [module] and fields[1].startswith("v"):
             return fields[1]
-    raise AssertionError("go.mod requires no k8s.io/kubernetes")
+    raise AssertionError(f"{go_mod} requires no {module}")
 
 
 def run(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -45,14 +45,22 @@ def run(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_cached_release_is_found_without_building(tmp_path: Path) -> None:
-    built = tmp_path / f"kubernetes-{release()}"
-    built.mkdir()
-    for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
-        (built / component).write_text("#!/bin/sh\n")
-        (built / component).chmod(0o755)
+    kubernetes = tmp_path / f"kubernetes-{release(MODULE / 'go.mod', 'k8s.io/kubernetes')}"
+    etcd = tmp_path / f"etcd-{release(MODULE / 'etcd' / 'go.mod', 'go.etcd.io/etcd/server/v3')}"
+    built = [
+        kubernetes / "kube-apiserver",
+        kubernetes / "kube-controller-manager",
+        kubernetes / "kube-scheduler",
+        etcd / "etcd",
+    ]
+    for binary in built:
+        binary.parent.mkdir(exist_ok=True)
+        binary.write_text("#!/bin/sh\necho stand-in\n")
+        binary.chmod(0o755)
     done = run(tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == str(built) and "building" not in done.stderr
+    assert done.stdout.split() == [str(path) for path in built]
+    assert "building" not in done.stderr
 
 
 def test_a_missing_binary_needs_go_and_says_so(tmp_path: Path) -> None:
@@ -63,4 +71,4 @@ def test_a_missing_binary_needs_go_and_says_so(tmp_path: Path) -> None:
 def test_an_unknown_component_is_refused_by_name(tmp_path: Path) -> None:
     done = run(tmp_path, "kube-proxy")
     assert done.returncode == 2
-    assert "unknown component 'kube-proxy'" in done.stderr and "kubelet" in done.stderr
+    assert "unknown component 'kube-proxy'" in done.stderr and "etcd" in done.stderr

@@ -63,7 +63,8 @@ def test_the_volume_has_the_claims_size_and_modes_a_claim_ref_and_a_directory_of
         "name": "data-shuffle-0",
         "uid": "u-1",
     }
-    assert spec["hostPath"]["path"] == str(tmp_path / "jobs" / "data-shuffle-0-u-1")
+    # where the local cluster's kubelet keeps a claim's files
+    assert spec["hostPath"]["path"] == str(tmp_path / "claims" / "jobs" / "data-shuffle-0-u-1")
     assert spec["storageClassName"] == STORAGE_CLASS
     assert spec["persistentVolumeReclaimPolicy"] == "Delete"
 

@@ -2,68 +2,92 @@
 # Build the Kubernetes control plane the e2e tier runs on from its Go modules, once per release.
 #
 # usage: testcluster/tools/build-control-plane.sh [COMPONENT...]
-#   COMPONENT: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
-#              (default: the first three)
+#   COMPONENT: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, etcd
+#              (default: the first three and etcd)
 #
-# The release is the one testcluster/controlplane/go.mod requires (k8s.io/kubernetes, with its
-# staging modules pinned beside it; go.sum checks every module). The binaries go to
-# $FINISHABLE_CACHE/kubernetes-<version>/ (default ~/.cache/finishable): a second run finds them
-# there and builds nothing. Prints the path of the directory last, after the versions and the
-# minutes the build took.
+# The releases are those the modules pin: testcluster/controlplane/go.mod (k8s.io/kubernetes,
+# its staging modules pinned beside it) and testcluster/controlplane/etcd/go.mod (etcd, in a
+# module of its own so that its dependencies leave the Kubernetes pins alone); go.sum checks every
+# module. The binaries go to $FINISHABLE_CACHE/kubernetes-<version>/ and
+# $FINISHABLE_CACHE/etcd-<version>/ (default ~/.cache/finishable): a second run finds them there
+# and builds nothing. Prints each binary's path, one per line, after (on stderr) the versions and
+# the seconds the build took.
 set -eu
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 MODULE="$ROOT/testcluster/controlplane"
-VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v[0-9]/ { print $2; exit }' "$MODULE/go.mod")"
-if [ -z "$VERSION" ]; then
-    echo "build-control-plane: no k8s.io/kubernetes version in $MODULE/go.mod" >&2
+CACHE_ROOT="${FINISHABLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/finishable}"
+
+# version MODULE_DIR GO_MODULE: the version go.mod requires of GO_MODULE
+version() {
+    awk -v module="$2" '$1 == module && $2 ~ /^v[0-9]/ { print $2; exit }' "$1/go.mod"
+}
+K8S_VERSION="$(version "$MODULE" k8s.io/kubernetes)"
+ETCD_VERSION="$(version "$MODULE/etcd" go.etcd.io/etcd/server/v3)"
+if [ -z "$K8S_VERSION" ] || [ -z "$ETCD_VERSION" ]; then
+    echo "build-control-plane: no k8s.io/kubernetes version in $MODULE/go.mod or no" \
+         "go.etcd.io/etcd/server/v3 version in $MODULE/etcd/go.mod" >&2
     exit 1
 fi
-COMPONENTS="${*:-kube-apiserver kube-controller-manager kube-scheduler}"
+
+# Where each component comes from: its module directory, package and cached path.
+module_of() { if [ "$1" = etcd ]; then echo "$MODULE/etcd"; else echo "$MODULE"; fi; }
+package_of() {
+    if [ "$1" = etcd ]; then echo go.etcd.io/etcd/server/v3; else echo "k8s.io/kubernetes/cmd/$1"; fi
+}
+path_of() {
+    if [ "$1" = etcd ]; then echo "$CACHE_ROOT/etcd-$ETCD_VERSION/etcd"
+    else echo "$CACHE_ROOT/kubernetes-$K8S_VERSION/$1"; fi
+}
+
+COMPONENTS="${*:-kube-apiserver kube-controller-manager kube-scheduler etcd}"
 for component in $COMPONENTS; do
     case "$component" in
-        kube-apiserver|kube-controller-manager|kube-scheduler|kubelet) ;;
+        kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|etcd) ;;
         *) echo "build-control-plane: unknown component '$component' (kube-apiserver," \
-                "kube-controller-manager, kube-scheduler or kubelet)" >&2
+                "kube-controller-manager, kube-scheduler, kubelet or etcd)" >&2
            exit 2 ;;
     esac
 done
-CACHE="${FINISHABLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/finishable}/kubernetes-$VERSION"
 
 missing=""
 for component in $COMPONENTS; do
-    [ -x "$CACHE/$component" ] || missing="$missing $component"
+    [ -x "$(path_of "$component")" ] || missing="$missing $component"
 done
-if [ -z "$missing" ]; then
-    echo "$CACHE"
-    exit 0
+if [ -n "$missing" ]; then
+    if ! command -v go >/dev/null 2>&1; then
+        echo "build-control-plane: go is needed to build$missing (Kubernetes $K8S_VERSION," \
+             "etcd $ETCD_VERSION; https://go.dev/dl, or 'apt-get install golang'; the modules" \
+             "ask for go $(sed -n 's/^go //p' "$MODULE/go.mod"))" >&2
+        exit 1
+    fi
+    minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
+    # What `kubectl version` and the server's /version report: the release, not v0.0.0-master.
+    PKG=k8s.io/component-base/version
+    K8S_FLAGS="-s -w -X $PKG.gitVersion=$K8S_VERSION -X $PKG.gitMajor=1 -X $PKG.gitMinor=$minor"
+    K8S_FLAGS="$K8S_FLAGS -X $PKG.gitTreeState=clean -X $PKG.buildDate=1970-01-01T00:00:00Z"
+    echo "build-control-plane: building$missing (Kubernetes $K8S_VERSION, etcd $ETCD_VERSION)" \
+         "with $(go version | cut -d' ' -f3) into $CACHE_ROOT" >&2
+    echo "  (a fresh machine downloads the modules and compiles for minutes; then cached)" >&2
+    started="$(date +%s)"
+    for component in $missing; do
+        component_started="$(date +%s)"
+        target="$(path_of "$component")"
+        mkdir -p "$(dirname "$target")"
+        flags="-s -w"
+        [ "$component" = etcd ] || flags="$K8S_FLAGS"
+        # Static, as they are released; the kubelet links libc (cgo), as it is released too.
+        cgo=0; [ "$component" = kubelet ] && cgo=1
+        (cd "$(module_of "$component")" && CGO_ENABLED=$cgo go build -trimpath -ldflags "$flags" \
+            -o "$target.partial" "$(package_of "$component")")
+        mv "$target.partial" "$target"
+        echo "  $component: $(( $(date +%s) - component_started )) s" >&2
+    done
+    echo "build-control-plane: built in $(( $(date +%s) - started )) s" >&2
 fi
-if ! command -v go >/dev/null 2>&1; then
-    echo "build-control-plane: go is needed to build$missing $VERSION (https://go.dev/dl," >&2
-    echo "  or 'apt-get install golang'; the module asks for $(sed -n 's/^go //p' "$MODULE/go.mod"))" >&2
-    exit 1
-fi
-
-minor="$(echo "$VERSION" | cut -d. -f2)"
-# What `kubectl version` and the server's /version report: the release, not v0.0.0-master.
-PKG=k8s.io/component-base/version
-LDFLAGS="-s -w -X $PKG.gitVersion=$VERSION -X $PKG.gitMajor=1 -X $PKG.gitMinor=$minor"
-LDFLAGS="$LDFLAGS -X $PKG.gitTreeState=clean -X $PKG.buildDate=1970-01-01T00:00:00Z"
-mkdir -p "$CACHE"
-echo "build-control-plane: building$missing $VERSION with $(go version | cut -d' ' -f3) into $CACHE" >&2
-echo "  (a fresh machine downloads the modules and compiles for several minutes; then cached)" >&2
-started="$(date +%s)"
-for component in $missing; do
-    component_started="$(date +%s)"
-    # Static, as Kubernetes releases them; the kubelet links libc (cgo), as it is released too.
-    cgo=0; [ "$component" = kubelet ] && cgo=1
-    (cd "$MODULE" && CGO_ENABLED=$cgo go build -trimpath -ldflags "$LDFLAGS" \
-        -o "$CACHE/$component.partial" "k8s.io/kubernetes/cmd/$component")
-    mv "$CACHE/$component.partial" "$CACHE/$component"
-    echo "  $component: $(( $(date +%s) - component_started )) s" >&2
+for component in $COMPONENTS; do
+    echo "  $component: $("$(path_of "$component")" --version 2>&1 | head -n 1)" >&2
 done
 for component in $COMPONENTS; do
-    echo "  $("$CACHE/$component" --version 2>&1 | head -n 1)" >&2
+    path_of "$component"
 done
-echo "build-control-plane: built in $(( $(date +%s) - started )) s" >&2
-echo "$CACHE"

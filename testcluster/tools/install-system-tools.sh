@@ -1,9 +1,8 @@
 #!/bin/sh
 # Install the Debian packages the tests run for real when they are missing: prometheus (the server
 # the e2e suite scrapes the operator with, and promtool, which checks and unit-tests the chart's
-# alerting rules), shellcheck (the kind script's lint), postgresql (the server the PostgreSQL
-# sink example's tests start on loopback) and etcd-server (the store of the real control plane,
-# testcluster/controlplane). Nothing happens when all are present.
+# alerting rules), shellcheck (the kind script's lint) and postgresql (the server the PostgreSQL
+# sink example's tests start on loopback). Nothing happens when all are present.
 #
 # usage: testcluster/tools/install-system-tools.sh
 set -eu
@@ -16,7 +15,7 @@ if [ -z "${FINISHABLE_TOOLS_LOCKED:-}" ] && command -v flock >/dev/null 2>&1; th
 fi
 
 missing=""
-for pair in prometheus:prometheus promtool:prometheus shellcheck:shellcheck etcd:etcd-server; do
+for pair in prometheus:prometheus promtool:prometheus shellcheck:shellcheck; do
     command="${pair%%:*}" package="${pair#*:}"
     if ! command -v "$command" >/dev/null 2>&1; then
         case " $missing " in *" $package "*) ;; *) missing="$missing $package" ;; esac
@@ -30,7 +29,7 @@ fi
 
 if ! command -v apt-get >/dev/null 2>&1; then
     echo "install-system-tools: missing$missing and no apt-get here: install them with your" >&2
-    echo "  package manager (prometheus 2.x with promtool, shellcheck, postgresql, etcd 3.4+)" >&2
+    echo "  package manager (prometheus 2.x with promtool, shellcheck, postgresql)" >&2
     exit 1
 fi
 SUDO=""

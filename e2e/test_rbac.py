@@ -69,6 +69,29 @@ def test_the_api_server_refused_none_of_the_drivers_calls(
     assert not refused, f"the API server refused or failed these driver calls: {refused}"
 
 
+WATCH_FAILED = "AbstractWatchManager: Error received"
+"""What Spark's client logs when a watch fails inside its stream: the HTTP answer was 200, so no
+record of the server's shows it (a real API server on an etcd too old for initial-events watches
+failed every one of a driver's watches so, and the job only went on by retrying)."""
+
+
+def test_no_watch_of_a_driver_failed_inside_its_stream(
+    local_cluster: ClusterAccess | None,
+) -> None:
+    if local_cluster is None:
+        pytest.skip("the pods' logs are the local cluster's")
+    logs = sorted((local_cluster.directory / "pods").glob("*/*/driver.log"))
+    if not logs:
+        pytest.skip("no driver ran in this session: run it with the rest of the e2e suite")
+    failed = {
+        str(log.relative_to(local_cluster.directory)): line.strip()[:300]
+        for log in logs
+        for line in log.read_text(errors="replace").splitlines()
+        if WATCH_FAILED in line
+    }
+    assert not failed, f"watches failed inside their streams: {failed}"
+
+
 ON_DEMAND: set[Grant] = set()
 """Rights of the drivers' Role that only some jobs use, so a run of the suite need not show them
 (each says which job)."""

@@ -25,6 +25,13 @@ OPERATOR_NAMESPACE); when it stops, the API audit (every call counted by client,
 resource, and every request refused) is written to ``<directory>/api-calls.json`` and
 ``<directory>/api-refusals.json``. While it runs, ``<directory>/cluster.json`` tells another
 process how to use it (``attached.py``: an e2e run against ``python -m testcluster``).
+
+``control_plane="real"`` (pods as containers only) runs it on the real control plane instead
+(``testcluster.controlplane``: kube-apiserver, kube-controller-manager, kube-scheduler and etcd of
+pinned releases): the controller-manager replaces the local controllers and the emulator's
+garbage collection, the scheduler binds the pods, the kubelet is the node ``local`` with that
+node's own identity (its Node and Lease kept by a ``NodeAgent``), a ``Provisioner`` binds the
+claims, clients authenticate by client certificates, and the audit log is the API's record.
 """
 
 from __future__ import annotations
@@ -112,7 +119,8 @@ class ClusterAccess:
 
     @property
     def url(self) -> str:
-        """The API server's plain-HTTP address on loopback (the kubeconfig's is HTTPS)."""
+        """The API server's address on loopback: the emulator's plain HTTP (the kubeconfig's is
+        HTTPS), or the real control plane's HTTPS."""
         raise NotImplementedError
 
     @property

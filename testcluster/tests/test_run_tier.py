@@ -35,7 +35,14 @@ def run_tier(tmp_path: Path, tier: str, **env: str) -> Ran:
     done = subprocess.run(
         ["sh", str(SCRIPT), tier],
         cwd=tmp_path,
-        env={**os.environ, "MAKE": str(tmp_path / "bin" / "make"), "WORKERS": "3", **env},
+        # the defaults, whatever the run of this test was given (E2E_RUNTIME=process make test)
+        env={
+            **os.environ,
+            "MAKE": str(tmp_path / "bin" / "make"),
+            "WORKERS": "3",
+            "E2E_RUNTIME": "container",
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=60,

@@ -26,14 +26,16 @@ class AuditLog:
         lines = self.path.read_text().splitlines()
         return [json.loads(line) for line in lines if line.strip()]
 
+    def completed(self) -> list[dict[str, Any]]:
+        """The events of requests answered whole (a watch's first stage aside)."""
+        return [e for e in self.events() if e.get("stage") == "ResponseComplete"]
+
     def requests(
         self, user: str, *, verb: str | None = None, resource: str | None = None
     ) -> list[dict[str, Any]]:
         """``user``'s requests, completed (``ResponseComplete``), of ``verb`` on ``resource``."""
         found = []
-        for event in self.events():
-            if event.get("stage") != "ResponseComplete":
-                continue
+        for event in self.completed():
             if (event.get("user") or {}).get("username") != user:
                 continue
             if verb is not None and event.get("verb") != verb:
@@ -48,9 +50,7 @@ class AuditLog:
         verb, group, resource (``plural/subresource``) and scope, or by non-resource path: the
         API emulator's ``/_emulator/calls``, which the RBAC checks read."""
         counted: collections.Counter[tuple[str, str, str, str, bool, str]] = collections.Counter()
-        for event in self.events():
-            if event.get("stage") != "ResponseComplete":
-                continue
+        for event in self.completed():
             client = str(event.get("userAgent") or "").split("/")[0]
             ref = event.get("objectRef") or {}
             resource = str(ref.get("resource") or "")
@@ -80,9 +80,8 @@ class AuditLog:
                 "status": (event.get("responseStatus") or {}).get("code"),
                 "message": (event.get("responseStatus") or {}).get("message"),
             }
-            for event in self.events()
-            if event.get("stage") == "ResponseComplete"
-            and _refused_or_failed((event.get("responseStatus") or {}).get("code"))
+            for event in self.completed()
+            if _refused_or_failed((event.get("responseStatus") or {}).get("code"))
             and not lost_race(event)
         ]
 

@@ -385,7 +385,8 @@ class LocalCluster(ClusterAccess):
         kept beside the pod logs: where a failed e2e run is read once the cluster is gone."""
         emulator = self.server.emulator
         if self.audit_log is not None:  # the real control plane's (its own file stays too)
-            calls, refusals = AuditLog(self.audit_log).calls(), AuditLog(self.audit_log).refusals()
+            audit = AuditLog(self.audit_log)
+            calls, refusals = audit.calls(), audit.refusals()
         elif emulator is not None:
             calls = [{**call._asdict(), "count": n} for call, n in emulator.api_calls.items()]
             refusals = list(emulator.refusals)

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test test-all venv lint typecheck crd clean tools image control-plane
+.PHONY: demo test test-all venv lint typecheck crd clean tools image control-plane real-node
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ image:
 # into ~/.cache/finishable (minutes; then nothing to do).
 control-plane:
 	sh testcluster/tools/build-control-plane.sh >/dev/null
+
+# The full tier's real node besides (testcluster/controlplane/realnode.py): the kubelet and
+# kube-proxy of that release, CoreDNS, and the pods' sandbox (pause.c, compiled here).
+real-node:
+	sh testcluster/tools/build-control-plane.sh kubelet kube-proxy coredns pause >/dev/null
 
 crd: $(STAMP)
 	$(BIN)/finishable crd > crds/finishablesparkjobs.finishable.dev.yaml

@@ -2,9 +2,10 @@
 
 The local cluster runs pods as containers of the built image with ``E2E_RUNTIME=container``
 (what ``make test`` runs: the image is built first, a cache hit after the image tests), as
-sandboxed processes otherwise (quick, no container engine). ``E2E_CONTROL_PLANE=real`` runs it on
-the real control plane (``testcluster/controlplane``) in place of the API emulator, its pods as
-containers. ``E2E_LOCAL_CLUSTER=DIR`` uses the
+sandboxed processes otherwise (quick, no container engine). Container pods run on the real
+control plane (``testcluster/controlplane``: Kubernetes built from its Go modules) unless
+``E2E_CONTROL_PLANE=emulator`` asks for the project's API emulator, which process pods always run
+on. ``E2E_LOCAL_CLUSTER=DIR`` uses the
 local cluster ``python -m testcluster --dir DIR`` runs already (serving both namespaces below)
 instead of starting one."""
 
@@ -26,7 +27,9 @@ NAMESPACE = os.environ.get("E2E_NAMESPACE", "finishable-e2e")
 RUNTIME = os.environ.get("E2E_RUNTIME", "process")
 # The local cluster's API: the emulator with its own controllers, or ``real``: the control plane of
 # the pinned Kubernetes release (testcluster/controlplane; pods as containers only).
-CONTROL_PLANE = os.environ.get("E2E_CONTROL_PLANE", "emulator")
+CONTROL_PLANE = os.environ.get(
+    "E2E_CONTROL_PLANE", "real" if RUNTIME == "container" else "emulator"
+)
 # Where e2e/test_kubectl.py runs the README's kubectl commands (they name no namespace).
 KUBECTL_NAMESPACE = "finishable-kubectl"
 

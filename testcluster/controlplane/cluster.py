@@ -197,6 +197,8 @@ class ControlPlane:
         self.sa_key = self._write("sa.key", signing.key)
         sa_pub = self._write("sa.pub", signing.certificate)
         policy = self._write("audit-policy.json", json.dumps(AUDIT_POLICY))
+        # what it shows a kubelet (logs, exec, port-forward): a real kubelet authorizes it
+        kubelet_client = self.ca.client("kube-apiserver-kubelet-client", ["system:masters"])
         self._spawn(
             "kube-apiserver",
             [
@@ -214,6 +216,10 @@ class ControlPlane:
                 "--service-cluster-ip-range", SERVICE_CIDR,
                 "--authorization-mode", "Node,RBAC",
                 "--enable-admission-plugins", ",".join(ADMISSION_PLUGINS),
+                "--kubelet-client-certificate",
+                str(self._write("kubelet-client.crt", kubelet_client.certificate)),
+                "--kubelet-client-key", str(self._write("kubelet-client.key", kubelet_client.key)),
+                "--kubelet-preferred-address-types", "InternalIP,Hostname",
                 "--audit-log-path", str(self.audit_log),
                 "--audit-policy-file", str(policy),
                 "--profiling=false",

@@ -41,6 +41,7 @@ def run_tier(tmp_path: Path, tier: str, **env: str) -> Ran:
             "MAKE": str(tmp_path / "bin" / "make"),
             "WORKERS": "3",
             "E2E_RUNTIME": "container",
+            "E2E_CONTROL_PLANE": "",
             **env,
         },
         capture_output=True,
@@ -58,13 +59,19 @@ def test_make_test_sets_up_checks_and_runs_the_quick_tier_then_reports(tmp_path:
         "make -s venv",
         "make -s tools",
         "make -s image",
+        "make -s control-plane",
         "make -s lint",
         "make -s typecheck",
         "pytest tests testcluster --tier quick -n 3 --dist loadfile",
         "pytest e2e --tier quick",
     ]
     report = done.stdout[done.stdout.index("make test: where the minutes went") :]
-    steps = ("setup: the image", "mypy --strict", "e2e on the local cluster (quick, container)")
+    steps = (
+        "setup: the image",
+        "setup: the control plane",
+        "mypy --strict",
+        "e2e on the local cluster (quick, container, real)",
+    )
     assert all(step in report for step in steps), report
     assert report.rstrip().splitlines()[-1].split()[0] == "total"
 
@@ -74,6 +81,7 @@ def test_make_test_all_runs_both_tiers_and_process_pods_need_no_image(tmp_path: 
     assert done.returncode == 0, done.stderr
     assert "make -s image" not in calls
     assert "make -s control-plane" in calls, "the full tier's control plane, built apart"
+    assert "make -s real-node" in calls, "and its real node's parts"
     assert calls[-2:] == [
         "pytest tests testcluster --tier all -n 3 --dist loadfile",
         "pytest e2e --tier all",
@@ -86,6 +94,16 @@ def test_a_failed_step_stops_the_run_with_its_status_and_the_report(tmp_path: Pa
     assert done.returncode == 3
     assert calls[-1] == "make -s lint" and not any(c.startswith("pytest") for c in calls)
     assert "ruff" in done.stdout and "FAILED (exit 3)" in done.stdout
+
+
+def test_make_test_on_the_emulator_builds_no_control_plane(tmp_path: Path) -> None:
+    for env in ({"E2E_CONTROL_PLANE": "emulator"}, {"E2E_RUNTIME": "process"}):
+        done, calls = run_tier(tmp_path, "quick", **env)
+        assert done.returncode == 0, done.stderr
+        assert "make -s control-plane" not in calls, env
+        assert "make -s real-node" not in calls, env
+        assert "(quick, " in done.stdout and ", emulator)" in done.stdout, env
+        (tmp_path / "calls").unlink()
 
 
 def test_an_unknown_tier_is_refused_naming_the_two() -> None:

@@ -10,7 +10,9 @@
 # apart from the tests: on a fresh machine it is most of the first run, later runs
 # find it cached and pay seconds. WORKERS (default 2) processes run the unit and component tests;
 # E2E_RUNTIME (default container) runs the e2e pods as containers of the image, or as sandboxed
-# processes (`process`: no container engine, no image step).
+# processes (`process`: no container engine, no image step). E2E_CONTROL_PLANE (default real with
+# container pods, emulator with process pods) is the local cluster's API: the Kubernetes control
+# plane built from its Go modules, or the project's API emulator (no Go build for `make test`).
 set -u
 
 TIER="${1:-}"
@@ -22,6 +24,8 @@ esac
 MAKE="${MAKE:-make}"
 WORKERS="${WORKERS:-2}"
 E2E_RUNTIME="${E2E_RUNTIME:-container}"
+if [ "$E2E_RUNTIME" = container ]; then E2E_CONTROL_PLANE="${E2E_CONTROL_PLANE:-real}"
+else E2E_CONTROL_PLANE="${E2E_CONTROL_PLANE:-emulator}"; fi
 BIN=.venv/bin
 TIMES="$(mktemp)"
 trap 'rm -f "$TIMES"' EXIT
@@ -53,8 +57,12 @@ step "setup: kubectl, helm, prometheus, postgres" "$MAKE" -s tools
 if [ "$E2E_RUNTIME" = container ]; then
     step "setup: the image (docker engine, build)" "$MAKE" -s image
 fi
-if [ "$TIER" = all ]; then
+# the full tier's component tests start the control plane whatever the e2e flows run on
+if [ "$TIER" = all ] || [ "$E2E_CONTROL_PLANE" = real ]; then
     step "setup: the control plane (go build)" "$MAKE" -s control-plane
+fi
+if [ "$TIER" = all ]; then
+    step "setup: the real node (go build)" "$MAKE" -s real-node
 fi
 step "ruff" "$MAKE" -s lint
 step "mypy --strict" "$MAKE" -s typecheck
@@ -62,6 +70,6 @@ step "mypy --strict" "$MAKE" -s typecheck
 step "unit and component tests ($TIER)" \
     "$BIN/pytest" tests testcluster $SELECT -n "$WORKERS" --dist loadfile
 # shellcheck disable=SC2086
-step "e2e on the local cluster ($TIER, $E2E_RUNTIME)" \
-    env E2E_RUNTIME="$E2E_RUNTIME" "$BIN/pytest" e2e $SELECT
+step "e2e on the local cluster ($TIER, $E2E_RUNTIME, $E2E_CONTROL_PLANE)" \
+    env E2E_RUNTIME="$E2E_RUNTIME" E2E_CONTROL_PLANE="$E2E_CONTROL_PLANE" "$BIN/pytest" e2e $SELECT
 report

@@ -1,0 +1,373 @@
+"""A real Kubernetes node under the real control plane: the kubelet and kube-proxy of the pinned
+release, CoreDNS, and Debian's containerd, runc and CNI plugins.
+
+The node lives in a network namespace of its own (``finishable-node-<index>``, the first free
+index), linked to this machine by a veth pair: its kubelet, kube-proxy (iptables mode), CoreDNS
+and containerd, and the CNI bridge of its pods, touch nothing of another node's, so two test
+runs on one machine can each have one. Its pods run under a cgroup root of their own. What the
+machine needs: root, cgroup v1 or v2, ``ip``, ``iptables``, ``cc``, Debian's ``containerd``,
+``runc`` and ``containernetworking-plugins``, and docker for the images the pods run (exported
+from docker's store into the node's containerd).
+
+What differs from a production node, and why: runc runs through ``runc_floor.py`` (this machine
+may not lower an OOM score; the kubelet asks -998 for each sandbox), and the sandbox image is
+Kubernetes' pause built here. Everything else is as the releases ship it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Self
+
+from finishable.kube.api import KubeApi
+from testcluster.controlplane import nodeconfig
+from testcluster.controlplane.cluster import ControlPlane, binaries
+from testcluster.processes import terminate
+
+log = logging.getLogger(__name__)
+
+NODE_COMPONENTS = ("kubelet", "kube-proxy", "coredns", "pause")
+READY_SECONDS = 180.0
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+RUNC = shutil.which("runc") or "/usr/sbin/runc"
+
+
+class RealNodeError(RuntimeError):
+    """The node could not be set up here: the message says which part and why."""
+
+
+def _run(*command: str, stdin: bytes | None = None, check: bool = True) -> str:
+    done = subprocess.run(command, input=stdin, capture_output=True, check=False)
+    if check and done.returncode != 0:
+        raise RealNodeError(
+            f"{' '.join(command)} failed ({done.returncode}): {done.stderr.decode()[-2000:]}"
+        )
+    return done.stdout.decode()
+
+
+def _attempt(*command: str) -> subprocess.CompletedProcess[bytes]:
+    """A command whose failure is an answer (a name taken, a thing already gone)."""
+    return subprocess.run(command, capture_output=True, check=False)
+
+
+def cgroup_hierarchies() -> list[Path]:
+    """Where the node's cgroup root is made: each v1 controller hierarchy, or the v2 root."""
+    if (CGROUP_ROOT / "cgroup.controllers").exists():
+        return [CGROUP_ROOT]
+    return [path for path in CGROUP_ROOT.iterdir() if path.is_dir() and not path.is_symlink()]
+
+
+@dataclass
+class RealNode:
+    """One node named ``name``, registered with ``plane`` (started with ``bind_address`` 0.0.0.0:
+    the node reaches it from its namespace), running pods of ``images`` (docker's)."""
+
+    plane: ControlPlane
+    directory: Path
+    name: str = "node-1"
+    images: tuple[str, ...] = ()
+    binaries: dict[str, Path] = field(default_factory=lambda: binaries(NODE_COMPONENTS))
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
+    addresses: nodeconfig.NodeAddresses | None = field(default=None, init=False)
+
+    # -- start ------------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        if os.geteuid() != 0:
+            raise RealNodeError("a real node needs root (network namespace, cgroups, mounts)")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.addresses = self._claim_namespace()
+            self._link(self.addresses)
+            self._make_cgroups()
+            self._start_containerd(self.addresses)
+            self._start_kubelet(self.addresses)
+            self._start_kube_proxy()
+            self._start_coredns(self.addresses)
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    @property
+    def state(self) -> Path:
+        """containerd's state and sockets: short, as a socket's path must be."""
+        assert self.addresses is not None
+        return Path("/run") / self.addresses.name
+
+    @property
+    def socket(self) -> Path:
+        return self.state / "containerd.sock"
+
+    @property
+    def cgroup(self) -> str:
+        assert self.addresses is not None
+        return f"/{self.addresses.name}"
+
+    def _claim_namespace(self) -> nodeconfig.NodeAddresses:
+        """The first index whose namespace this call creates (another run may hold others)."""
+        for index in range(1, 251):
+            addresses = nodeconfig.NodeAddresses(index)
+            done = _attempt("ip", "netns", "add", addresses.name)
+            if done.returncode == 0:
+                return addresses
+        raise RealNodeError("no free node index: 250 namespaces finishable-node-* exist")
+
+    def _in_namespace(self, *command: str) -> list[str]:
+        """``command`` in the node's network namespace and this machine's mount namespace (not
+        ``ip netns exec``'s own: the kubelet's volume mounts must be where containerd looks)."""
+        assert self.addresses is not None
+        return ["nsenter", f"--net=/run/netns/{self.addresses.name}", *command]
+
+    def _link(self, at: nodeconfig.NodeAddresses) -> None:
+        _run("ip", "link", "add", at.host_link, "type", "veth", "peer", "name", at.node_link)
+        _run("ip", "link", "set", at.node_link, "netns", at.name)
+        _run("ip", "addr", "add", f"{at.host}/30", "dev", at.host_link)
+        _run("ip", "link", "set", at.host_link, "up")
+        _run("ip", "route", "add", at.pod_subnet, "via", at.node)
+        inside = self._in_namespace
+        _run(*inside("ip", "addr", "add", f"{at.node}/30", "dev", at.node_link))
+        _run(*inside("ip", "link", "set", at.node_link, "up"))
+        _run(*inside("ip", "link", "set", "lo", "up"))
+        _run(*inside("ip", "route", "add", "default", "via", at.host))
+        _run(*inside("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"))
+        _run(*inside("sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"), check=False)
+
+    def _make_cgroups(self) -> None:
+        for hierarchy in cgroup_hierarchies():
+            path = hierarchy / self.cgroup.lstrip("/")
+            path.mkdir(exist_ok=True)
+            if hierarchy.name == "cpuset":  # a v1 cpuset starts empty: no task may join it
+                for name in ("cpuset.cpus", "cpuset.mems"):
+                    (path / name).write_text((hierarchy / name).read_text())
+
+    def _start_containerd(self, at: nodeconfig.NodeAddresses) -> None:
+        self.state.mkdir(parents=True, exist_ok=True)
+        cni = self.directory / "cni"
+        cni.mkdir(exist_ok=True)
+        (cni / "10-pods.conflist").write_text(
+            json.dumps(nodeconfig.cni_config(at, self.directory / "ipam"))
+        )
+        runc = self.directory / "runc"
+        floor = Path(__file__).with_name("runc_floor.py")
+        runc.write_text(f'#!/bin/sh\nexec {sys.executable} {floor} {RUNC} "$@"\n')
+        runc.chmod(0o755)
+        config = self.directory / "containerd.toml"
+        config.write_text(
+            nodeconfig.containerd_config(self.directory / "containerd", self.state, runc, cni)
+        )
+        self._spawn("containerd", self._in_namespace("containerd", "--config", str(config)))
+        deadline = time.monotonic() + READY_SECONDS
+        while not self.socket.exists():
+            self._check_alive("containerd")
+            if time.monotonic() > deadline:
+                raise RealNodeError(f"containerd made no socket:\n{self._tail('containerd')}")
+            time.sleep(0.2)
+        pause = self.binaries["pause"].read_bytes()
+        self._ctr_import(nodeconfig.image_archive(pause, nodeconfig.PAUSE_IMAGE, "/pause"))
+        for image in self.images:
+            exported = subprocess.run(["docker", "save", image], capture_output=True, check=False)
+            if exported.returncode != 0:
+                raise RealNodeError(f"docker save {image}: {exported.stderr.decode()[-500:]}")
+            self._ctr_import(exported.stdout)
+
+    def _ctr_import(self, archive: bytes) -> None:
+        _run("ctr", "--address", str(self.socket), "-n", "k8s.io", "images", "import", "-",
+             stdin=archive)  # fmt: skip
+
+    def _start_kubelet(self, at: nodeconfig.NodeAddresses) -> None:
+        identity = self.plane.identity(f"system:node:{self.name}", ["system:nodes"])
+        self._point_at_plane(identity.kubeconfig)
+        serving = self.plane.ca.serving(self.name, [self.name], [at.node])
+        cert, key = self.directory / "kubelet.crt", self.directory / "kubelet.key"
+        cert.write_text(serving.certificate)
+        key.write_text(serving.key)
+        key.chmod(0o600)
+        config = nodeconfig.kubelet_config(
+            containerd_socket=self.socket,
+            client_ca=self.plane.ca_file,
+            serving=(cert, key),
+            cgroup_root=self.cgroup,
+            pod_logs=self.directory / "pod-logs",
+            dns=at.node,
+        )
+        path = self.directory / "kubelet.json"
+        path.write_text(json.dumps(config, indent=1))
+        self._spawn(
+            "kubelet",
+            self._in_namespace(
+                str(self.binaries["kubelet"]),
+                "--config", str(path),
+                "--kubeconfig", str(identity.kubeconfig),
+                "--hostname-override", self.name,
+                "--node-ip", at.node,
+                "--root-dir", str(self.directory / "kubelet"),
+            ),
+        )  # fmt: skip
+
+    def _start_kube_proxy(self) -> None:
+        identity = self.plane.identity("system:kube-proxy")  # bound to system:node-proxier
+        self._point_at_plane(identity.kubeconfig)
+        config = nodeconfig.kube_proxy_config(identity.kubeconfig, "10.244.0.0/16")
+        path = self.directory / "kube-proxy.json"
+        path.write_text(json.dumps(config, indent=1))
+        command = [str(self.binaries["kube-proxy"]), "--config", str(path),
+                   "--hostname-override", self.name]  # fmt: skip
+        self._spawn("kube-proxy", self._in_namespace(*command))
+
+    def _start_coredns(self, at: nodeconfig.NodeAddresses) -> None:
+        user = "finishable:coredns"
+        admin = KubeApi.from_kubeconfig(self.plane.admin.kubeconfig, user_agent="finishable-node")
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        for path, body in (
+            (f"{rbac}/clusterroles",
+             {"metadata": {"name": user}, "rules": nodeconfig.COREDNS_RULES}),
+            (f"{rbac}/clusterrolebindings",
+             {"metadata": {"name": user},
+              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                          "name": user},
+              "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                            "name": user}]}),
+        ):  # fmt: skip
+            response = admin.request("POST", path, body=body)
+            if response.status not in (201, 409):
+                raise RealNodeError(f"CoreDNS's RBAC: {response.status} {response.body}")
+        identity = self.plane.identity(user)
+        self._point_at_plane(identity.kubeconfig)
+        corefile = self.directory / "Corefile"
+        corefile.write_text(nodeconfig.corefile(at.node, identity.kubeconfig))
+        self._spawn("coredns", self._in_namespace(str(self.binaries["coredns"]), "-conf",
+                                                  str(corefile)))  # fmt: skip
+
+    def _point_at_plane(self, kubeconfig: Path) -> None:
+        """The node reaches the API server at the machine's address, not its loopback."""
+        config = json.loads(kubeconfig.read_text())
+        server = config["clusters"][0]["cluster"]["server"]
+        config["clusters"][0]["cluster"]["server"] = server.replace(
+            "127.0.0.1", self.plane.advertise
+        )
+        kubeconfig.write_text(json.dumps(config, indent=1))
+
+    def _wait_ready(self) -> None:
+        admin = KubeApi.from_kubeconfig(self.plane.admin.kubeconfig, user_agent="finishable-node")
+        deadline = time.monotonic() + READY_SECONDS
+        while time.monotonic() < deadline:
+            for name in self.processes:
+                self._check_alive(name)
+            response = admin.request("GET", f"/api/v1/nodes/{self.name}")
+            if response.status == 200:
+                conditions = response.body.get("status", {}).get("conditions", [])
+                if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                    return
+            time.sleep(1.0)
+        raise RealNodeError(f"node {self.name} not Ready in {READY_SECONDS:.0f} s:\n"
+                            f"{self._tail('kubelet')}")  # fmt: skip
+
+    # -- stop -------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Everything the node made goes: processes, pods' processes, mounts, the namespace,
+        the cgroups. The Node object stays, as when a machine is switched off."""
+        for name in ("coredns", "kube-proxy", "kubelet"):
+            if name in self.processes:
+                terminate(self.processes.pop(name), grace=10.0)
+        if self.addresses is not None:
+            self._kill_pods()
+        if "containerd" in self.processes:
+            terminate(self.processes.pop("containerd"), grace=10.0)
+        if self.addresses is not None:
+            self._kill_shims()
+            self._unmount()
+            _attempt("ip", "netns", "del", self.addresses.name)
+            _attempt("ip", "link", "del", self.addresses.host_link)
+            self._remove_cgroups()
+            shutil.rmtree(self.state, ignore_errors=True)
+            self.addresses = None
+
+    def _kill_pods(self) -> None:
+        for hierarchy in cgroup_hierarchies():
+            root = hierarchy / self.cgroup.lstrip("/")
+            for procs in root.rglob("cgroup.procs") if root.exists() else ():
+                for pid in procs.read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+
+    def _kill_shims(self) -> None:
+        marker = str(self.socket).encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                if marker in (entry / "cmdline").read_bytes():
+                    os.kill(int(entry.name), signal.SIGKILL)
+
+    def _unmount(self) -> None:
+        """The kubelet's volume mounts and containerd's, then the pods' network namespaces
+        (those with an address of this node's pod subnet)."""
+        assert self.addresses is not None
+        roots = (str(self.directory), str(self.state))
+        mounts = [
+            line.split()[4].replace("\\040", " ")
+            for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        ]
+        for point in reversed(mounts):
+            if point.startswith(roots):
+                _attempt("umount", "-l", point)
+        subnet = f" {self.addresses.pod_subnet.rsplit('.', 1)[0]}."
+        for netns in Path("/run/netns").glob("cni-*"):
+            links = _attempt("ip", "-n", netns.name, "-o", "addr")
+            if subnet in links.stdout.decode():
+                _attempt("ip", "netns", "del", netns.name)
+
+    def _remove_cgroups(self) -> None:
+        for hierarchy in cgroup_hierarchies():
+            root = hierarchy / self.cgroup.lstrip("/")
+            if not root.exists():
+                continue
+            directories = sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True)
+            for directory in [*directories, root]:
+                deadline = time.monotonic() + 10.0
+                while directory.exists():
+                    try:
+                        directory.rmdir()
+                    except OSError:
+                        if time.monotonic() > deadline:
+                            log.warning("cgroup %s not removed", directory)
+                            break
+                        time.sleep(0.2)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def log_of(self, name: str) -> Path:
+        return self.directory / f"{name}.log"
+
+    def _spawn(self, name: str, command: list[str]) -> None:
+        with self.log_of(name).open("ab") as output:
+            self.processes[name] = subprocess.Popen(
+                command, stdout=output, stderr=subprocess.STDOUT, cwd=self.directory
+            )
+
+    def _check_alive(self, name: str) -> None:
+        process = self.processes[name]
+        if process.poll() is not None:
+            raise RealNodeError(f"{name} exited ({process.returncode}):\n{self._tail(name)}")
+
+    def _tail(self, name: str) -> str:
+        return self.log_of(name).read_text(errors="replace")[-3000:]

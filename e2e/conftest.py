@@ -20,6 +20,7 @@ import pytest
 from finishable.kube.api import KubeApi
 from testcluster import image
 from testcluster.client import E2ECluster, KubeconfigE2ECluster, LocalE2ECluster
+from testcluster.controlplane.cluster import ControlPlaneError
 from testcluster.localcluster.attached import AttachedCluster, NotRunning
 from testcluster.localcluster.cluster import RUNTIMES, ClusterAccess, LocalCluster
 
@@ -67,6 +68,8 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterA
         )
     except ValueError as invalid:
         pytest.fail(f"E2E_RUNTIME={RUNTIME!r}, E2E_CONTROL_PLANE={CONTROL_PLANE!r}: {invalid}")
+    except ControlPlaneError as missing:  # no Go to build it with, or a failed build
+        pytest.fail(f"{missing}\n(E2E_CONTROL_PLANE=emulator runs the flows without it)")
     with cluster:
         yield cluster
 

@@ -6,9 +6,10 @@ kubectl apply -f crds/                                           # the CRDs, che
 kubectl apply --dry-run=server -f examples/streaming/job.yaml    # a job, validated and admitted
 
 kube-apiserver, kube-controller-manager and kube-scheduler of the pinned release (built on the
-first start, minutes) with etcd, as the full tier runs them. No kubelet runs here yet: pods are
-scheduled when a node is registered (``--node``) but no container starts; jobs run on the local
-cluster (``python -m testcluster``).
+first start, minutes) with etcd, as the e2e tiers run them. ``--node NAME`` registers a node
+whose pods are scheduled but never started; ``--real-node NAME`` (as root) starts a real one
+(``realnode.py``: kubelet, kube-proxy, CoreDNS, containerd, runc) whose pods run the image
+``make image`` built. Jobs run end to end on the local cluster (``python -m testcluster``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import threading
 from pathlib import Path
 
 from testcluster.controlplane.cluster import ControlPlane
+from testcluster.controlplane.realnode import RealNode
+from testcluster.image import IMAGE
 
 
 def main() -> int:
@@ -30,12 +33,23 @@ def main() -> int:
     parser.add_argument(
         "--node", action="append", default=[], help="register a node of this name, kept Ready"
     )
+    parser.add_argument(
+        "--real-node",
+        action="append",
+        default=[],
+        help="start a real node of this name (root): its pods run the project's image",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with ControlPlane(Path(args.dir).resolve()) as plane:
+    directory = Path(args.dir).resolve()
+    # a real node reaches the API server from its own network namespace
+    bind = "0.0.0.0" if args.real_node else "127.0.0.1"
+    with ControlPlane(directory, bind_address=bind) as plane, contextlib.ExitStack() as real:
         nodes = [plane.node(name) for name in args.node]  # kept Ready until Ctrl-C
+        for name in args.real_node:
+            real.enter_context(RealNode(plane, directory / name, name, images=(IMAGE,)))
         sys.stdout.write(
             f"API server  {plane.url}\n"
             f"kubeconfig  {plane.admin.kubeconfig}  (a cluster admin)\n"

@@ -6,6 +6,7 @@ the race reads the job again instead of acting on what it decided, against a rea
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Iterator
 from typing import Any
@@ -105,3 +106,46 @@ async def test_a_users_edit_between_read_and_write_is_decided_on_not_overwritten
     assert cluster.status("edited")["phase"] == "Submitted", "the stale decision was not stored"
     await operator.loop.step()
     assert cluster.status("edited")["phase"] == "Running"
+
+
+class StopFlag:
+    """kopf's DaemonStopped as the loop uses it: true once set, awaitable until then."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def __bool__(self) -> bool:
+        return self.event.is_set()
+
+    async def wait(self) -> None:
+        await self.event.wait()
+
+
+async def test_a_deleted_jobs_loop_leaves_mid_step_and_creates_nothing_more(
+    cluster: Cluster,
+) -> None:
+    """kopf lets a deleted job's loop run on for its cancellation backoff while the deletion
+    handler removes the children: a step still creating them then raced the removal (seen as
+    a driver pod refused for its ServiceAccount, deleted a moment before). The loop leaves the
+    step when the stop flag is set instead of finishing it."""
+    body = cluster.create_job("deleted", {"application": {"file": "local:///app/job.py"}})
+    operator = Operator(cluster, body)
+    entered, release = asyncio.Event(), asyncio.Event()
+    perform = operator.loop.perform
+
+    async def slow_perform(*args: Any, **kwargs: Any) -> float | None:
+        entered.set()  # the status says Submitted; the children are being created
+        await release.wait()
+        return await perform(*args, **kwargs)
+
+    operator.loop.perform = slow_perform  # type: ignore[method-assign]
+    stopped = StopFlag()
+    running = asyncio.ensure_future(operator.loop.run(stopped))
+    await asyncio.wait_for(entered.wait(), 60)
+    stopped.event.set()  # the job is deleted
+    await asyncio.wait_for(running, 60)  # returns without waiting for the step's end
+    release.set()
+    await asyncio.sleep(0)
+
+    assert cluster.status("deleted")["phase"] == "Submitted"
+    assert driver_pods(cluster, "deleted") == [], "no pod created after the stop"

@@ -212,9 +212,10 @@ def job_changed(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
 # -- the job's loop and its end --------------------------------------------------------------
 
 
-# A deleted job's loop is asked to leave by its stop flag (which it watches) for 5 s before kopf
-# cancels it: without the backoff kopf cancels a loop caught mid-step at once, and says so as a
-# warning ("Daemon 'reconcile' is cancelled. Will escalate.") on every deletion.
+# A deleted job's loop is asked to leave by its stop flag for 5 s before kopf cancels it: the
+# loop watches the flag and leaves at once, mid-step if need be (JobLoop.run), so that it creates
+# no child the deletion handler is removing; without the backoff kopf cancels it itself and says
+# so as a warning ("Daemon 'reconcile' is cancelled. Will escalate.") on every deletion.
 @kopf.daemon(*JOBS, cancellation_backoff=5.0, cancellation_timeout=30.0, registry=registry)
 async def reconcile(
     *,

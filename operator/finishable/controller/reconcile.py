@@ -19,6 +19,7 @@ on a later step; a control request in flight is sent again when a loop starts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 from collections.abc import Callable, Mapping
@@ -188,7 +189,16 @@ class JobLoop:
         try:
             while not stopped:
                 waker.clear()
-                requeue = await self.step()
+                step = asyncio.ensure_future(self.step())
+                await asyncio.wait({step, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if not step.done():
+                    # Deleted (or the operator stops): leave mid-step, as kopf's cancellation
+                    # would, while the deletion handler removes the children the step creates.
+                    step.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await step
+                    return
+                requeue = step.result()
                 delay = self.controller.resync if requeue is None else requeue
                 woken = asyncio.ensure_future(waker.wait())
                 await asyncio.wait(

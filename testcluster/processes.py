@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +67,38 @@ def terminate(process: subprocess.Popen[bytes], grace: float = 30.0) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(10)
+
+
+@dataclass
+class LoggedProcesses:
+    """Long-running child processes of one directory, each writing its ``<name>.log`` there
+    (the control plane's components, a real node's)."""
+
+    directory: Path
+    running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def log_of(self, name: str) -> Path:
+        return self.directory / f"{name}.log"
+
+    def spawn(self, name: str, command: list[str]) -> None:
+        with self.log_of(name).open("ab") as output:
+            self.running[name] = subprocess.Popen(
+                command, stdout=output, stderr=subprocess.STDOUT, cwd=self.directory
+            )
+
+    def exited(self, name: str) -> str | None:
+        """How ``name`` ended, with the end of its log; None while it runs."""
+        code = self.running[name].poll()
+        return None if code is None else f"{name} exited ({code}):\n{self.tail(name)}"
+
+    def tail(self, name: str) -> str:
+        return self.log_of(name).read_text(errors="replace")[-3000:]
+
+    def stop(self, *names: str, grace: float = 10.0) -> None:
+        """Terminate ``names`` in that order (every one, the newest first, when none is named)."""
+        for name in names or reversed(list(self.running)):
+            if name in self.running:
+                terminate(self.running.pop(name), grace=grace)
 
 
 def start_runner(

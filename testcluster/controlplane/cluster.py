@@ -26,7 +26,7 @@ from finishable.kube.api import KubeApi
 from testcluster.controlplane import pki
 from testcluster.controlplane.node import NodeAgent
 from testcluster.network import free_port
-from testcluster.processes import ROOT, terminate
+from testcluster.processes import ROOT, LoggedProcesses
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,6 @@ class ControlPlane:
 
     directory: Path
     binaries: dict[str, Path] = field(default_factory=binaries)
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
     url: str = field(default="", init=False)
     advertise: str = field(default_factory=host_address)
     controller_manager_flags: tuple[str, ...] = ()
@@ -104,6 +103,7 @@ class ControlPlane:
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.components = LoggedProcesses(self.directory)
         self.ca = pki.ClusterCA()
         self.ca_file = self._write("ca.crt", self.ca.certificate)
         self.audit_log = self.directory / "audit.log"
@@ -164,7 +164,7 @@ class ControlPlane:
     def _start_etcd(self) -> None:
         client, peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
-        self._spawn(
+        self.components.spawn(
             "etcd",
             [
                 str(self.binaries["etcd"]),
@@ -199,7 +199,7 @@ class ControlPlane:
         policy = self._write("audit-policy.json", json.dumps(AUDIT_POLICY))
         # what it shows a kubelet (logs, exec, port-forward): a real kubelet authorizes it
         kubelet_client = self.ca.client("kube-apiserver-kubelet-client", ["system:masters"])
-        self._spawn(
+        self.components.spawn(
             "kube-apiserver",
             [
                 str(self.binaries["kube-apiserver"]),
@@ -247,7 +247,7 @@ class ControlPlane:
         its health on a free port (one instance: no leader election)."""
         kubeconfig = str(self.identity(f"system:{name}").kubeconfig)
         port = free_port()
-        self._spawn(
+        self.components.spawn(
             name,
             [
                 str(self.binaries[name]),
@@ -263,8 +263,7 @@ class ControlPlane:
         self._wait_healthy(name, f"https://127.0.0.1:{port}/healthz", tls=True)
 
     def stop(self) -> None:
-        for name in reversed(list(self.processes)):
-            terminate(self.processes.pop(name), grace=10.0)
+        self.components.stop()
 
     def __enter__(self) -> ControlPlane:
         return self.start()
@@ -275,13 +274,7 @@ class ControlPlane:
     # -- helpers ----------------------------------------------------------------------------
 
     def log_of(self, name: str) -> Path:
-        return self.directory / f"{name}.log"
-
-    def _spawn(self, name: str, command: list[str]) -> None:
-        with self.log_of(name).open("ab") as output:
-            self.processes[name] = subprocess.Popen(
-                command, stdout=output, stderr=subprocess.STDOUT, cwd=self.directory
-            )
+        return self.components.log_of(name)
 
     def _wait_healthy(self, name: str, url: str, *, tls: bool, admin: bool = False) -> None:
         context: ssl.SSLContext | None = None
@@ -297,10 +290,8 @@ class ControlPlane:
         deadline = time.monotonic() + START_SECONDS
         last = ""
         while time.monotonic() < deadline:
-            process = self.processes[name]
-            if process.poll() is not None:
-                code = process.returncode
-                raise ControlPlaneError(f"{name} exited ({code}):\n{self._tail(name)}")
+            if ended := self.components.exited(name):
+                raise ControlPlaneError(ended)
             try:
                 with urllib.request.urlopen(url, timeout=5, context=context) as response:
                     if response.status == 200:
@@ -308,12 +299,10 @@ class ControlPlane:
             except OSError as error:
                 last = str(error)
             time.sleep(0.2)
+        tail = self.components.tail(name)
         raise ControlPlaneError(
-            f"{name} not healthy at {url} in {START_SECONDS:.0f} s ({last}):\n{self._tail(name)}"
+            f"{name} not healthy at {url} in {START_SECONDS:.0f} s ({last}):\n{tail}"
         )
-
-    def _tail(self, name: str) -> str:
-        return self.log_of(name).read_text(errors="replace")[-3000:]
 
     def _write(self, name: str, text: str) -> Path:
         path = self.directory / name

@@ -32,7 +32,7 @@ from typing import Self
 from finishable.kube.api import KubeApi
 from testcluster.controlplane import nodeconfig
 from testcluster.controlplane.cluster import ControlPlane, binaries
-from testcluster.processes import terminate
+from testcluster.processes import LoggedProcesses
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,10 @@ class RealNode:
     name: str = "node-1"
     images: tuple[str, ...] = ()
     binaries: dict[str, Path] = field(default_factory=lambda: binaries(NODE_COMPONENTS))
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
     addresses: nodeconfig.NodeAddresses | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.components = LoggedProcesses(self.directory)
 
     # -- start ------------------------------------------------------------------------------
 
@@ -167,12 +169,14 @@ class RealNode:
         config.write_text(
             nodeconfig.containerd_config(self.directory / "containerd", self.state, runc, cni)
         )
-        self._spawn("containerd", self._in_namespace("containerd", "--config", str(config)))
+        command = self._in_namespace("containerd", "--config", str(config))
+        self.components.spawn("containerd", command)
         deadline = time.monotonic() + READY_SECONDS
         while not self.socket.exists():
             self._check_alive("containerd")
             if time.monotonic() > deadline:
-                raise RealNodeError(f"containerd made no socket:\n{self._tail('containerd')}")
+                tail = self.components.tail("containerd")
+                raise RealNodeError(f"containerd made no socket:\n{tail}")
             time.sleep(0.2)
         pause = self.binaries["pause"].read_bytes()
         self._ctr_import(nodeconfig.image_archive(pause, nodeconfig.PAUSE_IMAGE, "/pause"))
@@ -204,7 +208,7 @@ class RealNode:
         )
         path = self.directory / "kubelet.json"
         path.write_text(json.dumps(config, indent=1))
-        self._spawn(
+        self.components.spawn(
             "kubelet",
             self._in_namespace(
                 str(self.binaries["kubelet"]),
@@ -224,7 +228,7 @@ class RealNode:
         path.write_text(json.dumps(config, indent=1))
         command = [str(self.binaries["kube-proxy"]), "--config", str(path),
                    "--hostname-override", self.name]  # fmt: skip
-        self._spawn("kube-proxy", self._in_namespace(*command))
+        self.components.spawn("kube-proxy", self._in_namespace(*command))
 
     def _start_coredns(self, at: nodeconfig.NodeAddresses) -> None:
         user = "finishable:coredns"
@@ -247,7 +251,7 @@ class RealNode:
         self._point_at_plane(identity.kubeconfig)
         corefile = self.directory / "Corefile"
         corefile.write_text(nodeconfig.corefile(at.node, identity.kubeconfig))
-        self._spawn("coredns", self._in_namespace(str(self.binaries["coredns"]), "-conf",
+        self.components.spawn("coredns", self._in_namespace(str(self.binaries["coredns"]), "-conf",
                                                   str(corefile)))  # fmt: skip
 
     def _point_at_plane(self, kubeconfig: Path) -> None:
@@ -263,7 +267,7 @@ class RealNode:
         admin = KubeApi.from_kubeconfig(self.plane.admin.kubeconfig, user_agent="finishable-node")
         deadline = time.monotonic() + READY_SECONDS
         while time.monotonic() < deadline:
-            for name in self.processes:
+            for name in self.components.running:
                 self._check_alive(name)
             response = admin.request("GET", f"/api/v1/nodes/{self.name}")
             if response.status == 200:
@@ -272,20 +276,17 @@ class RealNode:
                     return
             time.sleep(1.0)
         raise RealNodeError(f"node {self.name} not Ready in {READY_SECONDS:.0f} s:\n"
-                            f"{self._tail('kubelet')}")  # fmt: skip
+                            f"{self.components.tail('kubelet')}")  # fmt: skip
 
     # -- stop -------------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Everything the node made goes: processes, pods' processes, mounts, the namespace,
         the cgroups. The Node object stays, as when a machine is switched off."""
-        for name in ("coredns", "kube-proxy", "kubelet"):
-            if name in self.processes:
-                terminate(self.processes.pop(name), grace=10.0)
+        self.components.stop("coredns", "kube-proxy", "kubelet")
         if self.addresses is not None:
             self._kill_pods()
-        if "containerd" in self.processes:
-            terminate(self.processes.pop("containerd"), grace=10.0)
+        self.components.stop("containerd")
         if self.addresses is not None:
             self._kill_shims()
             self._unmount()
@@ -356,18 +357,8 @@ class RealNode:
         self.stop()
 
     def log_of(self, name: str) -> Path:
-        return self.directory / f"{name}.log"
-
-    def _spawn(self, name: str, command: list[str]) -> None:
-        with self.log_of(name).open("ab") as output:
-            self.processes[name] = subprocess.Popen(
-                command, stdout=output, stderr=subprocess.STDOUT, cwd=self.directory
-            )
+        return self.components.log_of(name)
 
     def _check_alive(self, name: str) -> None:
-        process = self.processes[name]
-        if process.poll() is not None:
-            raise RealNodeError(f"{name} exited ({process.returncode}):\n{self._tail(name)}")
-
-    def _tail(self, name: str) -> str:
-        return self.log_of(name).read_text(errors="replace")[-3000:]
+        if ended := self.components.exited(name):
+            raise RealNodeError(ended)

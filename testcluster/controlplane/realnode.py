@@ -180,15 +180,25 @@ class RealNode:
             time.sleep(0.2)
         pause = self.binaries["pause"].read_bytes()
         self._ctr_import(nodeconfig.image_archive(pause, nodeconfig.PAUSE_IMAGE, "/pause"))
-        for image in self.images:
-            exported = subprocess.run(["docker", "save", image], capture_output=True, check=False)
-            if exported.returncode != 0:
-                raise RealNodeError(f"docker save {image}: {exported.stderr.decode()[-500:]}")
-            self._ctr_import(exported.stdout)
+        for image in self.images:  # streamed from docker's store: an image is a gigabyte
+            with subprocess.Popen(
+                ["docker", "save", image], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            ) as exported:
+                assert exported.stdout is not None and exported.stderr is not None
+                imported = subprocess.run(
+                    self._ctr_import_command(), stdin=exported.stdout, capture_output=True,
+                    check=False,
+                )  # fmt: skip
+                failed = exported.wait() != 0 and exported.stderr.read().decode()
+            if failed or imported.returncode != 0:
+                why = failed or imported.stderr.decode()
+                raise RealNodeError(f"{image} not exported into the node: {why[-500:]}")
+
+    def _ctr_import_command(self) -> list[str]:
+        return ["ctr", "--address", str(self.socket), "-n", "k8s.io", "images", "import", "-"]
 
     def _ctr_import(self, archive: bytes) -> None:
-        _run("ctr", "--address", str(self.socket), "-n", "k8s.io", "images", "import", "-",
-             stdin=archive)  # fmt: skip
+        _run(*self._ctr_import_command(), stdin=archive)
 
     def _start_kubelet(self, at: nodeconfig.NodeAddresses) -> None:
         identity = self.plane.identity(f"system:node:{self.name}", ["system:nodes"])

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Install the Debian packages the tests run for real when they are missing: prometheus (the server
 # the e2e suite scrapes the operator with, and promtool, which checks and unit-tests the chart's
-# alerting rules), shellcheck (the kind script's lint) and postgresql (the server the PostgreSQL
-# sink example's tests start on loopback). Nothing happens when all are present.
+# alerting rules), shellcheck (the kind script's lint), postgresql (the server the PostgreSQL
+# sink example's tests start on loopback), and the real node's runtime (containerd, runc, the CNI
+# plugins, iptables; testcluster/controlplane/realnode.py). Nothing happens when all are present.
 #
 # usage: testcluster/tools/install-system-tools.sh
 set -eu
@@ -15,7 +16,9 @@ if [ -z "${FINISHABLE_TOOLS_LOCKED:-}" ] && command -v flock >/dev/null 2>&1; th
 fi
 
 missing=""
-for pair in prometheus:prometheus promtool:prometheus shellcheck:shellcheck; do
+for pair in prometheus:prometheus promtool:prometheus shellcheck:shellcheck \
+    containerd:containerd ctr:containerd runc:runc iptables:iptables nsenter:util-linux \
+    ip:iproute2; do
     command="${pair%%:*}" package="${pair#*:}"
     if ! command -v "$command" >/dev/null 2>&1; then
         case " $missing " in *" $package "*) ;; *) missing="$missing $package" ;; esac
@@ -25,11 +28,13 @@ done
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     missing="$missing postgresql"
 fi
+[ -x /usr/lib/cni/bridge ] || missing="$missing containernetworking-plugins"  # not on PATH either
 [ -z "$missing" ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then
     echo "install-system-tools: missing$missing and no apt-get here: install them with your" >&2
-    echo "  package manager (prometheus 2.x with promtool, shellcheck, postgresql)" >&2
+    echo "  package manager (prometheus 2.x with promtool, shellcheck, postgresql, containerd," \
+         "runc, containernetworking-plugins, iptables, iproute2)" >&2
     exit 1
 fi
 SUDO=""

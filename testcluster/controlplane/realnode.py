@@ -109,6 +109,14 @@ class RealNode:
         return Path("/run") / self.addresses.name
 
     @property
+    def kubelet_root(self) -> Path:
+        """The kubelet's ``--root-dir``: short too (it makes sockets there, such as
+        ``pod-resources/<n>``, and a test's directory can be longer than a socket's 108 bytes),
+        on disk (the pods' emptyDir volumes are in it)."""
+        assert self.addresses is not None
+        return Path("/var/lib") / self.addresses.name
+
+    @property
     def socket(self) -> Path:
         return self.state / "containerd.sock"
 
@@ -226,7 +234,7 @@ class RealNode:
                 "--kubeconfig", str(identity.kubeconfig),
                 "--hostname-override", self.name,
                 "--node-ip", at.node,
-                "--root-dir", str(self.directory / "kubelet"),
+                "--root-dir", str(self.kubelet_root),
             ),
         )  # fmt: skip
 
@@ -304,6 +312,7 @@ class RealNode:
             _attempt("ip", "link", "del", self.addresses.host_link)
             self._remove_cgroups()
             shutil.rmtree(self.state, ignore_errors=True)
+            shutil.rmtree(self.kubelet_root, ignore_errors=True)
             self.addresses = None
 
     def _kill_pods(self) -> None:
@@ -327,7 +336,7 @@ class RealNode:
         """The kubelet's volume mounts and containerd's, then the pods' network namespaces
         (those with an address of this node's pod subnet)."""
         assert self.addresses is not None
-        roots = (str(self.directory), str(self.state))
+        roots = (str(self.directory), str(self.state), str(self.kubelet_root))
         mounts = [
             line.split()[4].replace("\\040", " ")
             for line in Path("/proc/self/mountinfo").read_text().splitlines()

@@ -142,12 +142,13 @@ def test_a_stopped_node_leaves_nothing_behind(tmp_path: Path) -> None:
         node = RealNode(plane, tmp_path / "node", "node-2").start()
         addresses = node.addresses
         assert addresses is not None
-        socket = str(node.socket)
+        socket, kubelet_root = str(node.socket), node.kubelet_root
         node.stop()
     assert not Path(f"/run/netns/{addresses.name}").exists()
     assert not any((h / addresses.name).exists() for h in realnode.cgroup_hierarchies())
     mounts = Path("/proc/self/mountinfo").read_text()
-    assert str(tmp_path / "node") not in mounts and socket not in mounts
+    assert str(tmp_path / "node") not in mounts and str(kubelet_root) not in mounts
+    assert not kubelet_root.exists()
     left = [p for p in Path("/proc").iterdir() if p.name.isdigit()
             and socket.encode() in _cmdline(p)]  # fmt: skip
     assert not left

@@ -110,14 +110,19 @@ class ControlPlane:
 
     # -- identities -------------------------------------------------------------------------
 
-    def identity(self, user: str, groups: Sequence[str] = ()) -> Identity:
-        """A kubeconfig for ``user`` in ``groups``, authenticated by a client certificate."""
+    def identity(
+        self, user: str, groups: Sequence[str] = (), *, from_outside: bool = False
+    ) -> Identity:
+        """A kubeconfig for ``user`` in ``groups``, authenticated by a client certificate; with
+        ``from_outside``, for a client in another network namespace (a real node's), which
+        reaches the server at this machine's address instead of its loopback."""
         issued = self.ca.client(user, groups)
         name = user.replace(":", "-")
         cert = self._write(f"{name}.crt", issued.certificate)
         key = self._write(f"{name}.key", issued.key)
         credentials = {"client-certificate": str(cert), "client-key": str(key)}
-        return Identity(user, self._kubeconfig(name, credentials))
+        server = self.url.replace("127.0.0.1", self.advertise) if from_outside else self.url
+        return Identity(user, self._kubeconfig(name, credentials, server))
 
     def node(self, name: str, *, renew_seconds: float = 10.0) -> NodeAgent:
         """A node registered and kept alive with its kubelet's identity (:class:`NodeAgent`)."""
@@ -127,16 +132,16 @@ class ControlPlane:
 
     def token_identity(self, name: str, token: str) -> Identity:
         """A kubeconfig that authenticates by a bearer token (a ServiceAccount's)."""
-        return Identity(name, self._kubeconfig(name.replace(":", "-"), {"token": token}))
+        return Identity(name, self._kubeconfig(name.replace(":", "-"), {"token": token}, self.url))
 
-    def _kubeconfig(self, name: str, user: dict[str, str]) -> Path:
+    def _kubeconfig(self, name: str, user: dict[str, str], server: str) -> Path:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
                 {
                     "name": "local",
-                    "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)},
+                    "cluster": {"server": server, "certificate-authority": str(self.ca_file)},
                 }
             ],
             "users": [{"name": name, "user": user}],

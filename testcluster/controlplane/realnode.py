@@ -209,8 +209,9 @@ class RealNode:
         _run(*self._ctr_import_command(), stdin=archive)
 
     def _start_kubelet(self, at: nodeconfig.NodeAddresses) -> None:
-        identity = self.plane.identity(f"system:node:{self.name}", ["system:nodes"])
-        self._point_at_plane(identity.kubeconfig)
+        identity = self.plane.identity(
+            f"system:node:{self.name}", ["system:nodes"], from_outside=True
+        )
         serving = self.plane.ca.serving(self.name, [self.name], [at.node])
         cert, key = self.directory / "kubelet.crt", self.directory / "kubelet.key"
         cert.write_text(serving.certificate)
@@ -239,8 +240,8 @@ class RealNode:
         )  # fmt: skip
 
     def _start_kube_proxy(self) -> None:
-        identity = self.plane.identity("system:kube-proxy")  # bound to system:node-proxier
-        self._point_at_plane(identity.kubeconfig)
+        # bound to system:node-proxier
+        identity = self.plane.identity("system:kube-proxy", from_outside=True)
         config = nodeconfig.kube_proxy_config(identity.kubeconfig, "10.244.0.0/16")
         path = self.directory / "kube-proxy.json"
         path.write_text(json.dumps(config, indent=1))
@@ -265,21 +266,11 @@ class RealNode:
             response = admin.request("POST", path, body=body)
             if response.status not in (201, 409):
                 raise RealNodeError(f"CoreDNS's RBAC: {response.status} {response.body}")
-        identity = self.plane.identity(user)
-        self._point_at_plane(identity.kubeconfig)
+        identity = self.plane.identity(user, from_outside=True)
         corefile = self.directory / "Corefile"
         corefile.write_text(nodeconfig.corefile(at.node, identity.kubeconfig))
         self.components.spawn("coredns", self._in_namespace(str(self.binaries["coredns"]), "-conf",
                                                   str(corefile)))  # fmt: skip
-
-    def _point_at_plane(self, kubeconfig: Path) -> None:
-        """The node reaches the API server at the machine's address, not its loopback."""
-        config = json.loads(kubeconfig.read_text())
-        server = config["clusters"][0]["cluster"]["server"]
-        config["clusters"][0]["cluster"]["server"] = server.replace(
-            "127.0.0.1", self.plane.advertise
-        )
-        kubeconfig.write_text(json.dumps(config, indent=1))
 
     def _wait_ready(self) -> None:
         admin = KubeApi.from_kubeconfig(self.plane.admin.kubeconfig, user_agent="finishable-node")

@@ -31,6 +31,10 @@ RUNTIME = os.environ.get("E2E_RUNTIME", "process")
 CONTROL_PLANE = os.environ.get(
     "E2E_CONTROL_PLANE", "real" if RUNTIME == "container" else "emulator"
 )
+# Real nodes (kubelet, kube-proxy, CoreDNS, containerd: testcluster/controlplane/realnode.py; root)
+# in place of the project's kubelet on the real control plane; 0: the project's kubelet. Each
+# node has this machine's CPUs, and the flows' pods request 1 CPU each (drivers, executors).
+REAL_NODES = int(os.environ.get("E2E_REAL_NODES", "0"))
 # Where e2e/test_kubectl.py runs the README's kubectl commands (they name no namespace).
 KUBECTL_NAMESPACE = "finishable-kubectl"
 
@@ -64,10 +68,17 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterA
     directory = tmp_path_factory.mktemp("cluster")
     try:
         cluster = LocalCluster(
-            directory, namespaces=namespaces, runtime=RUNTIME, control_plane=CONTROL_PLANE
+            directory,
+            namespaces=namespaces,
+            runtime=RUNTIME,
+            control_plane=CONTROL_PLANE,
+            real_nodes=REAL_NODES,
         )
     except ValueError as invalid:
-        pytest.fail(f"E2E_RUNTIME={RUNTIME!r}, E2E_CONTROL_PLANE={CONTROL_PLANE!r}: {invalid}")
+        pytest.fail(
+            f"E2E_RUNTIME={RUNTIME!r}, E2E_CONTROL_PLANE={CONTROL_PLANE!r}, "
+            f"E2E_REAL_NODES={REAL_NODES}: {invalid}"
+        )
     except ControlPlaneError as missing:  # no Go to build it with, or a failed build
         pytest.fail(f"{missing}\n(E2E_CONTROL_PLANE=emulator runs the flows without it)")
     with cluster:
@@ -90,6 +101,7 @@ def cluster(
             pods,
             local_cluster.operator_logs,
             object_storage=local_cluster.object_storage,
+            containerd_sockets=local_cluster.containerd_sockets,
         )
     kubeconfig = os.environ["E2E_KUBECONFIG"]
     data_dir = os.environ.get("E2E_DATA_DIR")

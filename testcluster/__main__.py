@@ -49,6 +49,14 @@ def main() -> int:
         help="the API emulator with the local cluster's controllers (default), or the real "
         "control plane of the pinned Kubernetes release (make control-plane; pods as containers)",
     )
+    parser.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run pods on N real nodes (kubelet, kube-proxy, CoreDNS, containerd; root; "
+        "make real-node) in place of the project's kubelet (with --control-plane real)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
@@ -61,6 +69,7 @@ def main() -> int:
             port=args.port,
             runtime=args.runtime,
             control_plane=args.control_plane,
+            real_nodes=args.real_nodes,
         )
     except ValueError as invalid:
         parser.error(str(invalid))  # --control-plane real with --runtime process, say

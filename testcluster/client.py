@@ -11,8 +11,8 @@ into the node at the same path (e2e/kind/cluster.yaml).
 
 Everything goes through the Kubernetes API, as ``kubectl`` would: apply, patch, delete, watch
 the status. The only other act is the crash: SIGKILL of the driver's main process (on the local
-cluster the kubelet reports it as ``process://<pid>`` or ``docker://<id>``; elsewhere through
-``kubectl exec``).
+cluster the kubelet reports it as ``process://<pid>``, ``docker://<id>`` or, on a real node,
+``containerd://<id>``; elsewhere through ``kubectl exec``).
 """
 
 from __future__ import annotations
@@ -244,11 +244,13 @@ class LocalE2ECluster(E2ECluster):
         operator_logs: Callable[[], str],
         *,
         object_storage: Callable[[str], str] | None = None,
+        containerd_sockets: tuple[Path, ...] = (),
     ) -> None:
         super().__init__(api, namespace, data_dir, "finishable-spark-operator:0.1.0")
         self.pods_dir = pods_dir
         self.operator_logs = operator_logs
         self._object_storage = object_storage
+        self.containerd_sockets = containerd_sockets  # the real nodes' (containerd:// IDs)
 
     def object_storage(self, prefix: str) -> str | None:
         return self._object_storage(prefix) if self._object_storage is not None else None
@@ -258,6 +260,12 @@ class LocalE2ECluster(E2ECluster):
         scheme, _, name = container_id.partition("://")
         if scheme == "process":
             return alive(int(name))
+        if scheme == "containerd":
+            return any(
+                line.split()[:1] == [name] and line.split()[-1:] == ["RUNNING"]
+                for socket in self.containerd_sockets
+                for line in self._ctr(socket, "task", "ls").stdout.splitlines()
+            )
         command = [scheme, "inspect", "--format", "{{.State.Running}}", name]
         done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
         return done.returncode == 0 and done.stdout.strip() == "true"
@@ -271,12 +279,24 @@ class LocalE2ECluster(E2ECluster):
         scheme, _, name = container_id.partition("://")
         if scheme == "process":
             os.kill(int(name), signal.SIGKILL)
+        elif scheme == "containerd":  # its node's containerd: the others do not know the ID
+            killed = [
+                self._ctr(socket, "task", "kill", "--signal", "SIGKILL", name).returncode == 0
+                for socket in self.containerd_sockets
+            ]
+            assert any(killed), f"no node's containerd knows {container_id}"
         else:
             command = [scheme, "kill", "--signal", "KILL", name]
             subprocess.run(command, capture_output=True, timeout=60, check=True)
 
     def kill_executor(self, pod: str) -> None:
         self.kill_driver(pod)  # the container's main process is (or runs) the executor's JVM
+
+    @staticmethod
+    def _ctr(socket: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        """containerd's CLI on a real node's socket, in the kubelet's namespace."""
+        command = ["ctr", "--address", str(socket), "--namespace", "k8s.io", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
     def pod_log(self, pod: str) -> str:
         """The kubelet keeps a deleted pod's directory: its log outlives the pod."""

@@ -16,6 +16,7 @@ import logging
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -107,6 +108,8 @@ class ControlPlane:
         self.ca = pki.ClusterCA()
         self.ca_file = self._write("ca.crt", self.ca.certificate)
         self.audit_log = self.directory / "audit.log"
+        self._identities: dict[tuple[str, tuple[str, ...], bool], Identity] = {}
+        self._issuing = threading.Lock()
 
     # -- identities -------------------------------------------------------------------------
 
@@ -115,7 +118,16 @@ class ControlPlane:
     ) -> Identity:
         """A kubeconfig for ``user`` in ``groups``, authenticated by a client certificate; with
         ``from_outside``, for a client in another network namespace (a real node's), which
-        reaches the server at this machine's address instead of its loopback."""
+        reaches the server at this machine's address instead of its loopback. One certificate
+        per identity: nodes started side by side share kube-proxy's, and none rewrites the key
+        files another's process is reading."""
+        with self._issuing:
+            key = (user, tuple(groups), from_outside)
+            if key not in self._identities:
+                self._identities[key] = self._issue(user, groups, from_outside)
+            return self._identities[key]
+
+    def _issue(self, user: str, groups: Sequence[str], from_outside: bool) -> Identity:
         issued = self.ca.client(user, groups)
         name = user.replace(":", "-")
         cert = self._write(f"{name}.crt", issued.certificate)

@@ -65,6 +65,15 @@ class NodeAddresses:
         return f"fsn{self.index}br"
 
 
+def forward_rules(addresses: NodeAddresses) -> list[list[str]]:
+    """The machine's ``FORWARD`` rules that let the node's traffic through (docker sets the
+    chain's policy to DROP): a pod reaches a pod of another node through the machine."""
+    return [
+        ["FORWARD", "-i", addresses.host_link, "-j", "ACCEPT"],
+        ["FORWARD", "-o", addresses.host_link, "-j", "ACCEPT"],
+    ]
+
+
 def containerd_config(root: Path, state: Path, runc: Path, cni_conf: Path) -> str:
     """containerd 1.6's config (version 2): its CRI plugin with runc through ``runc`` (the
     wrapper that keeps OOM scores this machine may set) and CNI from ``cni_conf``."""

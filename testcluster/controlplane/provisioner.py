@@ -138,7 +138,11 @@ class Provisioner(PollingController):
                 self._delete(volume)
 
     def _provision(self, claim: dict[str, Any]) -> None:
-        directory_of(claim, self.root).mkdir(parents=True, exist_ok=True)
+        directory = directory_of(claim, self.root)
+        directory.mkdir(parents=True, exist_ok=True)
+        # Writable by any pod's user, as kind's local-path provisioner makes its volumes
+        # (``mkdir -m 0777``): a kubelet applies no fsGroup to a hostPath volume.
+        directory.chmod(0o777)
         created = self.api.request("POST", PV_PATH, body=volume_for(claim, self.root))
         if created.status not in (201, 409):
             raise ProvisionError(f"cannot create {volume_name(claim)}: {created.message}")

@@ -70,12 +70,14 @@ def cgroup_hierarchies() -> list[Path]:
 @dataclass
 class RealNode:
     """One node named ``name``, registered with ``plane`` (started with ``bind_address`` 0.0.0.0:
-    the node reaches it from its namespace), running pods of ``images`` (docker's)."""
+    the node reaches it from its namespace), running pods of ``images`` (docker's) and of the
+    image archives ``archives`` (``docker save``'s: several nodes import one export)."""
 
     plane: ControlPlane
     directory: Path
     name: str = "node-1"
     images: tuple[str, ...] = ()
+    archives: tuple[Path, ...] = ()
     binaries: dict[str, Path] = field(default_factory=lambda: binaries(NODE_COMPONENTS))
     addresses: nodeconfig.NodeAddresses | None = field(default=None, init=False)
 
@@ -117,6 +119,11 @@ class RealNode:
         return Path("/var/lib") / self.addresses.name
 
     @property
+    def pod_logs(self) -> Path:
+        """The kubelet's ``podLogsDir``: ``<namespace>_<pod>_<uid>/<container>/<n>.log``."""
+        return self.directory / "pod-logs"
+
+    @property
     def socket(self) -> Path:
         return self.state / "containerd.sock"
 
@@ -146,6 +153,8 @@ class RealNode:
         _run("ip", "addr", "add", f"{at.host}/30", "dev", at.host_link)
         _run("ip", "link", "set", at.host_link, "up")
         _run("ip", "route", "add", at.pod_subnet, "via", at.node)
+        for rule in nodeconfig.forward_rules(at):  # pod to pod across nodes, through the machine
+            _run("iptables", "--wait", "-I", *rule)
         inside = self._in_namespace
         _run(*inside("ip", "addr", "add", f"{at.node}/30", "dev", at.node_link))
         _run(*inside("ip", "link", "set", at.node_link, "up"))
@@ -201,6 +210,14 @@ class RealNode:
             if failed or imported.returncode != 0:
                 why = failed or imported.stderr.decode()
                 raise RealNodeError(f"{image} not exported into the node: {why[-500:]}")
+        for archive in self.archives:
+            with archive.open("rb") as stream:
+                imported = subprocess.run(
+                    self._ctr_import_command(), stdin=stream, capture_output=True, check=False
+                )
+            if imported.returncode != 0:
+                why = imported.stderr.decode()[-500:]
+                raise RealNodeError(f"{archive} not imported into the node: {why}")
 
     def _ctr_import_command(self) -> list[str]:
         return ["ctr", "--address", str(self.socket), "-n", "k8s.io", "images", "import", "-"]
@@ -222,7 +239,7 @@ class RealNode:
             client_ca=self.plane.ca_file,
             serving=(cert, key),
             cgroup_root=self.cgroup,
-            pod_logs=self.directory / "pod-logs",
+            pod_logs=self.pod_logs,
             dns=at.node,
         )
         path = self.directory / "kubelet.json"
@@ -301,6 +318,8 @@ class RealNode:
             self._unmount()
             _attempt("ip", "netns", "del", self.addresses.name)
             _attempt("ip", "link", "del", self.addresses.host_link)
+            for rule in nodeconfig.forward_rules(self.addresses):
+                _attempt("iptables", "--wait", "-D", *rule)
             self._remove_cgroups()
             shutil.rmtree(self.state, ignore_errors=True)
             shutil.rmtree(self.kubelet_root, ignore_errors=True)

@@ -52,6 +52,7 @@ class AttachedCluster(ClusterAccess):
         self._api_host = str(access["api_host"])
         self.token = str(access["token"])
         self.audit_log = Path(access["audit_log"]) if access.get("audit_log") else None
+        self.containerd_sockets = tuple(Path(p) for p in access.get("containerd_sockets", ()))
         self.namespaces = tuple(access["namespaces"])
         missing = [namespace for namespace in namespaces if namespace not in self.namespaces]
         if missing:

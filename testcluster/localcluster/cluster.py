@@ -32,15 +32,21 @@ pinned releases): the controller-manager replaces the local controllers and the 
 garbage collection, the scheduler binds the pods, the kubelet is the node ``local`` with that
 node's own identity (its Node and Lease kept by a ``NodeAgent``), a ``Provisioner`` binds the
 claims, clients authenticate by client certificates, and the audit log is the API's record.
+``real_nodes=N`` runs the pods on N real nodes in place of the project's kubelet
+(``testcluster.controlplane.realnode``: the release's kubelet and kube-proxy, CoreDNS, containerd
+and runc; root only): the image is imported into each node's containerd, and the kubelets' logs
+are kept in the same layout (``testcluster.controlplane.podlogs``).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
 import secrets
 import shutil
+import subprocess
 import sys
 import time
 import urllib.request
@@ -54,9 +60,11 @@ from finishable.kube.api import KubeApi
 from testcluster.apiserver.emulator import CALLS_PATH, REFUSALS_PATH, EmulatorServer
 from testcluster.chart.helm import only
 from testcluster.controlplane.audit import AuditLog
-from testcluster.controlplane.cluster import ControlPlane
+from testcluster.controlplane.cluster import ControlPlane, host_address
 from testcluster.controlplane.node import NodeAgent
+from testcluster.controlplane.podlogs import PodLogKeeper
 from testcluster.controlplane.provisioner import Provisioner
+from testcluster.controlplane.realnode import RealNode
 from testcluster.image import IMAGE
 from testcluster.localcluster import chart
 from testcluster.localcluster.chart import OPERATOR_NAMESPACE, RELEASE
@@ -99,6 +107,8 @@ class ClusterAccess:
     partition_tokens: dict[str, str]
     # A real control plane's audit log; None on the emulator, which counts calls itself.
     audit_log: Path | None = None
+    # The containerd sockets of real nodes (where their containers are killed); none otherwise.
+    containerd_sockets: tuple[Path, ...] = ()
 
     def api_calls(self) -> list[dict[str, Any]]:
         """Every call the API server was asked, counted by client, verb and resource, as RBAC
@@ -211,6 +221,7 @@ class LocalCluster(ClusterAccess):
         port: int = 0,
         runtime: str = "process",
         control_plane: str = "emulator",
+        real_nodes: int = 0,
     ) -> None:
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime {runtime!r}: one of {', '.join(RUNTIMES)}")
@@ -221,12 +232,24 @@ class LocalCluster(ClusterAccess):
                 "control_plane 'real' runs pods as containers (runtime 'container'): the real "
                 "endpoints controllers refuse the process runtime's loopback pod addresses"
             )
+        if real_nodes < 0 or (real_nodes and control_plane != "real"):
+            raise ValueError(
+                f"real_nodes {real_nodes}: 0, or 1 and more with control_plane 'real' (a real "
+                "kubelet needs a real API server)"
+            )
         self.directory = directory.resolve()
-        self.runtime: Runtime = (
-            ContainerRuntime([IMAGE])
-            if runtime == "container"
-            else ProcessRuntime({IMAGE: local_image()})
-        )
+        self.real_nodes: list[RealNode] = []
+        self.real_node_count = real_nodes
+        self.pod_logs: PodLogKeeper | None = None
+        self.runtime: Runtime | None = None  # the project's kubelet's; real nodes run containerd
+        if not real_nodes:
+            self.runtime = (
+                ContainerRuntime([IMAGE])
+                if runtime == "container"
+                else ProcessRuntime({IMAGE: local_image()})
+            )
+        # Where pods reach this machine: a real node's pods through their node's route to it.
+        self._api_host = self.runtime.api_host if self.runtime is not None else host_address()
         self.namespaces = namespaces
         self.spark_master = spark_master
         self.plane: ControlPlane | None = None
@@ -237,7 +260,7 @@ class LocalCluster(ClusterAccess):
             self.plane = ControlPlane(
                 self.directory / "control-plane",
                 bind_address="0.0.0.0",  # pods on the container network reach it
-                serving_addresses=(self.runtime.api_host,),
+                serving_addresses=(self._api_host,),
             )
             self.audit_log = self.plane.audit_log
         else:
@@ -246,7 +269,7 @@ class LocalCluster(ClusterAccess):
             port=port,
             tls=True,
             # where pods reach it too: the node's address on the pods' network
-            tls_addresses=tuple(dict.fromkeys(("127.0.0.1", self.runtime.api_host))),
+            tls_addresses=tuple(dict.fromkeys(("127.0.0.1", self._api_host))),
             required_token=self.token,
             validate_schemas=True,
             # RBAC and the OwnerReferencesPermissionEnforcement admission plugin (on in OpenShift)
@@ -269,7 +292,7 @@ class LocalCluster(ClusterAccess):
 
     @property
     def api_host(self) -> str:
-        return self.runtime.api_host
+        return self._api_host
 
     @property
     def api_port(self) -> int:
@@ -280,7 +303,7 @@ class LocalCluster(ClusterAccess):
     def api_address(self) -> tuple[str, int]:
         """Where pods reach the API server (its HTTPS port; the Service variables a kubelet
         gives every container: ``KUBERNETES_SERVICE_HOST`` and ``_PORT``)."""
-        return self.runtime.api_host, self.api_port
+        return self._api_host, self.api_port
 
     # -- life -------------------------------------------------------------------------------
 
@@ -288,7 +311,8 @@ class LocalCluster(ClusterAccess):
         self.directory.mkdir(parents=True, exist_ok=True)
         self.object_store.start()
         try:
-            self.runtime.check_image(IMAGE)
+            if self.runtime is not None:
+                self.runtime.check_image(IMAGE)
         except ImageUnknown as unknown:
             raise RuntimeError(f"{unknown}: build it first (make image)") from None
         if self.plane is not None:
@@ -314,6 +338,7 @@ class LocalCluster(ClusterAccess):
                 indent=2,
             )
         )
+        assert self.runtime is not None  # real nodes run on the real control plane only
         self.stateful_sets = StatefulSetController(self.api("statefulset-controller")).start()
         self.deployments = DeploymentController(self.api("deployment-controller")).start()
         self.kubelet = Kubelet(
@@ -328,6 +353,10 @@ class LocalCluster(ClusterAccess):
         self.plane.start()
         self.kubeconfig.write_text(self.plane.admin.kubeconfig.read_text())
         self.provisioner = Provisioner(self.api("provisioner"), self.directory).start()
+        if self.real_node_count:
+            self._start_real_nodes()
+            return
+        assert self.runtime is not None
         self.node = self.plane.node(NODE_NAME)
         node = KubeApi.from_kubeconfig(
             self.plane.identity(f"system:node:{NODE_NAME}", ["system:nodes"]).kubeconfig,
@@ -342,6 +371,31 @@ class LocalCluster(ClusterAccess):
             keeps_claims=False,
         ).start()
 
+    def _start_real_nodes(self) -> None:
+        """The real nodes, each with the image exported from docker once, their pods' logs kept
+        where the project's kubelet keeps them."""
+        assert self.plane is not None
+        archive = self.directory / "image.tar"
+        saved = subprocess.run(
+            ["docker", "save", "--output", str(archive), IMAGE], capture_output=True, check=False
+        )
+        if saved.returncode != 0:
+            why = saved.stderr.decode().strip()[-500:]
+            raise RuntimeError(f"image {IMAGE}: {why}: build it first (make image)")
+        self.real_nodes = [
+            RealNode(self.plane, self.directory / name, name=name, archives=(archive,))
+            for name in (f"node-{index + 1}" for index in range(self.real_node_count))
+        ]
+        try:  # side by side: each imports the image (a minute) into its own containerd
+            with concurrent.futures.ThreadPoolExecutor(len(self.real_nodes)) as starting:
+                for started in [starting.submit(node.start) for node in self.real_nodes]:
+                    started.result()
+        finally:
+            archive.unlink(missing_ok=True)  # a gigabyte, in each node's containerd now
+        self.containerd_sockets = tuple(node.socket for node in self.real_nodes)
+        sources = [node.pod_logs for node in self.real_nodes]
+        self.pod_logs = PodLogKeeper(sources, self.directory / "pods").start()
+
     def _write_access_file(self) -> None:
         """What another process needs to use this cluster while it runs (``AttachedCluster``)."""
         access = {
@@ -354,6 +408,7 @@ class LocalCluster(ClusterAccess):
             "prometheus_port": self.prometheus.port if self.prometheus else 0,
             "partition_tokens": self.partition_tokens,
             "chart": self.chart,
+            "containerd_sockets": [str(socket) for socket in self.containerd_sockets],
         }
         (self.directory / ACCESS_FILE).write_text(json.dumps(access))
 
@@ -364,8 +419,12 @@ class LocalCluster(ClusterAccess):
             self.deployments.stop()
         if self.kubelet is not None:
             self.kubelet.stop()  # and its runtime
-        else:
+        elif self.runtime is not None:
             self.runtime.close()
+        for node in self.real_nodes:
+            node.stop()
+        if self.pod_logs is not None:
+            self.pod_logs.stop()  # after the nodes: their pods' last lines
         if self.stateful_sets is not None:
             self.stateful_sets.stop()
         if self.node is not None:

@@ -208,7 +208,9 @@ def test_claims_are_bound_to_provisioned_volumes_before_their_pods_are_scheduled
             volume = admin.request(
                 "GET", f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}"
             )
-            assert Path(volume.body["spec"]["hostPath"]["path"]).is_dir()
+            path = Path(volume.body["spec"]["hostPath"]["path"])
+            # any pod's user writes there: a kubelet gives a hostPath volume no fsGroup
+            assert path.is_dir() and path.stat().st_mode & 0o777 == 0o777, oct(path.stat().st_mode)
         pods = wait_for(
             lambda: (
                 (

@@ -42,6 +42,7 @@ def run_tier(tmp_path: Path, tier: str, **env: str) -> Ran:
             "WORKERS": "3",
             "E2E_RUNTIME": "container",
             "E2E_CONTROL_PLANE": "",
+            "E2E_REAL_NODES": "",
             **env,
         },
         capture_output=True,
@@ -104,6 +105,13 @@ def test_make_test_on_the_emulator_builds_no_control_plane(tmp_path: Path) -> No
         assert "make -s real-node" not in calls, env
         assert "(quick, " in done.stdout and ", emulator)" in done.stdout, env
         (tmp_path / "calls").unlink()
+
+
+def test_make_test_on_real_nodes_builds_their_parts_and_says_so(tmp_path: Path) -> None:
+    done, calls = run_tier(tmp_path, "quick", E2E_REAL_NODES="4")
+    assert done.returncode == 0, done.stderr
+    assert calls.index("make -s control-plane") < calls.index("make -s real-node")
+    assert "e2e on the local cluster (quick, container, real, 4 real nodes)" in done.stdout
 
 
 def test_an_unknown_tier_is_refused_naming_the_two() -> None:

@@ -13,6 +13,8 @@
 # processes (`process`: no container engine, no image step). E2E_CONTROL_PLANE (default real with
 # container pods, emulator with process pods) is the local cluster's API: the Kubernetes control
 # plane built from its Go modules, or the project's API emulator (no Go build for `make test`).
+# E2E_REAL_NODES (default 0: the project's kubelet) runs the e2e pods on that many real nodes
+# (kubelet, kube-proxy, CoreDNS, containerd; root) under the real control plane.
 set -u
 
 TIER="${1:-}"
@@ -26,6 +28,7 @@ WORKERS="${WORKERS:-2}"
 E2E_RUNTIME="${E2E_RUNTIME:-container}"
 if [ "$E2E_RUNTIME" = container ]; then E2E_CONTROL_PLANE="${E2E_CONTROL_PLANE:-real}"
 else E2E_CONTROL_PLANE="${E2E_CONTROL_PLANE:-emulator}"; fi
+E2E_REAL_NODES="${E2E_REAL_NODES:-0}"
 BIN=.venv/bin
 TIMES="$(mktemp)"
 trap 'rm -f "$TIMES"' EXIT
@@ -61,15 +64,17 @@ fi
 if [ "$TIER" = all ] || [ "$E2E_CONTROL_PLANE" = real ]; then
     step "setup: the control plane (go build)" "$MAKE" -s control-plane
 fi
-if [ "$TIER" = all ]; then
+if [ "$TIER" = all ] || [ "$E2E_REAL_NODES" != 0 ]; then
     step "setup: the real node (go build)" "$MAKE" -s real-node
 fi
+NODES=""; [ "$E2E_REAL_NODES" = 0 ] || NODES=", $E2E_REAL_NODES real nodes"
 step "ruff" "$MAKE" -s lint
 step "mypy --strict" "$MAKE" -s typecheck
 # shellcheck disable=SC2086  # SELECT is two words
 step "unit and component tests ($TIER)" \
     "$BIN/pytest" tests testcluster $SELECT -n "$WORKERS" --dist loadfile
 # shellcheck disable=SC2086
-step "e2e on the local cluster ($TIER, $E2E_RUNTIME, $E2E_CONTROL_PLANE)" \
-    env E2E_RUNTIME="$E2E_RUNTIME" E2E_CONTROL_PLANE="$E2E_CONTROL_PLANE" "$BIN/pytest" e2e $SELECT
+step "e2e on the local cluster ($TIER, $E2E_RUNTIME, $E2E_CONTROL_PLANE$NODES)" \
+    env E2E_RUNTIME="$E2E_RUNTIME" E2E_CONTROL_PLANE="$E2E_CONTROL_PLANE" \
+    E2E_REAL_NODES="$E2E_REAL_NODES" "$BIN/pytest" e2e $SELECT
 report

@@ -6,6 +6,7 @@ executor backend reaching for its driver."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 import urllib.request
@@ -13,6 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from finishable.api.spec import FinishableSparkJobSpec
+from finishable.controller import builders
+from finishable.kube.objects import JobRef
 from testcluster.image import IMAGE, BuildFailed, build
 
 pytestmark = pytest.mark.quick
@@ -138,3 +142,47 @@ def test_the_executor_path_starts_sparks_executor_backend(built: tuple[str, str]
     assert executor.returncode != 0
     assert "KubernetesExecutorBackend: Started daemon" in executor.stderr, executor.stderr[-3000:]
     assert "Failed to connect to /127.0.0.1:7078" in executor.stderr
+
+
+def container_logs(name: str) -> str:
+    done = subprocess.run([ENGINE, "logs", name], capture_output=True, text=True, check=False)
+    return done.stdout
+
+
+def test_a_driver_pod_ends_at_the_kubelets_sigterm(built: tuple[str, str]) -> None:
+    """The driver container as the operator builds it, run as a kubelet runs it (its command,
+    if any, replaces the image's entrypoint): a SIGTERM ends it, as a pod's deletion sends one.
+    Its program stands in for a driver's (a job's config would start Spark). Run as the
+    container's command the driver was PID 1, which the kernel gives no default action for
+    SIGTERM: every deleted driver waited out its grace period and was killed."""
+    image, _ = built
+    job = JobRef(name="clicks", namespace="analytics", uid="uid-1")
+    manifest = {"image": image, "application": {"file": "local:///opt/program.py"}}
+    spec = FinishableSparkJobSpec.model_validate(manifest)
+    (container,) = builders.driver_pod(job, spec, 1, "")["spec"]["containers"]
+    program = ["python", "-c", "import time; print('running', flush=True); time.sleep(3600)"]
+    # the kubelet's rule: a command replaces the image's entrypoint, args follow it
+    assert container.get("args", ["finishable", "driver"]) == ["finishable", "driver"]
+    command, args = container.get("command"), program  # the program in place of the driver's
+    if command is not None:
+        command, args = program, []
+    entry = ["--entrypoint", command[0], image, *command[1:]] if command else [image]
+    started = subprocess.run(
+        [ENGINE, "run", "-d", *entry, *args], capture_output=True, text=True, check=True
+    )
+    name = started.stdout.strip()
+    try:
+        deadline = time.monotonic() + 120
+        while "running" not in container_logs(name):
+            assert time.monotonic() < deadline, "the program never started"
+            time.sleep(0.2)
+        subprocess.run([ENGINE, "kill", "--signal", "TERM", name], check=True, timeout=60)
+        try:
+            waited = subprocess.run(
+                [ENGINE, "wait", name], capture_output=True, text=True, timeout=120, check=True
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail("the driver container ignored SIGTERM: its program runs as PID 1")
+        assert waited.stdout.strip() == str(128 + signal.SIGTERM)
+    finally:
+        subprocess.run([ENGINE, "rm", "-f", name], capture_output=True, check=False)

@@ -83,7 +83,7 @@ def test_driver_pod_golden() -> None:
                 {
                     "name": "driver",
                     "image": "img:1",
-                    "command": ["finishable", "driver"],
+                    "args": ["finishable", "driver"],  # under the image's entrypoint
                     "env": [
                         {"name": "FINISHABLE_JOB_CONFIG", "value": "/etc/finishable/job.json"},
                         {"name": "FINISHABLE_RUN", "value": "2"},

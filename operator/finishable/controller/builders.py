@@ -344,7 +344,11 @@ def driver_pod(
     container: dict[str, Any] = {
         "name": DRIVER,
         "image": spec.image,
-        "command": ["finishable", "driver"],
+        # args, not command: the image's entrypoint (tini) stays the container's PID 1. The
+        # kernel gives a PID 1 no default action for SIGTERM, so a driver run as command ignored
+        # the kubelet's SIGTERM and every deletion waited out the grace period; tini forwards it
+        # and reaps the orphans of Spark's JVM and its Python workers.
+        "args": ["finishable", "driver"],
         "env": env,
         "ports": [
             {"name": "driver-rpc", "containerPort": DRIVER_PORT},

@@ -495,7 +495,10 @@ def test_a_deleted_pod_stays_terminating_until_its_process_has_stopped(
     is still there, marked, while its process handles SIGTERM (as a driver's shutdown still
     calls the API), and goes once the process has ended."""
     api, kubelet, _ = kubelet_api
-    script = "trap 'sleep 1; echo stopped > /scratch/out; exit 0' TERM; while :; do sleep 0.1; done"
+    script = (
+        "trap 'sleep 1; echo stopped > /scratch/out; exit 0' TERM; touch /scratch/trapped; "
+        "while :; do sleep 0.1; done"
+    )
     body = {
         "metadata": {"name": "slow-stop"},
         "spec": {
@@ -515,12 +518,15 @@ def test_a_deleted_pod_stays_terminating_until_its_process_has_stopped(
     kubelet.start()
     wait(lambda: pod_status(api, "slow-stop").get("phase") == "Running", "the pod to run")
     pid = kubelet.containers[next(iter(kubelet.containers))].process.pid  # type: ignore[union-attr]
+    [directory] = (kubelet.root / "pods" / "ns1").glob("slow-stop-*")
+    scratch = directory / "volumes" / "scratch"
+    # Running is the process started, not its handler set: a loaded machine runs the shell late
+    wait((scratch / "trapped").exists, "the process to set its SIGTERM handler")
     marked = api.request("DELETE", api.path("pods", "slow-stop")).body
     assert marked["spec"]["nodeName"] == "local"
     assert marked["metadata"]["deletionGracePeriodSeconds"] == 5
     # The process runs its handler (a second, at least) while the pod is still there.
-    [directory] = (kubelet.root / "pods" / "ns1").glob("slow-stop-*")
-    out = directory / "volumes" / "scratch" / "out"
+    out = scratch / "out"
     wait(lambda: api.request("GET", api.path("pods", "slow-stop")).status == 404, "the pod to go")
     assert out.read_text() == "stopped\n", "the pod went only after its process had stopped"
     with pytest.raises(ProcessLookupError):

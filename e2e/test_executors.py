@@ -88,5 +88,6 @@ def test_executor_crashes_and_a_deleted_driver_pod_keep_the_output_exact(
 
     assert published(cluster, f"{NAME}/totals") == ground_truth(FILES, ROWS)
     assert status["attempt"] == 2 and status["restarts"] == 1
-    assert not names(cluster), "no executor pod outlives the job"
+    # Spark deleted them as it stopped; a real kubelet lets each end within its grace period
+    wait_for(lambda: not names(cluster), "no executor pod to outlive the job", 90)
     cluster.assert_executors_ran_tasks(second)

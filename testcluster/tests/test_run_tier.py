@@ -27,11 +27,14 @@ def stand_in(path: Path, log: Path, fail_on: str = "") -> None:
 Ran = tuple[subprocess.CompletedProcess[str], list[str]]
 
 
-def run_tier(tmp_path: Path, tier: str, **env: str) -> Ran:
-    """The script's run in ``tmp_path`` with stand-ins, and the calls they recorded."""
+def run_tier(tmp_path: Path, tier: str, *, uid: int = 1000, **env: str) -> Ran:
+    """The script's run in ``tmp_path`` with stand-ins, as user ``uid``, and the calls they
+    recorded."""
     log = tmp_path / "calls"
     stand_in(tmp_path / "bin" / "make", log, env.pop("MAKE_FAILS_ON", ""))
     stand_in(tmp_path / ".venv" / "bin" / "pytest", log)
+    (tmp_path / "bin" / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+    (tmp_path / "bin" / "id").chmod(0o755)
     done = subprocess.run(
         ["sh", str(SCRIPT), tier],
         cwd=tmp_path,
@@ -39,6 +42,7 @@ def run_tier(tmp_path: Path, tier: str, **env: str) -> Ran:
         env={
             **os.environ,
             "MAKE": str(tmp_path / "bin" / "make"),
+            "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
             "WORKERS": "3",
             "E2E_RUNTIME": "container",
             "E2E_CONTROL_PLANE": "",
@@ -105,6 +109,13 @@ def test_make_test_on_the_emulator_builds_no_control_plane(tmp_path: Path) -> No
         assert "make -s real-node" not in calls, env
         assert "(quick, " in done.stdout and ", emulator)" in done.stdout, env
         (tmp_path / "calls").unlink()
+
+
+def test_make_test_all_runs_the_e2e_flows_on_real_nodes_where_root_can(tmp_path: Path) -> None:
+    done, _ = run_tier(tmp_path, "all", uid=0)
+    assert "e2e on the local cluster (all, container, real, 4 real nodes)" in done.stdout
+    done, _ = run_tier(tmp_path, "all", uid=1000)
+    assert "e2e on the local cluster (all, container, real)" in done.stdout, "no root, no node"
 
 
 def test_make_test_on_real_nodes_builds_their_parts_and_says_so(tmp_path: Path) -> None:

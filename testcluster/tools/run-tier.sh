@@ -13,8 +13,9 @@
 # processes (`process`: no container engine, no image step). E2E_CONTROL_PLANE (default real with
 # container pods, emulator with process pods) is the local cluster's API: the Kubernetes control
 # plane built from its Go modules, or the project's API emulator (no Go build for `make test`).
-# E2E_REAL_NODES (default 0: the project's kubelet) runs the e2e pods on that many real nodes
-# (kubelet, kube-proxy, CoreDNS, containerd; root) under the real control plane.
+# E2E_REAL_NODES runs the e2e pods on that many real nodes (kubelet, kube-proxy, CoreDNS,
+# containerd; root) under the real control plane; 0 on the project's kubelet. Default: 4 for the
+# full tier where it can (root, container pods, the real control plane), 0 otherwise.
 set -u
 
 TIER="${1:-}"
@@ -28,7 +29,12 @@ WORKERS="${WORKERS:-2}"
 E2E_RUNTIME="${E2E_RUNTIME:-container}"
 if [ "$E2E_RUNTIME" = container ]; then E2E_CONTROL_PLANE="${E2E_CONTROL_PLANE:-real}"
 else E2E_CONTROL_PLANE="${E2E_CONTROL_PLANE:-emulator}"; fi
-E2E_REAL_NODES="${E2E_REAL_NODES:-0}"
+if [ -z "${E2E_REAL_NODES:-}" ]; then
+    E2E_REAL_NODES=0
+    if [ "$TIER" = all ] && [ "$E2E_CONTROL_PLANE" = real ] && [ "$(id -u)" = 0 ]; then
+        E2E_REAL_NODES=4
+    fi
+fi
 BIN=.venv/bin
 TIMES="$(mktemp)"
 trap 'rm -f "$TIMES"' EXIT

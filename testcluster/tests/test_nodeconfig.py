@@ -105,3 +105,11 @@ def test_runc_floor_finds_the_bundle_of_create_and_run() -> None:
     assert runc_floor.bundle_of(args) == Path("/b/one")
     assert runc_floor.bundle_of(["run", "-b", "/b/two", "id"]) == Path("/b/two")
     assert runc_floor.bundle_of(["delete", "--force", "id"]) is None
+
+
+def test_the_machine_forwards_a_nodes_traffic_both_ways_and_no_other_nodes() -> None:
+    rules = nodeconfig.forward_rules(NodeAddresses(3))
+    assert sorted(rule[1] for rule in rules) == ["-i", "-o"]
+    assert all(
+        rule[0] == "FORWARD" and rule[2] == "fsn3h" and rule[-1] == "ACCEPT" for rule in rules
+    )

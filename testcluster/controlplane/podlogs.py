@@ -89,9 +89,9 @@ class PodLogKeeper:
             for path in source.glob("*/*/*.log"):
                 self._follow(path)
         for key, followed in list(self._followed.items()):
-            self._copy(followed)
-            if os.fstat(followed.source.fileno()).st_nlink == 0:
-                self._copy(followed)  # what was written before the unlink
+            deleted = os.fstat(followed.source.fileno()).st_nlink == 0
+            self._copy(followed)  # to its end: a deleted file has no writer left
+            if deleted:
                 followed.source.close()
                 del self._followed[key]
 

@@ -60,11 +60,11 @@ from finishable.kube.api import KubeApi
 from testcluster.apiserver.emulator import CALLS_PATH, REFUSALS_PATH, EmulatorServer
 from testcluster.chart.helm import only
 from testcluster.controlplane.audit import AuditLog
-from testcluster.controlplane.cluster import ControlPlane, host_address
+from testcluster.controlplane.cluster import ControlPlane, binaries, host_address
 from testcluster.controlplane.node import NodeAgent
 from testcluster.controlplane.podlogs import PodLogKeeper
 from testcluster.controlplane.provisioner import Provisioner
-from testcluster.controlplane.realnode import RealNode
+from testcluster.controlplane.realnode import NODE_COMPONENTS, RealNode
 from testcluster.image import IMAGE
 from testcluster.localcluster import chart
 from testcluster.localcluster.chart import OPERATOR_NAMESPACE, RELEASE
@@ -382,8 +382,11 @@ class LocalCluster(ClusterAccess):
         if saved.returncode != 0:
             why = saved.stderr.decode().strip()[-500:]
             raise RuntimeError(f"image {IMAGE}: {why}: build it first (make image)")
+        parts = binaries(NODE_COMPONENTS)  # found (or built) once for every node
         self.real_nodes = [
-            RealNode(self.plane, self.directory / name, name=name, archives=(archive,))
+            RealNode(
+                self.plane, self.directory / name, name=name, archives=(archive,), binaries=parts
+            )
             for name in (f"node-{index + 1}" for index in range(self.real_node_count))
         ]
         try:  # side by side: each imports the image (a minute) into its own containerd

@@ -30,8 +30,8 @@ Grant = tuple[str, str, str]
 
 MODES: dict[str, dict[str, list[str]]] = {
     # rule files bound in each watched namespace (a RoleBinding), and cluster-wide
-    "namespaced": {"namespace": ["jobs", "peering"], "cluster": ["crds", "namespaces"]},
-    "clusterwide": {"namespace": [], "cluster": ["jobs", "crds", "cluster-peering"]},
+    "namespaced": {"namespace": ["jobs", "peering"], "cluster": ["crds", "nodes", "namespaces"]},
+    "clusterwide": {"namespace": [], "cluster": ["jobs", "crds", "nodes", "cluster-peering"]},
 }
 
 # Non-resource URLs every authenticated client may GET (the system:discovery ClusterRole).

@@ -188,6 +188,14 @@ def test_the_metrics_service_and_service_monitor_select_the_operator() -> None:
     assert "app.kubernetes.io/component: metrics" in monitor
 
 
+def test_replicas_get_a_disruption_budget_that_lets_a_drain_take_one_at_a_time() -> None:
+    assert not [d for d in template() if d["kind"] == "PodDisruptionBudget"]  # one replica
+    (budget,) = [d for d in template("replicaCount=2") if d["kind"] == "PodDisruptionBudget"]
+    deployment = only(template("replicaCount=2"), "Deployment")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+
+
 def test_peering_crds_come_only_with_peering() -> None:
     template = (CHART / "templates" / "kopf-peering-crds.yaml").read_text()
     assert "{{- if .Values.peering.enabled }}" in template

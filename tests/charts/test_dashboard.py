@@ -213,6 +213,7 @@ VIEWS = {
     "checkpoints": {"finishable_checkpoints_completed_total"},
     "stop latency": {"finishable_stop_duration_seconds_bucket"},
     "recoveries": {"finishable_driver_restarts_total"},
+    "departures": {"finishable_driver_departures_total"},
     "recovery time": {"finishable_recovery_duration_seconds_bucket"},
     "lifecycle transitions": {"finishable_lifecycle_transition_duration_seconds_bucket"},
     "snapshots by state": {"finishable_snapshots"},

@@ -80,8 +80,22 @@ BATCH = {
 SAVEPOINT = f"configmap://{NAMESPACE}/etl-snapshots.sp-000000000001.blob"
 
 
+def evict(k8s: Cluster, pod: str, *, node: str) -> None:
+    """Play the scheduler (bind the pod) and the eviction API (the DisruptionTarget condition,
+    then a graceful deletion, which leaves the pod terminating on its node)."""
+    binding = {"target": {"kind": "Node", "name": node}}
+    path = k8s.api.path("pods", pod, subresource="binding")
+    assert k8s.api.request("POST", path, body=binding).status == 201
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    status = {"status": {"conditions": [condition]}}
+    path = k8s.api.path("pods", pod, subresource="status")
+    assert k8s.api.request("PATCH", path, body=status, content_type=MERGE).status == 200
+    assert k8s.api.request("DELETE", k8s.api.path("pods", pod)).status == 200
+
+
 def drive_a_job_through_its_lifecycle(k8s: Cluster) -> None:
-    """create → running → suspend → resume → drain → delete, the test playing kubelet and driver."""
+    """create → running → suspend → resume → evicted → drain → delete, the test playing kubelet
+    and driver."""
     k8s.start_running("etl", BATCH)
     k8s.edit("etl", state="Suspended")
     k8s.wait_phase("etl", "Savepointing")
@@ -95,11 +109,23 @@ def drive_a_job_through_its_lifecycle(k8s: Cluster) -> None:
     k8s.set_pod_phase("etl-driver-2", "Running")
     k8s.report("etl", 2, DriverState.RUNNING)
     k8s.wait_phase("etl", "Running")
+    evict(k8s, "etl-driver-2", node="node-1")  # the operator reads the node: a drain?
+    wait_for(
+        lambda: (k8s.status("etl").get("departure") or {}).get("reason") == "Evicted",
+        "the operator sees the driver leave",
+    )
+    k8s.report("etl", 2, DriverState.DEPARTED)
+    gone = k8s.api.path("pods", "etl-driver-2") + "?gracePeriodSeconds=0"  # its kubelet's delete
+    assert k8s.api.request("DELETE", gone).status == 200
+    k8s.set_pod_phase("etl-driver-3", "Running")
+    k8s.report("etl", 3, DriverState.RUNNING)
+    wait_for(lambda: k8s.status("etl").get("attempt") == 3, "attempt 3 after the eviction")
+    k8s.wait_phase("etl", "Running")
     k8s.edit("etl", state="Finished")
     k8s.wait_phase("etl", "Draining")
-    request = k8s.request_for("etl", 2)
+    request = k8s.request_for("etl", 3)
     drained = SavepointStatus(location="configmap:etl/final", drained=True, request_id=request.id)
-    k8s.answer("etl", 2, request, DriverState.FINISHED, savepoint=drained)
+    k8s.answer("etl", 3, request, DriverState.FINISHED, savepoint=drained)
     k8s.wait_phase("etl", "Finished")
     # a new job starts from the first savepoint, by the FinishableSparkSnapshot that records it
     snapshot = wait_for(

@@ -73,6 +73,7 @@ def test_driver_pod_golden() -> None:
         "spec": {
             "serviceAccountName": "clicks-driver",
             "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 60,
             # the image's user can write its volumes; the Pod Security Standards' restricted level
             "securityContext": {
                 "fsGroup": 1000,
@@ -292,12 +293,15 @@ def test_batch_jobs_get_shuffle_owned_by_the_job() -> None:
         ("RoleBinding", "clicks-driver"),
         ("Service", "clicks-driver"),
         ("Service", "clicks-shuffle-headless"),
+        ("PodDisruptionBudget", "clicks-shuffle"),
         ("StatefulSet", "clicks-shuffle"),
     ]
     for child in children:
         assert child["metadata"]["ownerReferences"] == [OWNER], child["metadata"]["name"]
         assert child["metadata"]["labels"]["finishable.dev/job"] == "clicks"
     shuffle = children[-1]["spec"]
+    budget = children[-2]["spec"]
+    assert budget == {"maxUnavailable": 0, "selector": shuffle["selector"]}
     assert shuffle["replicas"] == 3
     assert shuffle["serviceName"] == "clicks-shuffle-headless"
     assert shuffle["selector"] == {

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
-from finishable.api.models import DesiredState, Phase, dump
+from finishable.api.models import DepartureReason, DesiredState, Phase, dump
 from finishable.api.savepointspec import UpgradeCheckSpec
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import (
@@ -19,7 +19,7 @@ from finishable.api.status import (
     SavepointStatus,
 )
 from finishable.controller.metrics import Metrics
-from finishable.controller.observe import driver_pod_of, parse_report
+from finishable.controller.observe import driver_pod_of, parse_report, refine_departure
 from finishable.controller.reconcile import StatusUnreadable, read_spec, read_status
 from finishable.controller.status import merge_patch
 from finishable.lifecycle.decisions import Observation, PodPhase
@@ -60,9 +60,17 @@ class Job:
         self.now = T0
         self.generation = 1
 
-    def step(self, pod: PodPhase, report: DriverReport | None = None, after: float = 1.0) -> None:
+    def step(
+        self,
+        pod: PodPhase,
+        report: DriverReport | None = None,
+        after: float = 1.0,
+        departure: DepartureReason | None = None,
+    ) -> None:
         self.now += timedelta(seconds=after)
-        observation = Observation(self.now, self.generation, pod, "", report)
+        observation = Observation(
+            self.now, self.generation, pod, "", report, driver_departure=departure
+        )
         decision = next_status(self.status, self.spec, observation)
         deadline = request_deadline(decision.status, self.spec)
         self.metrics.record(
@@ -153,6 +161,25 @@ def test_metrics_of_a_batch_recovery() -> None:
     assert value(registry, "finishable_shuffle_pods_retained", **labels) == 0
 
 
+def test_metrics_count_a_departure_by_reason_and_not_as_a_restart() -> None:
+    registry = CollectorRegistry()
+    job = Job(registry)
+    job.step(PodPhase.ABSENT)
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    drain = DepartureReason.NODE_DRAIN
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING), departure=drain)
+    job.step(PodPhase.SUCCEEDED, job.report(DriverState.DEPARTED), departure=drain, after=4)
+    assert job.status.phase is Phase.RECOVERING
+    labels = {"namespace": "ns", "job_name": "job"}
+    assert value(registry, "finishable_driver_departures_total", reason="NodeDrain", **labels) == 1
+    assert value(registry, "finishable_driver_departures_total", reason="Evicted", **labels) == 0
+    assert value(registry, "finishable_driver_restarts_total", **labels) == 0
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING), after=6)
+    assert job.status.phase is Phase.RUNNING
+    count, seconds = transition_seconds(registry, "relocation")
+    assert (count, seconds) == (1, 10)  # from when it was seen leaving
+
+
 def transition_seconds(registry: CollectorRegistry, transition: str) -> tuple[float, float]:
     """(count, sum) of the transition's histogram."""
     labels = {"transition": transition}
@@ -231,6 +258,48 @@ def test_driver_pod_observation() -> None:
         {"metadata": {"name": "p", "deletionTimestamp": "t"}, "status": {"phase": "Unknown"}}
     )
     assert unknown.phase is PodPhase.RUNNING and unknown.deleting and not unknown.alive
+
+
+def disrupted(reason: str | None, *, deleting: bool = True) -> dict[str, object]:
+    conditions = [{"type": "Ready", "status": "True"}]
+    if reason is not None:
+        conditions.append({"type": "DisruptionTarget", "status": "True", "reason": reason})
+    meta: dict[str, object] = {"name": "j-driver-1", "labels": {"finishable.dev/attempt": "1"}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {
+        "metadata": meta,
+        "spec": {"nodeName": "node-2"},
+        "status": {"phase": "Running", "conditions": conditions},
+    }
+
+
+@pytest.mark.parametrize(
+    ("reason", "departure"),
+    [
+        ("EvictionByEvictionAPI", DepartureReason.EVICTED),
+        ("TerminationByKubelet", DepartureReason.EVICTED),
+        ("PreemptionByScheduler", DepartureReason.PREEMPTED),
+        ("DeletionByTaintManager", DepartureReason.NODE_LOST),
+        ("SomethingNewer", DepartureReason.EVICTED),
+        (None, DepartureReason.POD_DELETED),
+    ],
+)
+def test_a_deleted_driver_pod_says_why_kubernetes_asked_it_to_leave(
+    reason: str | None, departure: DepartureReason
+) -> None:
+    pod = driver_pod_of(disrupted(reason))
+    assert pod.departure is departure and pod.node == "node-2"
+    assert driver_pod_of(disrupted(reason, deleting=False)).departure is None
+
+
+def test_an_eviction_from_a_cordoned_node_is_a_drain() -> None:
+    cordoned = {"metadata": {"name": "node-2"}, "spec": {"unschedulable": True}}
+    assert refine_departure(DepartureReason.EVICTED, cordoned) is DepartureReason.NODE_DRAIN
+    assert refine_departure(DepartureReason.EVICTED, {"spec": {}}) is DepartureReason.EVICTED
+    assert refine_departure(DepartureReason.EVICTED, None) is DepartureReason.EVICTED
+    deleted = DepartureReason.POD_DELETED
+    assert refine_departure(deleted, cordoned) is deleted  # by hand, whatever the node
 
 
 def test_readers_name_the_field() -> None:

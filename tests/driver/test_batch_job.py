@@ -293,6 +293,29 @@ def test_driver_killed_half_way_re_reads_no_finished_split(
     assert recovery["splitsReread"] == 0
 
 
+def test_a_batch_driver_asked_to_leave_suspends_and_the_next_attempt_skips_its_work(
+    tmp_path: Path, jobs: list[BatchJob], uninterrupted: dict[str, Any]
+) -> None:
+    """SIGTERM (an evicted or drained driver pod): the driver suspends after its running tasks
+    and leaves; the next attempt starts at once, runs nothing finished again, and the restart
+    budget is not charged."""
+    job = BatchJob(tmp_path, "leaves", snapshot_min_pause=None, rows=CRASH_ROWS)
+    jobs.append(job)
+    job.run()
+    job.wait_until("three read tasks finished in the event log", lambda: _read_tasks_logged(job))
+    _attempt, pid = (job.home / "driver.pid").read_text().split()
+    os.kill(int(pid), signal.SIGTERM)
+    output = job.finish()
+    assert "Finished" in output
+    assert job.published() == uninterrupted
+    _assert_nothing_finished_done_again(job)
+    assert _logged(job, 1, "ended DEPARTED"), job.logs()
+    status = job.cli_status()
+    assert status["restarts"] == 0 and status["departures"] == 1
+    assert status["departure"]["reason"] == "Terminated"
+    assert status["recovery"]["tasksSkipped"] >= 3
+
+
 def test_a_warm_standby_driver_takes_over_a_killed_driver(
     tmp_path: Path, jobs: list[BatchJob], uninterrupted: dict[str, Any]
 ) -> None:

@@ -243,6 +243,68 @@ def test_late_and_duplicate_task_attempts_are_refused_and_the_output_is_exact(
     assert published(sink) == paid_cents_per_customer(orders)
 
 
+def logged_events(tmp: Path) -> list[Any]:
+    """The job's event log (of its one run), decoded."""
+    backend = LocalDirBackend(tmp / "state")
+    (run,) = logged_runs(backend)
+    logged = read_events(backend, prefix=event_log_prefix(run))
+    return [decode_event(e.type, e.data) for e in logged]
+
+
+def test_a_reader_that_stopped_short_commits_nothing_and_the_next_attempt_reads_its_share(
+    spark: SparkSession, orders: Path, tmp_path: Path
+) -> None:
+    """When Spark cancels a task mid-read (a sibling failed, its executor went), its writer sees
+    a plain end of input and reports the rows it got. Without its reader's word that it read its
+    whole share (``task-read``), the driver refuses that output; the next attempt reads the
+    share again and the result is exact."""
+    servers = LocalShuffle(tmp_path / "shuffle", "program", 2, "5m")
+    servers.ensure()
+
+    def declare(attempt: int) -> tuple[FinishableJob, sinks.TransactionalFiles]:
+        job = make_job(spark, tmp_path, servers, attempt=attempt)
+        rows = job.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
+        paid = job.stage("paid", rows.where(F.col("status") == "paid").select("customer", "cents"))
+        totals = job.stage("totals", paid.groupBy("customer").agg(F.sum("cents").alias("cents")))
+        sink = sinks.TransactionalFiles(str(tmp_path / "out"), name="totals")
+        job.write(totals, sink)
+        return job, sink
+
+    try:
+        job, sink = declare(1)
+        runtime = job._batch
+        assert runtime is not None
+        genuine = runtime._hook
+        answers: list[dict[str, Any]] = []
+
+        def cut_short(action: str, body: dict[str, Any]) -> dict[str, Any]:
+            if action == "task-read" and body["task"] == 0:
+                return {"ok": True}  # the reader of task 0 never got to the end of its share
+            answer = genuine(action, body)
+            if action == "task-finished" and body["stage"] == "paid" and body["task"] == 0:
+                answers.append(answer)
+            return answer
+
+        runtime.endpoint.set_runtime_hook(cut_short)
+        with pytest.raises(JobFailed, match=r"task\(s\) \[0\] ended without output"):
+            job.run()
+        assert [a["ok"] for a in answers] == [False]
+        assert "did not read its share to the end" in answers[0]["refused"]
+        logged = [e for e in logged_events(tmp_path) if isinstance(e, TaskFinished)]
+        assert logged and all((e.stage, e.task) != ("paid", 0) for e in logged)
+        assert not (tmp_path / "out" / "totals" / "_manifests").exists()
+
+        again, sink = declare(2)
+        again.run()
+        assert published(sink) == paid_cents_per_customer(orders)
+        redone = [
+            e for e in logged_events(tmp_path) if isinstance(e, TaskFinished) and e.attempt == 2
+        ]
+        assert ("paid", 0) in {(e.stage, e.task) for e in redone}
+    finally:
+        servers.stop()
+
+
 def test_two_sinks_publish_once_each_and_a_failed_publish_publishes_only_the_missing_one(
     spark: SparkSession, orders: Path, tmp_path: Path
 ) -> None:
@@ -284,11 +346,7 @@ def test_two_sinks_publish_once_each_and_a_failed_publish_publishes_only_the_mis
         assert counted == paid_orders.to_dict()
         assert published(totals_sink) == paid_cents_per_customer(orders)
         assert manifests(output / "totals") == published_once, "totals is not published again"
-        backend = LocalDirBackend(tmp_path / "state")
-        (run,) = logged_runs(backend)
-        events = [
-            decode_event(e.type, e.data) for e in read_events(backend, prefix=event_log_prefix(run))
-        ]
+        events = logged_events(tmp_path)
         rerun = [e for e in events if isinstance(e, TaskFinished) and e.attempt == 2]
         assert rerun == [], "the second attempt ran no task"
         committed = [e.sink for e in events if isinstance(e, OutputCommitted)]

@@ -306,6 +306,44 @@ def test_stop_with_savepoint_keeps_windows_pending_and_drain_fires_them(
     assert "it was drained" in refused and "allowDrained" in refused
 
 
+def test_a_driver_asked_to_leave_takes_a_savepoint_and_costs_no_restart(
+    tmp_path: Path, cleanup: list[Job]
+) -> None:
+    """SIGTERM, what a kubelet sends the driver of an evicted, drained or deleted pod: the
+    driver stops with a savepoint, the next attempt starts from it at once, and the restart
+    budget (one restart here) is never charged; the output stays exact."""
+    job = Job(tmp_path, "departures", max_attempts=1)
+    cleanup.append(job)
+    files = 3
+    for index in range(files):
+        write_clicks(job.input, index)
+    job.run()
+    job.wait_read(files)
+    for left in (1, 2):
+        attempt = int(job.status()["attempt"])
+        os.kill(job.driver_pid(), signal.SIGTERM)
+        write_clicks(job.input, files)  # arrives while the driver leaves
+        files += 1
+        job.wait(
+            f"the attempt after departure {left}",
+            lambda s, a=attempt: s.get("attempt", 0) > a and s.get("phase") == "Running",
+        )
+        status = job.status()
+        departure = status["departure"]
+        assert departure["reason"] == "Terminated" and departure["attempt"] == attempt
+        assert departure["savepoint"], f"no departure savepoint: {status}{job.driver_logs()}"
+        assert status["restoreFrom"] == departure["savepoint"]
+        assert status["departures"] == left and status["restarts"] == 0
+        assert status["restartsLeft"] == 1
+    job.wait_read(files)
+    drained = job.cli("stop", "--drain", "--timeout", "300")
+    assert drained.returncode == 0, drained.stdout + drained.stderr + job.driver_logs()
+    job.finish()
+    status = job.status()
+    assert status["phase"] == "Finished" and status["restarts"] == 0
+    assert published(job.output) == Counter(ground_truth(job.input))
+
+
 def test_driver_killed_at_random_moments_is_exactly_once(
     tmp_path: Path, cleanup: list[Job]
 ) -> None:

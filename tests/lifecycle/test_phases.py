@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
-from finishable.api.models import ConditionStatus, ConditionType, Phase
+from finishable.api.models import ConditionStatus, ConditionType, DepartureReason, Phase
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import (
     CheckpointStatus,
@@ -56,9 +56,12 @@ class Job:
         self,
         pod: PodPhase = PodPhase.ABSENT,
         report: DriverReport | None = None,
+        *,
         after: timedelta = timedelta(seconds=1),
         problems: tuple[str, ...] = (),
         check: CheckPod | None = None,
+        departure: DepartureReason | None = None,
+        node: str = "",
     ) -> Decision:
         self.now += after
         decision = next_status(
@@ -71,6 +74,8 @@ class Job:
                 report=report,
                 spec_problems=problems,
                 upgrade_check=check,
+                driver_departure=departure,
+                driver_node=node,
             ),
         )
         self.status = decision.status
@@ -622,6 +627,7 @@ observations = st.tuples(
     st.sampled_from(["Running", "Suspended", "Finished", "upgrade", None]),
     st.integers(min_value=0, max_value=400),
     st.booleans(),
+    st.none() | st.sampled_from(list(DepartureReason)),
 )
 
 
@@ -635,7 +641,8 @@ def test_random_observations_stay_in_the_table(
     mode: str, upgrade_mode: str, steps: list[Any]
 ) -> None:
     job = Job(mode=mode, stopTimeout="2m", upgradeMode=upgrade_mode)
-    for index, (pod, driver_state, outcome, desired, seconds, same_attempt) in enumerate(steps):
+    for index, step in enumerate(steps):
+        pod, driver_state, outcome, desired, seconds, same_attempt, departure = step
         if desired == "upgrade":  # a new program: spec.upgradeMode applies it to a running job
             job.edit(application={"file": "job.py", "args": [str(index)]})
         elif desired is not None and desired != job.spec.state.value:
@@ -651,7 +658,7 @@ def test_random_observations_stay_in_the_table(
             attempt = job.status.attempt if same_attempt else max(0, job.status.attempt - 1)
             report = DriverReport(attempt=attempt, state=driver_state, request=request)
         before = job.phase
-        decision = job.step(pod, report, after=timedelta(seconds=seconds))
+        decision = job.step(pod, report, after=timedelta(seconds=seconds), departure=departure)
         after = job.phase
         assert (
             after is before

@@ -13,10 +13,11 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from finishable.api.models import ApiModel
+from finishable.api.models import ApiModel, RequestAction, SavepointTrigger
 from finishable.api.status import (
     CheckpointStatus,
     ClusterPartitionStatus,
+    ControlRequest,
     CoordinatorStatus,
     LifecycleStatus,
     QueryStatus,
@@ -34,6 +35,7 @@ class DriverState(StrEnum):
     SUSPENDED = "SUSPENDED"  # stopped with a savepoint; resumable
     FINISHED = "FINISHED"  # drained or final checkpoint done; sinks committed
     FAILED = "FAILED"
+    DEPARTED = "DEPARTED"  # asked to stop by its pod's termination (SIGTERM): left, resumable
 
 
 class RequestOutcome(StrEnum):
@@ -80,3 +82,24 @@ class DriverReport(ApiModel):
         ),
     )
     updated_at: datetime | None = Field(default=None, description="When the report was written.")
+
+
+DEPARTURE_REQUEST_PREFIX = "departure-"
+"""The id prefix of the stop a driver asks of itself when its pod is asked to stop."""
+
+
+def departure_request(attempt: int, now: datetime) -> ControlRequest:
+    """The stop with savepoint a driver takes on SIGTERM: no one sent it, so it is made here,
+    and its id (echoed in the savepoint) tells the operator what the savepoint was for."""
+    return ControlRequest(
+        id=f"{DEPARTURE_REQUEST_PREFIX}a{attempt}-{int(now.timestamp())}",
+        attempt=attempt,
+        action=RequestAction.STOP,
+        requested_at=now,
+        trigger=SavepointTrigger.DEPARTURE,
+    )
+
+
+def is_departure(request_id: str | None) -> bool:
+    """Whether a request (or the savepoint answering it) is a driver's departure stop."""
+    return bool(request_id) and str(request_id).startswith(DEPARTURE_REQUEST_PREFIX)

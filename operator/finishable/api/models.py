@@ -165,6 +165,9 @@ class Transition(StrEnum):
     """A stop with savepoint and drain: to Finished."""
     RECOVERY = "recovery"
     """A lost driver: to Running again."""
+    RELOCATION = "relocation"
+    """A driver Kubernetes asked to leave (eviction, node drain, deletion): to Running again,
+    from the savepoint it took on its way out when it had the time."""
 
 
 class SavepointTrigger(StrEnum):
@@ -180,6 +183,26 @@ class SavepointTrigger(StrEnum):
     """spec.state: Finished."""
     UPGRADE = "upgrade"
     """A changed spec applied with spec.upgradeMode: savepoint."""
+    DEPARTURE = "departure"
+    """The driver's pod was asked to stop (eviction, node drain, deletion): its last act."""
+
+
+class DepartureReason(StrEnum):
+    """Why Kubernetes asked a driver pod to stop: a planned move, not a failure."""
+
+    EVICTED = "Evicted"
+    """The eviction API (a PodDisruptionBudget allowed it), or the kubelet under node pressure."""
+    NODE_DRAIN = "NodeDrain"
+    """Evicted from a node marked unschedulable: ``kubectl drain``, a node upgrade."""
+    PREEMPTED = "Preempted"
+    """The scheduler made room for a pod of higher priority."""
+    NODE_LOST = "NodeLost"
+    """The node's taints (not ready, unreachable, shutting down) evicted it."""
+    POD_DELETED = "PodDeleted"
+    """Someone deleted the pod (``kubectl delete pod``)."""
+    TERMINATED = "Terminated"
+    """The driver was sent SIGTERM by something the operator cannot name (a local run, or a
+    pod the operator did not see ending)."""
 
 
 def is_valid_job_name(name: str) -> bool:

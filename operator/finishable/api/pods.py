@@ -144,6 +144,23 @@ class DriverSpec(SparkPodSpec):
             "(<job>-driver); it needs the rights of that account's Role (docs/operator.md)."
         ),
     )
+    termination_grace_period: Duration = Field(
+        default=Duration(seconds=60),
+        description=(
+            "The driver pod's terminationGracePeriodSeconds: how long a driver asked to leave "
+            "(eviction, node drain, pod deletion) may take. A Streaming driver takes a stop "
+            "with savepoint at its next batch boundary within it (less a margin to exit), else "
+            "leaves with its newest checkpoint; a Batch driver suspends after its running tasks. "
+            "Give it a trigger interval plus a savepoint's time (docs/operator.md, Node drains)."
+        ),
+    )
+
+    @field_validator("termination_grace_period")
+    @classmethod
+    def _grace(cls, value: Duration) -> Duration:
+        if not 1 <= value.total_seconds() <= 3600:
+            raise ValueError(f"must be between 1s and 1h, got {str(value)!r}")
+        return value
 
 
 class ExecutorSpec(SparkPodSpec):

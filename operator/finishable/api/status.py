@@ -17,6 +17,7 @@ from finishable.api.models import (
     ApiModel,
     ConditionStatus,
     ConditionType,
+    DepartureReason,
     Phase,
     RequestAction,
     SavepointTrigger,
@@ -119,6 +120,22 @@ class RecoveryStatus(ApiModel):
     splits_reread: int = Field(default=0, ge=0, description="Finished splits read again.")
 
 
+class DepartureStatus(ApiModel):
+    """A driver Kubernetes asked to leave: a planned move, not charged to the restart budget."""
+
+    attempt: int = Field(ge=1, description="The driver attempt that was asked to leave.")
+    reason: DepartureReason = Field(
+        description="Evicted, NodeDrain, Preempted, NodeLost, PodDeleted or Terminated."
+    )
+    since: datetime | None = Field(default=None, description="When the operator saw it leave.")
+    node: str = Field(default="", description="The node it left.")
+    savepoint: str = Field(
+        default="",
+        description="The savepoint it took on its way out; empty when it had no time to take "
+        "one (the next attempt resumes from its newest checkpoint).",
+    )
+
+
 class ControlRequest(ApiModel):
     """A stop or savepoint request: written to ``<job>-control``, kept in status while in flight."""
 
@@ -192,6 +209,18 @@ class FinishableSparkJobStatus(ApiModel):
         ),
     )
     restarts: int = Field(default=0, ge=0, description="Driver restarts after crashes.")
+    departures: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Driver attempts Kubernetes asked to leave (eviction, node drain, pod deletion) and "
+            "that the next attempt replaced; not charged to the restart budget."
+        ),
+    )
+    departure: DepartureStatus | None = Field(
+        default=None,
+        description="The driver's departure under way, else the last one.",
+    )
     recent_losses: list[datetime] = Field(
         default_factory=list,
         description="When the driver losses that count against the restart budget happened.",

@@ -376,6 +376,8 @@ def driver_pod(
         "spec": {
             "serviceAccountName": driver.service_account_name or rbac_name(job.name),
             "restartPolicy": "Never",
+            # A driver asked to leave takes a savepoint in this time (driver/departure.py).
+            "terminationGracePeriodSeconds": int(driver.termination_grace_period.total_seconds()),
             **pod_settings(driver, spec.image_pull_secrets),
             "containers": [secured(container)],
             "volumes": [*volumes, *storage],
@@ -487,6 +489,22 @@ def shuffle_stateful_set(
     }
 
 
+def shuffle_disruption_budget(job: JobRef) -> dict[str, Any]:
+    """No voluntary disruption of a running Batch job's shuffle pods: a drain that would evict
+    one (and the stage outputs it holds) waits until the job ends and the operator deletes the
+    budget with the pods. Crashes and node losses are what the shuffle pods' retain timeout
+    and the job event log are for; a drain is not worth re-running a stage."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(job, shuffle_name(job.name), SHUFFLE),
+        "spec": {
+            "maxUnavailable": 0,
+            "selector": {"matchLabels": selector(job.name, SHUFFLE)},
+        },
+    }
+
+
 # -- all of it ------------------------------------------------------------------------------------
 
 
@@ -513,7 +531,11 @@ def static_children(
     if claim is not None:
         children.append(claim)
     if spec.mode is JobMode.BATCH:
-        children += [shuffle_service(job), shuffle_stateful_set(job, spec, shuffle_replicas)]
+        children += [
+            shuffle_service(job),
+            shuffle_disruption_budget(job),
+            shuffle_stateful_set(job, spec, shuffle_replicas),
+        ]
     return children
 
 

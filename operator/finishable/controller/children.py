@@ -204,6 +204,10 @@ class JobChildren:
         ):
             log.info("%s: deleted the shuffle pods (%s)", self.key, name)
         if phase in TERMINAL_PHASES:
+            # The job ended: nothing of it left to protect, so drains may take the pods now.
+            await self.kube.delete(
+                "poddisruptionbudgets", name, namespace=self.job.namespace, api_version="policy/v1"
+            )
             self._shuffle_deleted = True
         else:
             await self.kube.create(builders.shuffle_stateful_set(self.job, spec, shuffle_replicas))

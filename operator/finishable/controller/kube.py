@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from finishable.kube.api import KubeApi, KubeApiError, KubeResponse
 from finishable.state.configmap import upsert_configmap
@@ -31,6 +32,7 @@ PLURALS = {
     "Role": "roles",
     "RoleBinding": "rolebindings",
     "StatefulSet": "statefulsets",
+    "PodDisruptionBudget": "poddisruptionbudgets",
     "PersistentVolumeClaim": "persistentvolumeclaims",
 }
 MERGE_PATCH = "application/merge-patch+json"
@@ -181,6 +183,15 @@ class Kube:
             return None
         if response.status != 200:
             raise KubeApiError(f"cannot read {plural}/{name}", response)
+        return response.body
+
+    async def get_node(self, name: str) -> dict[str, Any] | None:
+        """Read a Node (cluster-scoped); None when it is gone."""
+        response = await self.request("GET", f"/api/v1/nodes/{quote(name, safe='')}")
+        if response.status == 404:
+            return None
+        if response.status != 200:
+            raise KubeApiError(f"cannot read nodes/{name}", response)
         return response.body
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from finishable.api.models import (
     ConditionStatus,
     ConditionType,
+    DepartureReason,
     Phase,
     Transition,
     UpgradeCheckState,
@@ -88,6 +89,13 @@ class Metrics:
             "finishable_driver_restarts",
             "Driver attempts started after a crash.",
             per_job,
+            registry=registry,
+        )
+        self.driver_departures = Counter(
+            "finishable_driver_departures",
+            "Driver attempts Kubernetes asked to leave (eviction, node drain, deletion) and the "
+            "next attempt replaced, by reason; not charged to the restart budget.",
+            [*per_job, "reason"],
             registry=registry,
         )
         self.recovery_duration = Histogram(
@@ -190,6 +198,8 @@ class Metrics:
         self._set_phase(key, status)
         for counter in self._per_job_counters:
             counter.labels(*key)
+        for reason in DepartureReason:
+            self.driver_departures.labels(*key, reason.value)
 
     def forget(self, key: JobKey) -> None:
         """The job is gone: drop it from the per-phase count and its per-job series."""
@@ -207,6 +217,9 @@ class Metrics:
         ):
             with contextlib.suppress(KeyError):
                 metric.remove(*key)
+        for reason in DepartureReason:
+            with contextlib.suppress(KeyError):
+                self.driver_departures.remove(*key, reason.value)
         if phase is not None:
             with contextlib.suppress(KeyError):
                 self.job_phase.remove(*key, phase.value)
@@ -308,6 +321,9 @@ class Metrics:
             self.savepoints.labels(*key).inc()
         if after.restarts > before.restarts:
             self.driver_restarts.labels(*key).inc(after.restarts - before.restarts)
+        if after.departures > before.departures and after.departure is not None:
+            reason = after.departure.reason.value
+            self.driver_departures.labels(*key, reason).inc(after.departures - before.departures)
         for counter, old, new in (
             (self.tasks_skipped, before.recovery.tasks_skipped, after.recovery.tasks_skipped),
             (self.tasks_rerun, before.recovery.tasks_rerun, after.recovery.tasks_rerun),

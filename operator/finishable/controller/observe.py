@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from finishable.api.control import DriverReport
+from finishable.api.models import DepartureReason
 from finishable.kube.objects import ANNOTATION_SPEC_REVISION, LABEL_ATTEMPT, LABEL_STANDBY
 from finishable.lifecycle.decisions import PodPhase
 from finishable.state.control import decode
@@ -38,6 +39,10 @@ class DriverPod:
     """A standby driver's pod (``spec.recovery.standby``); promoted, it is its attempt's driver."""
     spec_revision: str = ""
     """A standby's: the spec revision it was built from."""
+    departure: DepartureReason | None = None
+    """Being deleted, and why Kubernetes asked it to stop (None: not being deleted)."""
+    node: str = ""
+    """The node it was scheduled to."""
 
     @property
     def alive(self) -> bool:
@@ -81,7 +86,39 @@ def driver_pod_of(body: Mapping[str, Any]) -> DriverPod:
         deleting=bool(meta.get("deletionTimestamp")),
         standby=(meta.get("labels") or {}).get(LABEL_STANDBY) == "true",
         spec_revision=str((meta.get("annotations") or {}).get(ANNOTATION_SPEC_REVISION, "")),
+        departure=departure_of(body),
+        node=str((body.get("spec") or {}).get("nodeName") or ""),
     )
+
+
+DISRUPTION_REASONS = {
+    "EvictionByEvictionAPI": DepartureReason.EVICTED,
+    "TerminationByKubelet": DepartureReason.EVICTED,
+    "PreemptionByScheduler": DepartureReason.PREEMPTED,
+    "DeletionByTaintManager": DepartureReason.NODE_LOST,
+}
+"""The reasons of the ``DisruptionTarget`` condition the API server, the scheduler, the kubelet
+and the taint manager set on a pod they are about to stop (Kubernetes 1.26+), and what they
+mean to a job. ``DeletionByPodGC`` is not here: it deletes pods that have already ended."""
+
+
+def departure_of(body: Mapping[str, Any]) -> DepartureReason | None:
+    """Why a pod is being deleted (None when it is not): the ``DisruptionTarget`` condition's
+    reason, else a deletion by hand. A drain is an eviction from a cordoned node; only the Node
+    tells that (:func:`refine_departure`)."""
+    if not (body.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    for condition in (body.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            return DISRUPTION_REASONS.get(str(condition.get("reason")), DepartureReason.EVICTED)
+    return DepartureReason.POD_DELETED
+
+
+def refine_departure(reason: DepartureReason, node: Mapping[str, Any] | None) -> DepartureReason:
+    """An eviction from a node marked unschedulable is a drain (``kubectl drain`` cordons the
+    node, then evicts its pods; so do managed node upgrades)."""
+    cordoned = bool(((node or {}).get("spec") or {}).get("unschedulable"))
+    return DepartureReason.NODE_DRAIN if reason is DepartureReason.EVICTED and cordoned else reason
 
 
 WRITES_UNSEEN_FOR = timedelta(seconds=60)
@@ -101,6 +138,8 @@ class OwnPodWrites:
 
     created: dict[str, tuple[DriverPod, datetime]] = field(default_factory=dict)
     deleted: dict[str, datetime] = field(default_factory=dict)
+    ours: set[str] = field(default_factory=set)
+    """Every driver pod this process deleted: its deletion is no departure."""
 
     def create(self, pod: DriverPod, at: datetime) -> None:
         self.created[pod.name] = (pod, at)
@@ -108,6 +147,7 @@ class OwnPodWrites:
 
     def delete(self, name: str, at: datetime) -> None:
         self.deleted[name] = at
+        self.ours.add(name)
         self.created.pop(name, None)
 
     def overlay(self, watched: Iterable[DriverPod], now: datetime) -> list[DriverPod]:

@@ -34,6 +34,7 @@ from finishable.api.models import (
     API_VERSION,
     JOB_NAME_MAX_LENGTH,
     PLURAL,
+    DepartureReason,
     JobMode,
     Phase,
     SavepointTrigger,
@@ -48,9 +49,15 @@ from finishable.controller.children import JobChildren
 from finishable.controller.driverconf import with_operator_defaults
 from finishable.controller.kube import Conflict, Kube
 from finishable.controller.metrics import JobKey, Metrics
-from finishable.controller.observe import DriverPod, current_driver, parse_report
+from finishable.controller.observe import (
+    DriverPod,
+    current_driver,
+    parse_report,
+    refine_departure,
+)
 from finishable.controller.requests import SnapshotRequests
 from finishable.controller.status import EventPoster, StatusWriter
+from finishable.kube.api import KubeApiError
 from finishable.kube.objects import (
     JobRef,
     owner_reference,
@@ -178,6 +185,8 @@ class JobLoop:
                 ),
             )
         self.requests = SnapshotRequests(self.kube, self.job)
+        self._departures: dict[str, DepartureReason] = {}
+        """Why each leaving driver pod leaves, as first decided (its Node may change since)."""
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -231,6 +240,8 @@ class JobLoop:
             report=parse_report(report_text),
             spec_problems=problems,
             upgrade_check=await upgradecheck.observe(self.kube, self.job, self.status),
+            driver_departure=await self.departure_of(current),
+            driver_node=current.node if current else "",
         )
         decision = next_status(self.status, spec, observation)
         batch = spec is not None and spec.mode is JobMode.BATCH
@@ -270,6 +281,23 @@ class JobLoop:
         if spec is not None:
             await self.requests.serve(spec, self.status, recording=self._unrecorded is not None)
         return requeue
+
+    async def departure_of(self, pod: DriverPod | None) -> DepartureReason | None:
+        """Why Kubernetes asks the current driver pod to stop, when someone else than this
+        operator deletes it; an eviction is told from a drain by the pod's Node (read once)."""
+        if pod is None or pod.departure is None or pod.name in self.children.writes.ours:
+            return None
+        known = self._departures.get(pod.name)
+        if known is not None:
+            return known
+        reason = pod.departure
+        if reason is DepartureReason.EVICTED and pod.node:
+            try:
+                reason = refine_departure(reason, await self.kube.get_node(pod.node))
+            except KubeApiError as error:  # a chart without the Node grant: an eviction
+                log.warning("%s: cannot read node %s: %s", self.key, pod.node, error)
+        self._departures[pod.name] = reason
+        return reason
 
     async def refresh(self) -> None:
         """Read the job's status and resourceVersion as stored. The spec stays kopf's live body,

@@ -59,6 +59,7 @@ from finishable.connectors.sinks import (
 from finishable.connectors.sources import Source
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.batch.runtime import BatchRuntime
+from finishable.driver.departure import Departure
 from finishable.driver.failures import PermanentFailure, ProgramError, is_permanent
 from finishable.driver.outcome import JobFailed, JobSuperseded, Outcome
 from finishable.driver.placement import check_placement
@@ -119,6 +120,8 @@ class FinishableJob:
         # An upgrade check (driver/streaming/preflight.py) claims nothing and writes nothing:
         # the running driver's state stays its own, and its reports go to a scratch channel.
         self._preflight = preflight
+        grace = config.spec.driver.termination_grace_period.total_seconds()
+        self._departure = Departure(grace)  # SIGTERM, once run() handles it
         self._closed = False
         self._endpoint = CoordinatorEndpoint(
             self._token,
@@ -350,8 +353,10 @@ class FinishableJob:
         (``JobSuperseded`` if a newer attempt of the job took over its state)."""
         if self._preflight:
             self._run_preflight()
+        self._departure.install_if_main_thread()
         try:
             if self._batch is not None:
+                self._batch.departure = self._departure
                 return self._run_batch(self._batch)
             return self._run_streaming()
         except Exception as error:
@@ -459,6 +464,7 @@ class FinishableJob:
             control=self._control,
             stop_timeout=self.config.spec.stop_timeout.total_seconds(),
             fence=self._state.fence,
+            departure=self._departure,
         )
 
     def _clear_work_dir(self) -> None:

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from finishable.api.control import DriverReport
-from finishable.api.models import DesiredState, Phase, Transition
+from finishable.api.models import DepartureReason, DesiredState, Phase, Transition
 from finishable.api.status import ControlRequest, FinishableSparkJobStatus
 
 P = Phase
@@ -78,6 +78,11 @@ class Observation:
     report: DriverReport | None = None
     spec_problems: tuple[str, ...] = ()
     upgrade_check: CheckPod | None = None
+    driver_departure: DepartureReason | None = None
+    """The current driver pod is being deleted, not by the operator: why Kubernetes asked it to
+    stop (an eviction, a drain, a deletion by hand)."""
+    driver_node: str = ""
+    """The node the current driver pod runs on (for the departure's record)."""
 
 
 class ActionKind(StrEnum):

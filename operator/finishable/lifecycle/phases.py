@@ -17,10 +17,17 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
+from finishable.api.control import (
+    DriverReport,
+    DriverState,
+    RequestOutcome,
+    RequestReport,
+    is_departure,
+)
 from finishable.api.models import (
     ConditionStatus,
     ConditionType,
+    DepartureReason,
     DesiredState,
     JobMode,
     Phase,
@@ -33,6 +40,7 @@ from finishable.api.models import (
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import (
     ControlRequest,
+    DepartureStatus,
     FinishableSparkJobStatus,
     RecoveryStatus,
     TransitionStatus,
@@ -45,6 +53,7 @@ from finishable.lifecycle.budget import (
 )
 from finishable.lifecycle.conditions import conditions_for
 from finishable.lifecycle.decisions import (
+    DRIVER_PHASES,
     TERMINAL_PHASES,
     TRANSITIONS,
     Action,
@@ -88,7 +97,8 @@ class _Step:
             return None
         return report
 
-    def move(self, phase: Phase, message: str) -> None:
+    def move(self, phase: Phase, message: str, *, planned: bool = False) -> None:
+        """Enter ``phase``; ``planned``: a move Kubernetes asked for, told as Normal."""
         old = self.status.phase
         if phase is old:
             self.status.message = message
@@ -98,7 +108,8 @@ class _Step:
         self.status.phase = phase
         self.status.phase_since = self.obs.now
         self.status.message = message
-        event_type = "Warning" if phase in (P.FAILED, P.RECOVERING) else "Normal"
+        warn = phase is P.FAILED or (phase is P.RECOVERING and not planned)
+        event_type = "Warning" if warn else "Normal"
         self.events.append(
             Event(event_type, "PhaseChanged", f"{old.value} -> {phase.value}: {message}")
         )
@@ -256,6 +267,8 @@ def _advance(step: _Step, spec: FinishableSparkJobSpec) -> None:
             f"partitions are placed on its {pinned} shuffle pods; it applies to the next run "
             "(or set it back to clear this)",
         )
+    if _departure(step, spec):
+        return
     handler = _HANDLERS[phase]
     handler(step, spec)
 
@@ -433,6 +446,92 @@ def _driver_lost(step: _Step) -> str | None:
         PodPhase.SUCCEEDED: "exited without completing its lifecycle",
     }[pod]
     return f"driver attempt {step.status.attempt} {what}" + (f": {detail}" if detail else "")
+
+
+LEAVE_MARGIN = timedelta(seconds=30)
+"""Beyond a leaving driver's grace period: its pod should be gone by then. One that is not (its
+node unreachable) is replaced anyway; the fence keeps it from writing over its successor."""
+
+_END_STATES = frozenset({DriverState.SUSPENDED, DriverState.FINISHED, DriverState.FAILED})
+
+
+def _departure(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+    """A driver Kubernetes asked to leave (an eviction, a node drain, a deletion by hand) is a
+    planned move, not a failure: while it takes its savepoint the job waits; once it left (or
+    its grace period ran out) the next attempt starts at once from that savepoint, else from
+    the newest checkpoint, without charging the restart budget. True when the step is over."""
+    status, now = step.status, step.obs.now
+    awaiting_backoff = status.phase is P.RECOVERING and status.recovery.next_attempt_at is not None
+    if status.phase not in DRIVER_PHASES or awaiting_backoff:
+        return False
+    report = step.report
+    if report is not None and report.state in _END_STATES:
+        return False  # it ended another way first (a stop it was asked for, a failure)
+    departed = report is not None and report.state is DriverState.DEPARTED
+    leaving = status.departure
+    if leaving is None or leaving.attempt != status.attempt:
+        seen = step.obs.driver_departure
+        if seen is None and not departed:
+            return False
+        leaving = DepartureStatus(
+            attempt=status.attempt,
+            reason=seen or DepartureReason.TERMINATED,
+            since=now,
+            node=step.obs.driver_node,
+        )
+        status.departure = leaving
+        step.begin(Transition.RELOCATION)  # timed from the first sight of it leaving
+        where = f" from node {leaving.node}" if leaving.node else ""
+        step.events.append(
+            Event(
+                "Normal",
+                "DriverLeaving",
+                f"driver attempt {status.attempt} was asked to leave{where} "
+                f"({leaving.reason.value}); it takes a savepoint within "
+                f"spec.driver.terminationGracePeriod ({spec.driver.termination_grace_period})",
+            )
+        )
+    gone = step.obs.driver_pod not in (PodPhase.PENDING, PodPhase.RUNNING)
+    leave_by = (leaving.since or now) + spec.driver.termination_grace_period + LEAVE_MARGIN
+    if not (departed or gone or now >= leave_by):
+        status.message = f"driver attempt {status.attempt} is leaving ({leaving.reason.value})"
+        step.act(Action(ActionKind.REQUEUE, after=leave_by - now))
+        return True
+    _relocate(step, spec, leaving, report if departed else None)
+    return True
+
+
+def _relocate(
+    step: _Step,
+    spec: FinishableSparkJobSpec,
+    leaving: DepartureStatus,
+    report: DriverReport | None,
+) -> None:
+    """The next attempt of a driver that left, from the savepoint it took on its way out (its
+    report's) or, without one, from the newest checkpoint of its run: no budget, no backoff."""
+    status, now = step.status, step.obs.now
+    saved = report.savepoint if report is not None else None
+    savepoint = saved.location if saved is not None and is_departure(saved.request_id) else ""
+    leaving.savepoint = savepoint
+    status.departures += 1
+    status.pending_request = None  # a stop it was asked for is asked again of the next attempt
+    how = (
+        f"after a savepoint at {savepoint}"
+        if savepoint
+        else "without a savepoint (no time for one): the next attempt resumes from the newest "
+        "checkpoint"
+    )
+    reason = f"driver attempt {status.attempt} left ({leaving.reason.value}) {how}"
+    if savepoint:
+        status.restore_from = savepoint
+    step.begin(Transition.RELOCATION)
+    retained = now + spec.effective_shuffle.retain_timeout if spec.mode is JobMode.BATCH else None
+    status.recovery = RecoveryStatus(
+        reason=reason, driver_lost_at=now, shuffle_retained_until=retained
+    )
+    step.move(P.RECOVERING, reason, planned=True)
+    _next_attempt(step, spec, after_loss=True)
+    step.move(P.RECOVERING, f"driver attempt {status.attempt} started after: {reason}")
 
 
 def _crash(step: _Step, spec: FinishableSparkJobSpec, reason: str) -> None:

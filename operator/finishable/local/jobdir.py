@@ -340,6 +340,11 @@ def report_document(job: LocalJob) -> dict[str, Any]:
         document["attempt"] = status.attempt
         document["restarts"] = status.restarts
         document["restartsLeft"] = status.restarts_left
+        document["departures"] = status.departures
+        if status.departure is not None:
+            document["departure"] = status.departure.model_dump(
+                mode="json", by_alias=True, exclude_none=True
+            )
         document["recovery"] = status.recovery.model_dump(
             mode="json", by_alias=True, exclude_none=True
         )
@@ -367,6 +372,13 @@ def describe(status: FinishableSparkJobStatus, report: DriverReport | None) -> l
             f"recovery: {status.restarts} driver restarts; {recovery.tasks_skipped} tasks "
             f"skipped, {recovery.tasks_rerun} re-run, {recovery.splits_reread} splits re-read"
             + ("" if status.restarts_left is None else f"; {status.restarts_left} restarts left")
+        )
+    departure = status.departure
+    if status.departures and departure is not None:
+        origin = departure.savepoint or "its newest checkpoint"
+        lines.append(
+            f"departures: {status.departures} (not charged to the restart budget); the last: "
+            f"attempt {departure.attempt} left ({departure.reason.value}), resumed from {origin}"
         )
     for condition in status.conditions:
         if condition.type is ConditionType.DEGRADED and condition.status is ConditionStatus.TRUE:

@@ -10,8 +10,9 @@ writes nothing, so re-running three tasks of a stage costs three tasks.
 
 * Reader slots (``finishable_read__<name>``): become subtask ``tasks[slot]``; pull splits one at a
   time from the driver's coordinator (``RequestSplit``) up to the round's quota, so tasks stay
-  small and a crash loses little; every split read is appended to ``$FINISHABLE_SPLIT_AUDIT`` when
-  that is set (how tests count re-reads at the readers).
+  small and a crash loses little, and tell the driver when they read their whole share
+  (``task-read``); every split read is appended to ``$FINISHABLE_SPLIT_AUDIT`` when that is set
+  (how tests count re-reads at the readers).
 * Stage writers (``mapInArrow``): stream the task's rows as one Arrow IPC partition to a shuffle
   server, then tell the driver (``task-finished``), which logs ``TaskFinished`` and finishes the
   splits: a split counts as finished only once its rows are committed.
@@ -64,10 +65,6 @@ _SAFE = re.compile(r"[^A-Za-z0-9_]")
 
 class BatchTaskError(RuntimeError):
     """A batch task cannot go on (no round, the driver refused it, a partition is missing)."""
-
-
-class SourceSuspended(BatchTaskError):
-    """The job is being suspended: a reader task stops without committing anything."""
 
 
 def format_name(kind: str, name: str) -> str:
@@ -199,13 +196,19 @@ class BatchSourceReader(DataSourceReader):
                 if any(isinstance(e, NoMoreSplits) for e in events):
                     break
                 if not splits:
-                    # Suspended: end this task without output, so no task ever commits a
-                    # partial share (its splits go back to the pool when it runs again).
-                    raise SourceSuspended(
-                        f"read {self.read_name!r} is suspended: subtask {subtask} stops"
-                    )
+                    # Suspended: the task ends (failing it would make Spark cancel the tasks
+                    # still running) without reporting its share read, so the driver commits
+                    # none of it; its splits go back to the pool when it runs again.
+                    log.info("read %r is suspended: subtask %d stops", self.read_name, subtask)
+                    return
         finally:
             client.close()
+        # Only here, once Spark asked for more after the last row: the whole share was read.
+        # A task Spark cancels mid-read (a sibling failed, its executor went) never gets here,
+        # and what its writer saw as the end of its input is refused (driver/batch/hook.py).
+        self.runtime.call(
+            "task-read", {"stage": plan.stage, "task": subtask, "attempt": attempt, "splits": read}
+        )
 
 
 def _audit(path: str, plan: Round, subtask: int, attempt: int, split_id: str) -> None:

@@ -2,7 +2,8 @@
 
 Suspend: the sources stop handing out splits, running reader tasks finish with what they have,
 the enumerators are snapshotted into the log and the driver exits SUSPENDED; resuming is a
-recovery like any other. A drain runs the job to its end (its input is bounded); a savepoint is
+recovery like any other. A driver asked to leave (SIGTERM, driver/departure.py) suspends the
+same way and exits DEPARTED. A drain runs the job to its end (its input is bounded); a savepoint is
 refused (the job event log and the shuffle partitions are a Batch job's state).
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from finishable.api.control import DriverState, RequestOutcome
+from finishable.api.control import DriverState, RequestOutcome, is_departure
 from finishable.api.models import RequestAction
 from finishable.api.status import ControlRequest, SavepointStatus
 from finishable.driver.batch.core import RuntimeCore, event_log_prefix
@@ -28,8 +29,13 @@ class ControlMixin(RuntimeCore):
         """Requests, Batch style: stop suspends, a drain runs to the end, savepoints are refused."""
         seen: set[str] = set()
         while not self._heartbeat_stop.is_set():
+            departure = self.departure
+            request: ControlRequest | None
             try:
-                request = self.control.read_request(self.attempt)
+                if departure is not None and departure.asked:
+                    request = departure.request(self.attempt)
+                else:
+                    request = self.control.read_request(self.attempt)
             except Exception:
                 log.debug("cannot read the control channel", exc_info=True)
                 request = None
@@ -71,11 +77,14 @@ class ControlMixin(RuntimeCore):
         savepoint = SavepointStatus(
             location=location, request_id=request.id if request is not None else None
         )
+        departed = request is not None and is_departure(request.id)
+        state = DriverState.DEPARTED if departed else DriverState.SUSPENDED
         self._report(
-            DriverState.SUSPENDED,
-            "suspended: resume recovers from the job event log",
+            state,
+            f"{'left' if departed else 'suspended'}: the next attempt recovers from the job "
+            "event log",
             request=request,
             outcome=RequestOutcome.COMPLETED,
             savepoint=savepoint,
         )
-        return Outcome(DriverState.SUSPENDED, savepoint, None)
+        return Outcome(state, savepoint, None)

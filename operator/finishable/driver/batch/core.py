@@ -36,6 +36,7 @@ from finishable.driver.batch.plan import (
     StageShape,
     TaskFinished,
 )
+from finishable.driver.departure import Departure
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.lifecycle.graph import TaskId
 from finishable.shuffle.cluster import ShuffleCluster
@@ -145,12 +146,16 @@ class RuntimeCore:
     _round: int
     _servers: list[str]
     _snapshot_due: dict[str, threading.Timer]
+    departure: Departure | None
+    """Set by the job when it runs: SIGTERM suspends this attempt (driver/departure.py)."""
     _stop_request: ControlRequest | None
     _drain_request: ControlRequest | None
     _heartbeat_stop: threading.Event
     _last_progress: float
     _accepted: dict[tuple[str, int], tuple[int, int]]
     """(stage, task) -> (round, attempt) whose output this driver attempt committed."""
+    _read_to_the_end: set[tuple[str, int, int]]
+    """(stage, task, attempt) of the reader tasks that read their whole share."""
     _log: JobLog
     _recovery: Recovery
     _heartbeat: threading.Thread

@@ -2,15 +2,18 @@
 
 A reader task announces its start (its subtask's earlier attempts are failed and the subtask is
 reset, so it reads from scratch; a task already committed reads nothing, its splits staying
-finished); every task reports its finish (its splits are finished in the
-enumerator, its partitions and staged file logged as ``TaskFinished``); a stage task asks where
-a partition of its input lives.
+finished) and the end of its share (``task-read``); every task reports its finish (its splits
+are finished in the enumerator, its partitions and staged file logged as ``TaskFinished``); a
+stage task asks where a partition of its input lives.
 
 The driver is the commit coordinator of task attempts: a stage task uploads its partition
 uncommitted and the driver commits it only for the one attempt it accepts per task and round,
-which for a reader task must still be live in its source's coordinator. A late attempt (whose
-splits were handed to a later one) or a duplicate (speculation) is refused and its upload never
-becomes the partition, so whatever attempts race, each split's rows are in the output once.
+which for a reader task must still be live in its source's coordinator and must have read its
+share to the end. A late attempt (whose splits were handed to a later one), a duplicate
+(speculation) or a reader that stopped short is refused and its upload never becomes the
+partition, so whatever attempts race, each split's rows are in the output once. Stopping short is
+what a suspended reader does, and what a writer sees as the end of its input when Spark cancels
+its task (a sibling failed): Python's end of input looks the same either way.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class TaskHookMixin(RuntimeCore):
         if action == "task-start":
             with self.timings.phase("hook.task_start"):
                 return self._task_start(body)
+        if action == "task-read":
+            return self._task_read(body)
         if action == "task-finished":
             with self.timings.phase("hook.task_finished"):
                 return self._task_finished(body)
@@ -71,6 +76,12 @@ class TaskHookMixin(RuntimeCore):
             if live:
                 host.subtask_reset(subtask, NO_CHECKPOINT).result(30)
             host.execution_attempt_ready(subtask, attempt).result(30)
+        return {"ok": True}
+
+    def _task_read(self, body: dict[str, Any]) -> dict[str, Any]:
+        stage = self._stage_named(body.get("stage"))
+        with self._lock:
+            self._read_to_the_end.add((stage.name, int(body["task"]), int(body["attempt"])))
         return {"ok": True}
 
     def _task_finished(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -133,6 +144,11 @@ class TaskHookMixin(RuntimeCore):
                 return (
                     f"attempt {attempt} of task {task} is no longer live: a later attempt "
                     "took over its splits"
+                )
+            if (stage.name, task, attempt) not in self._read_to_the_end:
+                return (
+                    f"attempt {attempt} of task {task} did not read its share to the end "
+                    "(suspended, or its Spark task was cancelled): its output is partial"
                 )
         return None
 

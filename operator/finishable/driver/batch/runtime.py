@@ -119,11 +119,13 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         self._round = 0
         self._servers = []
         self._snapshot_due = {}
+        self.departure = None
         self._stop_request = None
         self._drain_request = None
         self._heartbeat_stop = threading.Event()
         self._last_progress = 0.0
         self._accepted = {}
+        self._read_to_the_end = set()
         with self.timings.phase("replay"):
             self._log = self._replay()
         with self.timings.phase("reconnect"):

@@ -25,6 +25,7 @@ from finishable.api.status import (
     CoordinatorStatus,
     SavepointStatus,
 )
+from finishable.driver.departure import Departure
 from finishable.driver.outcome import JobFailed, Outcome
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.streaming.boundary import await_batch_boundary
@@ -60,6 +61,7 @@ class StreamingExecutor:
         control: ControlChannel,
         stop_timeout: float,
         fence: Fence | None = None,
+        departure: Departure | None = None,
     ) -> None:
         self._job = job
         self._attempt = attempt
@@ -68,6 +70,7 @@ class StreamingExecutor:
         self._control = control
         self._stop_timeout = stop_timeout
         self._fence = fence
+        self._departure = departure
         self._termination: Termination | None = None
         self._savepoint: SavepointStatus | None = None
         self._answer: RequestReport | None = None
@@ -118,6 +121,8 @@ class StreamingExecutor:
         while True:
             self._check_query()
             self._queries.store_latest()
+            if self._departure is not None and self._departure.asked:
+                return self._depart(self._departure)
             request = self._control.read_request(self._attempt)
             if request is not None and request.id not in self._answered:
                 outcome = self._handle(request)
@@ -189,6 +194,19 @@ class StreamingExecutor:
         self._report(DriverState.RUNNING, force=True)
         return None
 
+    def _depart(self, departure: Departure) -> Outcome:
+        """Asked to leave (driver/departure.py): a stop with savepoint in the time the grace
+        period leaves, else leave anyway with the checkpoints (the report then holds no
+        savepoint of this request, and the next attempt resumes from the newest checkpoint)."""
+        request = departure.request(self._attempt)
+        self._report(DriverState.STOPPING, force=True)
+        mode = LifecycleMode.STOP_WITH_SAVEPOINT
+        try:
+            self._terminate(mode, request, timeout=departure.time_left())
+        except (StopFailed, TimeoutError, CutError) as error:
+            log.warning("no savepoint before leaving: %s; leaving with the checkpoints", error)
+        return self._ended(DriverState.DEPARTED)
+
     def _target_store(self, request: ControlRequest) -> SnapshotStore | None:
         if not request.target_directory:
             return None
@@ -241,9 +259,12 @@ class StreamingExecutor:
         mode: LifecycleMode,
         request: ControlRequest | None,
         target: SnapshotStore | None = None,
+        *,
+        timeout: float | None = None,
     ) -> None:
         """Walk every task of every query through ``mode`` to CLOSED, performing the table's
-        actions; one savepoint (or final checkpoint) holds every query's cut."""
+        actions; one savepoint (or final checkpoint) holds every query's cut, within
+        ``timeout`` seconds (spec.stopTimeout by default)."""
         stopping = mode is not LifecycleMode.FINAL_CHECKPOINT
         queries = self._queries.queries
         self._barriers += 1
@@ -254,7 +275,7 @@ class StreamingExecutor:
             sinks={q.name: TaskLifecycle(TaskKind.NON_SOURCE, mode) for q in queries},
         )
         self._termination = ending
-        self._deadline = time.monotonic() + self._stop_timeout
+        self._deadline = time.monotonic() + (self._stop_timeout if timeout is None else timeout)
         for query in queries:
             query.rest = None
 

@@ -56,7 +56,6 @@ log = logging.getLogger(__name__)
 SYNC_SECONDS = 0.25
 MERGE = "application/merge-patch+json"
 RESTART_BACKOFF_MAX = 10.0
-GRACE_SECONDS_MAX = 10.0
 NODE_NAME = "local"  # the one node: pods are bound to it (spec.nodeName) before they start
 # securityContext fields only a pod has; a container's own context overrides the others.
 POD_ONLY_SECURITY = ("fsGroup", "supplementalGroups")
@@ -474,7 +473,7 @@ class Kubelet:
         self._stopping.add(container.uid)
         threading.Thread(
             target=self._stop_pod,
-            args=(container, min(grace, GRACE_SECONDS_MAX), pod),
+            args=(container, grace, pod),  # all of it, as a real kubelet gives
             name=f"stop-{container.name}",
             daemon=True,
         ).start()

@@ -721,6 +721,99 @@ def test_an_operator_killed_mid_stop_and_mid_recovery_carries_on(
     assert k8s.status("crashing")["restarts"] == 1, "the crash is counted once"
 
 
+def evicted(k8s: Cluster, pod: str) -> None:
+    """Play the scheduler and the eviction API: bound to a node, marked DisruptionTarget, then
+    deleted gracefully (the pod stays, terminating, until its kubelet ends it)."""
+    binding = {"target": {"kind": "Node", "name": "node-1"}}
+    path = k8s.api.path("pods", pod, subresource="binding")
+    assert k8s.api.request("POST", path, body=binding).status == 201
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    path = k8s.api.path("pods", pod, subresource="status")
+    body = {"status": {"conditions": [condition]}}
+    assert k8s.api.request("PATCH", path, body=body, content_type=MERGE).status == 200
+    assert k8s.api.request("DELETE", k8s.api.path("pods", pod)).status == 200
+
+
+def test_an_operator_restarted_in_any_phase_resumes_and_never_resubmits(
+    k8s: Cluster, operator: OperatorProcess
+) -> None:
+    """SIGKILL the operator with a job in every phase (and one whose driver is leaving); the new
+    process creates no driver a job already has, starts no new run, charges no restart, and each
+    job then goes on from where it was when its driver (played here) moves on."""
+    k8s.create_job("submitted", STREAMING)
+    k8s.wait_phase("submitted", "Submitted")
+    for name in ("running", "savepointing", "draining", "finishing", "suspended", "finished"):
+        k8s.start_running(name, STREAMING)
+    k8s.start_running("failed", {**STREAMING, "recovery": {"maxAttempts": 0}})
+    k8s.start_running("leaving", STREAMING)
+    k8s.edit("savepointing", state="Suspended")
+    k8s.edit("draining", state="Finished")
+    k8s.edit("suspended", state="Suspended")
+    k8s.report("finishing", 1, DriverState.FINISHING)
+    k8s.report("finished", 1, DriverState.FINISHED)
+    k8s.set_pod_phase("failed-driver-1", "Failed", exit_code=1)
+    suspend = k8s.request_for("suspended", 1)
+    saved = SavepointStatus(location="s")
+    k8s.answer("suspended", 1, suspend, DriverState.SUSPENDED, savepoint=saved)
+    evicted(k8s, "leaving-driver-1")
+    for name, phase in {
+        "savepointing": "Savepointing",
+        "draining": "Draining",
+        "finishing": "Finishing",
+        "suspended": "Suspended",
+        "finished": "Finished",
+        "failed": "Failed",
+    }.items():
+        k8s.wait_phase(name, phase)
+    wait_for(lambda: k8s.status("leaving").get("departure"), "the driver seen leaving")
+    stop = k8s.request_for("savepointing", 1)
+    drain = k8s.request_for("draining", 1)
+
+    jobs = ("submitted", "running", "savepointing", "draining", "finishing", "suspended")
+    before = {name: k8s.status(name) for name in (*jobs, "finished", "failed", "leaving")}
+
+    def drivers() -> dict[str, str]:
+        these = f"finishable.dev/component=driver,finishable.dev/job in ({','.join(before)})"
+        return {pod["metadata"]["name"]: pod["metadata"]["uid"] for pod in k8s.list("pods", these)}
+
+    pods = drivers()
+    operator.kill()
+    operator.start()
+
+    # Each job goes on from its phase as its driver moves on.
+    k8s.set_pod_phase("submitted-driver-1", "Running")
+    k8s.report("submitted", 1, DriverState.RUNNING)
+    saved = SavepointStatus(location="t")
+    k8s.answer("savepointing", 1, stop, DriverState.SUSPENDED, savepoint=saved)
+    drained = SavepointStatus(location="u", drained=True)
+    k8s.answer("draining", 1, drain, DriverState.FINISHED, savepoint=drained)
+    k8s.report("finishing", 1, DriverState.FINISHED)
+    k8s.report("leaving", 1, DriverState.DEPARTED)
+    k8s.report("running", 1, DriverState.RUNNING, message="still here")
+    assert k8s.wait_phase("submitted", "Running")["attempt"] == 1
+    assert k8s.wait_phase("savepointing", "Suspended")["savepoint"]["location"] == "t"
+    k8s.wait_phase("draining", "Finished")
+    k8s.wait_phase("finishing", "Finished")
+    moved = wait_for(
+        lambda: (s := k8s.status("leaving")).get("attempt") == 2 and s, "the departed driver's next"
+    )
+    assert (moved["restarts"], moved["departures"]) == (0, 1)
+    assert moved["departure"]["reason"] == "Evicted"
+
+    after = {name: k8s.status(name) for name in before}
+    for name, status in after.items():
+        assert status["run"] == before[name]["run"], f"{name}: a new run"
+        assert status.get("restarts", 0) == before[name].get("restarts", 0), f"{name}: a restart"
+        if name != "leaving":
+            assert status["attempt"] == before[name]["attempt"], f"{name}: a new attempt"
+    for name in ("suspended", "finished", "failed", "running"):
+        assert after[name]["phase"] == before[name]["phase"], name
+    now = drivers()
+    assert set(now) - set(pods) == {"leaving-driver-2"}, "the one new driver is the departed one's"
+    assert all(now[pod] == pods[pod] for pod in set(now) & set(pods)), "a driver was replaced"
+    assert {"running-driver-1", "submitted-driver-1"} <= set(now)
+
+
 def state_configmap(k8s: Cluster, job: str, object_name: str) -> dict[str, Any]:
     """A state object as the driver's ConfigMap backend writes it: owned by its job."""
     body = k8s.job(job)

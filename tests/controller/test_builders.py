@@ -317,6 +317,24 @@ def test_batch_jobs_get_shuffle_owned_by_the_job() -> None:
     assert claim["storageClassName"] == "fast"
 
 
+def test_a_driver_asked_to_be_spared_by_drains_gets_a_budget() -> None:
+    assert "PodDisruptionBudget" not in [
+        c["kind"] for c in builders.static_children(JOB, spec(), "t")
+    ]
+    protected = spec(driver={"disruptionBudget": True})
+    (budget,) = [
+        c
+        for c in builders.static_children(JOB, protected, "t")
+        if c["kind"] == "PodDisruptionBudget"
+    ]
+    assert budget["metadata"]["name"] == "clicks-driver"
+    assert budget["metadata"]["ownerReferences"] == [OWNER]
+    pod = builders.driver_pod(JOB, protected, attempt=1, restore_from="")
+    assert budget["spec"]["maxUnavailable"] == 0
+    selected = budget["spec"]["selector"]["matchLabels"]
+    assert selected.items() <= pod["metadata"]["labels"].items()
+
+
 def test_streaming_jobs_get_no_shuffle_and_names_fit() -> None:
     kinds = {child["kind"] for child in builders.static_children(JOB, spec(), "t")}
     assert "StatefulSet" not in kinds

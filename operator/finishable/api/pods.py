@@ -155,6 +155,16 @@ class DriverSpec(SparkPodSpec):
         ),
     )
 
+    disruption_budget: bool = Field(
+        default=False,
+        description=(
+            "A PodDisruptionBudget (maxUnavailable 0) on the driver: evictions and drains wait "
+            "until the job is suspended or ends. For a driver whose savepoint cannot fit "
+            "terminationGracePeriod (large state): a drain then waits for someone to suspend "
+            "the job, which takes its savepoint within spec.stopTimeout."
+        ),
+    )
+
     @field_validator("termination_grace_period")
     @classmethod
     def _grace(cls, value: Duration) -> Duration:

@@ -61,6 +61,7 @@ from finishable.controller.naming import (
     WORK_DIR,
     config_name,
     control_name,
+    driver_budget_name,
     driver_pod_name,
     driver_service_name,
     executor_name_prefix,
@@ -489,20 +490,25 @@ def shuffle_stateful_set(
     }
 
 
+def disruption_budget(job: JobRef, name: str, component: str) -> dict[str, Any]:
+    """No voluntary disruption (eviction, drain) of the job's pods of ``component``."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(job, name, component),
+        "spec": {
+            "maxUnavailable": 0,
+            "selector": {"matchLabels": selector(job.name, component)},
+        },
+    }
+
+
 def shuffle_disruption_budget(job: JobRef) -> dict[str, Any]:
     """No voluntary disruption of a running Batch job's shuffle pods: a drain that would evict
     one (and the stage outputs it holds) waits until the job ends and the operator deletes the
     budget with the pods. Crashes and node losses are what the shuffle pods' retain timeout
     and the job event log are for; a drain is not worth re-running a stage."""
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": metadata(job, shuffle_name(job.name), SHUFFLE),
-        "spec": {
-            "maxUnavailable": 0,
-            "selector": {"matchLabels": selector(job.name, SHUFFLE)},
-        },
-    }
+    return disruption_budget(job, shuffle_name(job.name), SHUFFLE)
 
 
 # -- all of it ------------------------------------------------------------------------------------
@@ -530,6 +536,8 @@ def static_children(
     claim = work_claim(job, spec)
     if claim is not None:
         children.append(claim)
+    if spec.driver.disruption_budget:
+        children.append(disruption_budget(job, driver_budget_name(job.name), DRIVER))
     if spec.mode is JobMode.BATCH:
         children += [
             shuffle_service(job),

@@ -89,6 +89,13 @@ class JobChildren:
                     await self.kube.upsert_configmap(child)  # follows spec edits between attempts
                 elif await self.kube.create(child):
                     log.info("%s: created %s", self.key, builders.describe_child(child))
+            if not spec.driver.disruption_budget:  # turned off since an earlier attempt
+                await self.kube.delete(
+                    "poddisruptionbudgets",
+                    naming.driver_budget_name(self.job.name),
+                    namespace=self.job.namespace,
+                    api_version="policy/v1",
+                )
             self._children_for_attempt = attempt
             self._shuffle_deleted = False
         if not any(pod.attempt == attempt and not pod.standby for pod in pods):

@@ -82,6 +82,11 @@ def shuffle_name(job: str) -> str:
     return f"{job}-shuffle"
 
 
+def driver_budget_name(job: str) -> str:
+    """The driver's PodDisruptionBudget (``spec.driver.disruptionBudget``)."""
+    return f"{job}-{DRIVER}"
+
+
 def shuffle_service_name(job: str) -> str:
     return f"{job}-shuffle-headless"
 

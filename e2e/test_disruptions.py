@@ -4,7 +4,8 @@ cluster's real API server, whose eviction API and disruption controller enforce 
 A streaming driver evicted, then deleted by hand (and, with several nodes, drained off its node)
 takes a savepoint on its way out; the next attempt starts from it at once, the restart budget is
 untouched (one restart allowed: a crash counted each time would have failed the job), one
-savepoint is recorded per departure, and the drained output is the ground truth. A running Batch
+savepoint is recorded per departure; the operator's pod deleted mid-stop is replaced and its
+successor completes the stop; and the drained output is the ground truth. A running Batch
 job's shuffle pods cannot be evicted: a drain waits for the job, whose end releases the budget.
 """
 
@@ -77,6 +78,18 @@ def ready_nodes(cluster: E2ECluster) -> list[str]:
     ]
 
 
+def operator_pods(cluster: E2ECluster) -> list[str]:
+    """The API paths of the operator's pods (the chart's Deployment, wherever it is installed)."""
+    selector = "app.kubernetes.io/name=finishable-spark-operator"
+    found = cluster.api.request("GET", "/api/v1/pods", query={"labelSelector": selector})
+    return [
+        f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}"
+        for pod in found.body.get("items") or []
+        if "app.kubernetes.io/component" not in pod["metadata"].get("labels", {})
+        and not pod["metadata"].get("deletionTimestamp")
+    ]
+
+
 def checkpoint_id(cluster: E2ECluster) -> int:
     return int((cluster.status(NAME).get("lastCheckpoint") or {}).get("id", -1))
 
@@ -145,6 +158,23 @@ def test_a_driver_asked_to_leave_moves_with_its_savepoint_and_costs_no_restart(
     snapshots = cluster.objects(SNAPSHOT_PLURAL, f"finishable.dev/job={NAME}", SNAPSHOT_API)
     triggers = [s["status"]["trigger"] for s in snapshots]
     assert triggers.count("departure") == len(moves), "one savepoint per departure"
+
+    # The operator's pod deleted during a stop with savepoint: its successor finishes the stop
+    # (the status and the driver's report are the whole state), and the job resumes from it.
+    cluster.set_state(NAME, "Suspended")
+    cluster.wait_phase(NAME, "Savepointing", 60)
+    operators = operator_pods(cluster)
+    assert operators, "the operator's pods"
+    for path in operators:
+        assert cluster.api.request("DELETE", path).status == 200
+    suspended = cluster.wait_phase(NAME, "Suspended", STOP)
+    assert suspended["restarts"] == 0 and suspended["savepoint"]["location"]
+    assert not set(operator_pods(cluster)) & set(operators), "a new operator pod did it"
+    cluster.set_state(NAME, "Running")
+    resumed = cluster.wait_phase(NAME, "Running", START)
+    assert resumed["restoreFrom"] == suspended["savepoint"]["location"]
+    before = checkpoint_id(cluster)
+    wait_for(lambda: checkpoint_id(cluster) > before, "a checkpoint after the resume", START)
 
     read_before_drain = cluster.status(NAME)["coordinator"]["splitsFinished"]
     cluster.set_state(NAME, "Finished")

@@ -240,6 +240,8 @@ def test_a_last_state_upgrade_replaces_the_driver_without_a_stop(k8s: Cluster) -
     assert k8s.channel("laststate").read_request(1) is None, "no stop was asked"
     driver_env(k8s, "laststate-driver-2")
     wait_for(lambda: k8s.get("pods", "laststate-driver-1") is None, "the old driver is deleted")
+    channel = k8s.channel("laststate")
+    assert channel.released(1) and not channel.released(2), "told to leave without a savepoint"
 
 
 def test_an_upgrade_its_check_refuses_is_not_applied_and_the_job_runs_on(

@@ -28,6 +28,7 @@ import yaml
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.streaming.savepoints import decode_savepoint
 from finishable.state import LocalDirBackend, SnapshotKind, SnapshotStore
+from finishable.state.control import LocalControlChannel
 from testcluster.processes import ended, start_runner
 
 pytestmark = pytest.mark.full
@@ -335,6 +336,19 @@ def test_a_driver_asked_to_leave_takes_a_savepoint_and_costs_no_restart(
         assert status["restoreFrom"] == departure["savepoint"]
         assert status["departures"] == left and status["restarts"] == 0
         assert status["restartsLeft"] == 1
+    # A driver its operator stops itself (an upgrade, the job's deletion) leaves at once: no
+    # savepoint nobody would restore; its successor resumes from the newest checkpoint.
+    attempt = int(job.status()["attempt"])
+    restore = job.status()["restoreFrom"]
+    LocalControlChannel(job.state / job.name).release(attempt)
+    os.kill(job.driver_pid(), signal.SIGTERM)
+    job.wait(
+        "the attempt after a released driver left",
+        lambda s: s.get("attempt", 0) > attempt and s.get("phase") == "Running",
+    )
+    status = job.status()
+    assert status["departure"]["savepoint"] == "" and status["restoreFrom"] == restore
+    assert (status["departures"], status["restarts"]) == (3, 0)
     job.wait_read(files)
     drained = job.cli("stop", "--drain", "--timeout", "300")
     assert drained.returncode == 0, drained.stdout + drained.stderr + job.driver_logs()

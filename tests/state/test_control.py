@@ -123,6 +123,18 @@ def test_a_takeover_order_reaches_its_standby_only_and_survives_requests(
     assert standby.takeover(3) == TakeOver(3, predecessor_exited=False)
 
 
+def test_drivers_the_operator_stops_itself_are_told_so_and_it_never_goes_back(
+    channels: tuple[ControlChannel, ControlChannel],
+) -> None:
+    operator, driver = channels
+    assert not driver.released(1)
+    operator.release(2)
+    assert driver.released(1) and driver.released(2) and not driver.released(3)
+    operator.send(stop("stop-3"))  # requests leave it in place
+    operator.release(1)  # an older attempt's deletion does not take it back
+    assert driver.released(2) and not driver.released(3)
+
+
 def test_an_unreadable_takeover_order_is_no_order(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

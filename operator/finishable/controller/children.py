@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from finishable.api.models import Phase
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.controller import builders, naming
 from finishable.controller.kube import Kube
 from finishable.controller.naming import KUBERNETES_MASTER
-from finishable.controller.observe import DriverPod, OwnPodWrites, driver_pod_of
+from finishable.controller.observe import DriverPod, OwnPodWrites, attempt_of, driver_pod_of
 from finishable.kube.objects import (
     LABEL_ATTEMPT,
     LABEL_COMPONENT,
@@ -167,7 +165,10 @@ class JobChildren:
         )
 
     async def delete_drivers(self, pods: list[DriverPod]) -> None:
-        """Delete driver pods and the executors of their attempts."""
+        """Delete driver pods and the executors of their attempts; first say that the operator
+        stops them itself, so that they leave at SIGTERM without a savepoint of no use."""
+        if pods:
+            await self.kube.run(self.channel.release, max(pod.attempt for pod in pods))
         for pod in pods:
             await self.kube.delete("pods", pod.name, namespace=self.job.namespace)
             self.writes.delete(pod.name, datetime.now(UTC))
@@ -192,7 +193,7 @@ class JobChildren:
             "pods", namespace=self.job.namespace, selector=",".join([*terms, *filter(None, [term])])
         )
         if up_to is not None:
-            executors = [e for e in executors if _attempt_of(e) <= up_to]
+            executors = [e for e in executors if attempt_of(e) <= up_to]
         for executor in executors:
             if not executor["metadata"].get("deletionTimestamp"):
                 name = executor["metadata"]["name"]
@@ -219,10 +220,3 @@ class JobChildren:
         else:
             await self.kube.create(builders.shuffle_stateful_set(self.job, spec, shuffle_replicas))
 
-
-def _attempt_of(pod: Mapping[str, Any]) -> int:
-    """The driver attempt a pod belongs to, by its label (0 if it has none)."""
-    try:
-        return int((pod["metadata"].get("labels") or {}).get(LABEL_ATTEMPT, "0"))
-    except ValueError:
-        return 0

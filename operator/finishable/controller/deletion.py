@@ -19,6 +19,7 @@ from finishable.api.models import RetainOnDelete
 from finishable.api.snapshot import SNAPSHOT_PLURAL
 from finishable.controller import naming
 from finishable.controller.kube import Kube
+from finishable.controller.observe import attempt_of
 from finishable.controller.snapshots import SNAPSHOT_API_VERSION
 from finishable.kube.api import KubeApiError
 from finishable.kube.objects import (
@@ -27,9 +28,11 @@ from finishable.kube.objects import (
     LABEL_JOB,
     JobRef,
     job_label_value,
+    owner_reference,
 )
 from finishable.state.configmap import ANNOTATION_NAME
 from finishable.state.configmap import COMPONENT as STATE_COMPONENT
+from finishable.state.control import ConfigMapControlChannel
 from finishable.state.snapshots import is_savepoint_object
 
 log = logging.getLogger(__name__)
@@ -115,6 +118,12 @@ async def stop_pods(kube: Kube, job: JobRef) -> int:
     selector = f"{job_label},{LABEL_COMPONENT} in ({naming.DRIVER},{naming.EXECUTOR})"
     pods = await kube.list("pods", namespace=job.namespace, selector=selector)
     running = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+    attempts = [attempt_of(pod) for pod in running]
+    if attempts:  # its drivers leave at SIGTERM without a savepoint no one would use
+        channel = ConfigMapControlChannel(
+            kube.api, job.name, namespace=job.namespace, owner_references=[owner_reference(job)]
+        )
+        await kube.run(channel.release, max(attempts))
     for pod in running:
         deleted += await kube.delete("pods", pod["metadata"]["name"], namespace=job.namespace)
     if running:  # a pod no node runs is gone at once; one that runs is now terminating

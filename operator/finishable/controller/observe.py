@@ -56,14 +56,19 @@ def current_driver(pods: Iterable[DriverPod], attempt: int) -> DriverPod | None:
     return min(candidates, key=lambda pod: pod.standby, default=None)
 
 
+def attempt_of(pod: Mapping[str, Any]) -> int:
+    """The driver attempt a pod belongs to, by its label (0 if it has none)."""
+    try:
+        return int(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ATTEMPT, "0"))
+    except ValueError:
+        return 0
+
+
 def driver_pod_of(body: Mapping[str, Any]) -> DriverPod:
     """A pod as the phase machine sees it: its phase and, when it ended, why."""
     meta = body.get("metadata") or {}
     status = body.get("status") or {}
-    try:
-        attempt = int((meta.get("labels") or {}).get(LABEL_ATTEMPT, "0"))
-    except ValueError:
-        attempt = 0
+    attempt = attempt_of(body)
     try:
         phase = PodPhase(status.get("phase") or "Pending")
     except ValueError:  # "Unknown": the node is unreachable; the pod may well be alive

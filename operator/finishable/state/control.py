@@ -53,6 +53,12 @@ TAKEOVER_KEY = "takeover"
 """The control document's key for the order a standby driver waits for (recovery.standby)."""
 
 
+RELEASED_KEY = "released"
+"""The control document's key for the newest driver attempt the steering side stops itself (an
+upgrade replacing it, a crash's successor, the job's deletion): at SIGTERM it leaves at once,
+since a savepoint of it would be of use to no one."""
+
+
 @dataclass(frozen=True)
 class TakeOver:
     """The order for a standby driver to become attempt ``attempt``. ``predecessor_exited``:
@@ -61,6 +67,13 @@ class TakeOver:
 
     attempt: int
     predecessor_exited: bool
+
+
+def _attempt_number(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0
 
 
 def _encode(model: ControlRequest | DriverReport, exclude: frozenset[str] = frozenset()) -> str:
@@ -106,6 +119,12 @@ class ControlChannel(ABC):
         ``predecessor_exited``: the lost driver's process was seen to end (see ``TakeOver``)."""
         order = {"attempt": attempt, "predecessorExited": predecessor_exited}
         self._write_control({**self._read_control(), TAKEOVER_KEY: json.dumps(order)})
+
+    def release(self, attempt: int) -> None:
+        """Say that the steering side itself stops the drivers up to ``attempt``."""
+        current = self._read_control()
+        if _attempt_number(current.get(RELEASED_KEY)) < attempt:
+            self._write_control({**current, RELEASED_KEY: str(attempt)})
 
     def cancel(self, request_id: str) -> None:
         """Withdraw a request (a stop that took too long); the driver abandons it if it can."""
@@ -159,6 +178,10 @@ class ControlChannel(ABC):
             log.warning("ignoring an unreadable takeover order in %s: %s", self, error)
             return None
         return TakeOver(ordered, exited) if ordered == attempt else None
+
+    def released(self, attempt: int) -> bool:
+        """Whether the steering side stops driver ``attempt`` itself (see ``RELEASED_KEY``)."""
+        return _attempt_number(self._read_control().get(RELEASED_KEY)) >= attempt
 
     def write_report(self, report: DriverReport) -> None:
         """Publish the driver's state; the steering side reads it on its next reconcile."""

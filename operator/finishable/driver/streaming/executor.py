@@ -198,6 +198,9 @@ class StreamingExecutor:
         """Asked to leave (driver/departure.py): a stop with savepoint in the time the grace
         period leaves, else leave anyway with the checkpoints (the report then holds no
         savepoint of this request, and the next attempt resumes from the newest checkpoint)."""
+        if self._control.released(self._attempt):
+            log.info("the operator stops this driver itself: leaving without a savepoint")
+            return self._ended(DriverState.DEPARTED)
         request = departure.request(self._attempt)
         self._report(DriverState.STOPPING, force=True)
         mode = LifecycleMode.STOP_WITH_SAVEPOINT

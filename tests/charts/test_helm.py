@@ -28,6 +28,7 @@ API_VERSIONS = {
     "Service": "v1",
     "ConfigMap": "v1",
     "Deployment": "apps/v1",
+    "PodDisruptionBudget": "policy/v1",  # GA since 1.21
     "ClusterRole": "rbac.authorization.k8s.io/v1",
     "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
     "RoleBinding": "rbac.authorization.k8s.io/v1",

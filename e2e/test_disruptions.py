@@ -198,11 +198,16 @@ def test_a_drain_waits_for_a_running_batch_job_s_shuffle_pods(cluster: E2ECluste
     )
     assert budget["spec"]["maxUnavailable"] == 0
     selector = f"finishable.dev/job={name},finishable.dev/component=shuffle"
-    pods = wait_for(
-        lambda: [p["metadata"]["name"] for p in cluster.objects("pods", selector)] or None,
-        "the shuffle pods",
-        60,
-    )
+
+
+    def running() -> list[str] | None:
+        pods = cluster.objects("pods", selector)
+        up = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        return [p["metadata"]["name"] for p in up] if up and len(up) == len(pods) else None
+
+    # A pending pod is not protected by a budget (the eviction API lets it go: nothing of it
+    # runs yet); a running one is.
+    pods = wait_for(running, "the shuffle pods running", START)
     for pod in pods:
         refused = evict(cluster, pod)
         assert refused.status == 429, f"{pod}: {refused.status} {refused.body}"

@@ -323,6 +323,9 @@ class RealNode:
             self._remove_cgroups()
             shutil.rmtree(self.state, ignore_errors=True)
             shutil.rmtree(self.kubelet_root, ignore_errors=True)
+            # Its images and snapshots (3 GB a node): a test session's directory is kept for
+            # its logs, and four nodes' content filled the disk after two sessions.
+            shutil.rmtree(self.directory / "containerd", ignore_errors=True)
             self.addresses = None
 
     def _kill_pods(self) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from finishable.api.control import departure_request
 from finishable.api.models import Phase, RequestAction, SavepointTrigger
 from finishable.api.savepointspec import SavepointHistorySpec
 from finishable.api.snapshot import FinishableSparkSnapshotStatus
@@ -131,6 +132,14 @@ def test_without_its_request_the_trigger_follows_what_the_job_did() -> None:
     assert trigger_of(drained, None, Phase.FINISHED) is SavepointTrigger.DRAIN
     assert trigger_of(SAVEPOINT, other, Phase.SUSPENDED) is SavepointTrigger.STOP
     assert trigger_of(SAVEPOINT, None, Phase.RUNNING) is SavepointTrigger.MANUAL
+
+
+def test_a_departure_savepoint_is_named_so_whatever_the_job_does_next() -> None:
+    """No one asked for it and the job moves on at once (Recovering, then Running)."""
+    request = departure_request(3, datetime(2026, 1, 1, tzinfo=UTC))
+    left = SAVEPOINT.model_copy(update={"request_id": request.id})
+    for phase in (Phase.RECOVERING, Phase.RUNNING, Phase.SUSPENDED):
+        assert trigger_of(left, None, phase) is SavepointTrigger.DEPARTURE
 
 
 def test_restore_location_of_a_completed_snapshot() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from finishable.api.control import is_departure
 from finishable.api.models import (
     API_GROUP,
     API_VERSION,
@@ -55,7 +56,10 @@ def trigger_of(
     savepoint: SavepointStatus, request: ControlRequest | None, phase: Phase
 ) -> SavepointTrigger:
     """What asked for ``savepoint``: the request in flight that it answers, else what the job
-    did (a drained savepoint ends a drain, a Suspended job stopped), else a manual savepoint."""
+    did (a drained savepoint ends a drain, a Suspended job stopped), else a manual savepoint.
+    A departure savepoint says so in its request id."""
+    if is_departure(savepoint.request_id):
+        return SavepointTrigger.DEPARTURE  # the one no one sent: a driver's on its way out
     if request is not None and savepoint.request_id == request.id:
         if request.trigger is not None:
             return request.trigger

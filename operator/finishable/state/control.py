@@ -37,6 +37,7 @@ from finishable.api.status import ControlRequest
 from finishable.kube.api import KubeApi, KubeApiError
 from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, job_label_value
 from finishable.state.configmap import upsert_configmap
+from finishable.state.errors import BackendError
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +122,14 @@ class ControlChannel(ABC):
         self._write_control({**self._read_control(), TAKEOVER_KEY: json.dumps(order)})
 
     def release(self, attempt: int) -> None:
-        """Say that the steering side itself stops the drivers up to ``attempt``."""
-        current = self._read_control()
-        if _attempt_number(current.get(RELEASED_KEY)) < attempt:
-            self._write_control({**current, RELEASED_KEY: str(attempt)})
+        """Say that the steering side itself stops the drivers up to ``attempt``. Best effort:
+        unsaid, a driver takes a savepoint no one needs, which is no reason not to stop it."""
+        try:
+            current = self._read_control()
+            if _attempt_number(current.get(RELEASED_KEY)) < attempt:
+                self._write_control({**current, RELEASED_KEY: str(attempt)})
+        except (BackendError, OSError) as error:
+            log.warning("%s: cannot tell attempt %d it is released: %s", self, attempt, error)
 
     def cancel(self, request_id: str) -> None:
         """Withdraw a request (a stop that took too long); the driver abandons it if it can."""

@@ -185,8 +185,13 @@ class ControlChannel(ABC):
         return TakeOver(ordered, exited) if ordered == attempt else None
 
     def released(self, attempt: int) -> bool:
-        """Whether the steering side stops driver ``attempt`` itself (see ``RELEASED_KEY``)."""
-        return _attempt_number(self._read_control().get(RELEASED_KEY)) >= attempt
+        """Whether the steering side stops driver ``attempt`` itself (see ``RELEASED_KEY``);
+        unreadable, it is taken as not: a savepoint too many is the safe side."""
+        try:
+            return _attempt_number(self._read_control().get(RELEASED_KEY)) >= attempt
+        except (BackendError, OSError) as error:
+            log.warning("%s: cannot read whether attempt %d is released: %s", self, attempt, error)
+            return False
 
     def write_report(self, report: DriverReport) -> None:
         """Publish the driver's state; the steering side reads it on its next reconcile."""

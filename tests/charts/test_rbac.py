@@ -80,19 +80,6 @@ BATCH = {
 SAVEPOINT = f"configmap://{NAMESPACE}/etl-snapshots.sp-000000000001.blob"
 
 
-def evict(k8s: Cluster, pod: str, *, node: str) -> None:
-    """Play the scheduler (bind the pod) and the eviction API (the DisruptionTarget condition,
-    then a graceful deletion, which leaves the pod terminating on its node)."""
-    binding = {"target": {"kind": "Node", "name": node}}
-    path = k8s.api.path("pods", pod, subresource="binding")
-    assert k8s.api.request("POST", path, body=binding).status == 201
-    condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
-    status = {"status": {"conditions": [condition]}}
-    path = k8s.api.path("pods", pod, subresource="status")
-    assert k8s.api.request("PATCH", path, body=status, content_type=MERGE).status == 200
-    assert k8s.api.request("DELETE", k8s.api.path("pods", pod)).status == 200
-
-
 def drive_a_job_through_its_lifecycle(k8s: Cluster) -> None:
     """create → running → suspend → resume → evicted → drain → delete, the test playing kubelet
     and driver."""
@@ -109,7 +96,7 @@ def drive_a_job_through_its_lifecycle(k8s: Cluster) -> None:
     k8s.set_pod_phase("etl-driver-2", "Running")
     k8s.report("etl", 2, DriverState.RUNNING)
     k8s.wait_phase("etl", "Running")
-    evict(k8s, "etl-driver-2", node="node-1")  # the operator reads the node: a drain?
+    k8s.evict("etl-driver-2", node="node-1")  # the operator reads the node: a drain?
     wait_for(
         lambda: (k8s.status("etl").get("departure") or {}).get("reason") == "Evicted",
         "the operator sees the driver leave",

@@ -161,6 +161,20 @@ class Cluster:
         )
         assert response.status == 200 or (missing_ok and response.status == 404), response.body
 
+    def evict(self, pod: str, *, node: str = "node-1") -> None:
+        """Play the scheduler (bind the pod to ``node``) and the eviction API (the
+        DisruptionTarget condition, then a graceful deletion, which leaves the pod terminating
+        on its node until its kubelet ends it)."""
+        binding = {"target": {"kind": "Node", "name": node}}
+        path = self.api.path("pods", pod, subresource="binding")
+        assert self.api.request("POST", path, body=binding).status == 201
+        reason = "EvictionByEvictionAPI"
+        condition = {"type": "DisruptionTarget", "status": "True", "reason": reason}
+        body = {"status": {"conditions": [condition]}}
+        path = self.api.path("pods", pod, subresource="status")
+        assert self.api.request("PATCH", path, body=body, content_type=MERGE).status == 200
+        assert self.api.request("DELETE", self.api.path("pods", pod)).status == 200
+
     def channel(self, job: str) -> ConfigMapControlChannel:
         return ConfigMapControlChannel(self.api, job, namespace=self.namespace)
 

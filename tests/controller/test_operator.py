@@ -723,19 +723,6 @@ def test_an_operator_killed_mid_stop_and_mid_recovery_carries_on(
     assert k8s.status("crashing")["restarts"] == 1, "the crash is counted once"
 
 
-def evicted(k8s: Cluster, pod: str) -> None:
-    """Play the scheduler and the eviction API: bound to a node, marked DisruptionTarget, then
-    deleted gracefully (the pod stays, terminating, until its kubelet ends it)."""
-    binding = {"target": {"kind": "Node", "name": "node-1"}}
-    path = k8s.api.path("pods", pod, subresource="binding")
-    assert k8s.api.request("POST", path, body=binding).status == 201
-    condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
-    path = k8s.api.path("pods", pod, subresource="status")
-    body = {"status": {"conditions": [condition]}}
-    assert k8s.api.request("PATCH", path, body=body, content_type=MERGE).status == 200
-    assert k8s.api.request("DELETE", k8s.api.path("pods", pod)).status == 200
-
-
 def test_an_operator_restarted_in_any_phase_resumes_and_never_resubmits(
     k8s: Cluster, operator: OperatorProcess
 ) -> None:
@@ -757,7 +744,7 @@ def test_an_operator_restarted_in_any_phase_resumes_and_never_resubmits(
     suspend = k8s.request_for("suspended", 1)
     saved = SavepointStatus(location="s")
     k8s.answer("suspended", 1, suspend, DriverState.SUSPENDED, savepoint=saved)
-    evicted(k8s, "leaving-driver-1")
+    k8s.evict("leaving-driver-1")
     for name, phase in {
         "savepointing": "Savepointing",
         "draining": "Draining",

@@ -124,10 +124,10 @@ def make_job(
 
 
 def two_stage_job(
-    spark: SparkSession, tmp: Path, shuffle: LocalShuffle, orders: Path
+    spark: SparkSession, tmp: Path, shuffle: LocalShuffle, orders: Path, *, attempt: int = 1
 ) -> tuple[FinishableJob, sinks.TransactionalFiles]:
     """Paid orders staged, summed per customer in a second stage, written to a sink."""
-    job = make_job(spark, tmp, shuffle)
+    job = make_job(spark, tmp, shuffle, attempt=attempt)
     rows = job.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
     paid = job.stage("paid", rows.where(F.col("status") == "paid").select("customer", "cents"))
     totals = job.stage("totals", paid.groupBy("customer").agg(F.sum("cents").alias("cents")))
@@ -260,18 +260,8 @@ def test_a_reader_that_stopped_short_commits_nothing_and_the_next_attempt_reads_
     share again and the result is exact."""
     servers = LocalShuffle(tmp_path / "shuffle", "program", 2, "5m")
     servers.ensure()
-
-    def declare(attempt: int) -> tuple[FinishableJob, sinks.TransactionalFiles]:
-        job = make_job(spark, tmp_path, servers, attempt=attempt)
-        rows = job.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
-        paid = job.stage("paid", rows.where(F.col("status") == "paid").select("customer", "cents"))
-        totals = job.stage("totals", paid.groupBy("customer").agg(F.sum("cents").alias("cents")))
-        sink = sinks.TransactionalFiles(str(tmp_path / "out"), name="totals")
-        job.write(totals, sink)
-        return job, sink
-
     try:
-        job, sink = declare(1)
+        job, sink = two_stage_job(spark, tmp_path, servers, orders)
         runtime = job._batch
         assert runtime is not None
         genuine = runtime._hook
@@ -294,7 +284,7 @@ def test_a_reader_that_stopped_short_commits_nothing_and_the_next_attempt_reads_
         assert logged and all((e.stage, e.task) != ("paid", 0) for e in logged)
         assert not (tmp_path / "out" / "totals" / "_manifests").exists()
 
-        again, sink = declare(2)
+        again, sink = two_stage_job(spark, tmp_path, servers, orders, attempt=2)
         again.run()
         assert published(sink) == paid_cents_per_customer(orders)
         redone = [

@@ -113,12 +113,18 @@ def test_a_savepoint_of_another_request_is_not_taken_for_the_departure_one() -> 
     assert job.status.departure is not None and job.status.departure.savepoint == ""
 
 
-def test_a_stop_that_completes_while_the_pod_is_deleted_is_a_stop() -> None:
+def savepointing() -> Job:
+    """A running job asked to stop with a savepoint, its driver not answered yet."""
     job = Job()
     job.run()
     job.edit(state="Suspended")
     job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
     assert job.phase is Phase.SAVEPOINTING
+    return job
+
+
+def test_a_stop_that_completes_while_the_pod_is_deleted_is_a_stop() -> None:
+    job = savepointing()
     request = job.status.pending_request
     assert request is not None
     saved = SavepointStatus(location="file:///sp/stop.blob", request_id=request.id)
@@ -128,11 +134,7 @@ def test_a_stop_that_completes_while_the_pod_is_deleted_is_a_stop() -> None:
 
 
 def test_a_pending_stop_is_asked_again_of_the_next_attempt() -> None:
-    job = Job()
-    job.run()
-    job.edit(state="Suspended")
-    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
-    assert job.phase is Phase.SAVEPOINTING
+    job = savepointing()
     job.step(PodPhase.RUNNING, departure=EVICTED)
     job.step(PodPhase.SUCCEEDED, job.report(DriverState.DEPARTED), departure=EVICTED)
     assert job.phase is Phase.RECOVERING and job.status.pending_request is None

@@ -176,22 +176,19 @@ class Kube:
         self, api_version: str, plural: str, name: str, namespace: str
     ) -> dict[str, Any] | None:
         """Read one object; None when it is gone."""
-        response = await self.request(
-            "GET", self.api.path(plural, name, namespace=namespace, api_version=api_version)
-        )
-        if response.status == 404:
-            return None
-        if response.status != 200:
-            raise KubeApiError(f"cannot read {plural}/{name}", response)
-        return response.body
+        path = self.api.path(plural, name, namespace=namespace, api_version=api_version)
+        return await self._read(path, f"{plural}/{name}")
 
     async def get_node(self, name: str) -> dict[str, Any] | None:
         """Read a Node (cluster-scoped); None when it is gone."""
-        response = await self.request("GET", f"/api/v1/nodes/{quote(name, safe='')}")
+        return await self._read(f"/api/v1/nodes/{quote(name, safe='')}", f"nodes/{name}")
+
+    async def _read(self, path: str, what: str) -> dict[str, Any] | None:
+        response = await self.request("GET", path)
         if response.status == 404:
             return None
         if response.status != 200:
-            raise KubeApiError(f"cannot read nodes/{name}", response)
+            raise KubeApiError(f"cannot read {what}", response)
         return response.body
 
     def close(self) -> None:

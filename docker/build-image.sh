@@ -27,11 +27,11 @@ die() { say "$*"; exit 1; }
 # process they leave running (dockerd, a daemon a package's install starts, rootless podman's pause
 # process) would hold the lock for its whole life and keep later builds waiting.
 as_root() {
-    if [ "$(id -u)" = 0 ]; then "$@" 9>&-
-    elif command -v sudo >/dev/null 2>&1; then sudo -n "$@" 9>&-
+    if [ "$(id -u)" = 0 ]; then "$@" 8>&- 9>&-
+    elif command -v sudo >/dev/null 2>&1; then sudo -n "$@" 8>&- 9>&-
     else return 1; fi
 }
-engine() { "$ENGINE" "$@" 9>&-; }
+engine() { "$ENGINE" "$@" 8>&- 9>&-; }
 
 # Another apt-get (testcluster/tools/install-system-tools.sh of a test run beside this one, say) holds
 # dpkg's lock: wait up to ten minutes for it instead of failing at once.
@@ -51,6 +51,16 @@ lock_engine() {
     flock 9
 }
 unlock_engine() { exec 9>&-; }
+
+# Two builds of one checkout share docker/build-local/ (their build context): one would remove what
+# the other is handing its build. The second waits until the first has built. Descriptor 8 is the
+# engine command's to close, as 9 is (a podman pause process would hold it).
+lock_context() {
+    command -v flock >/dev/null 2>&1 || return 0
+    exec 8>"$LOG_DIR/finishable-build-context.$(printf %s "$ROOT" | cksum | cut -d' ' -f1).lock"
+    flock 8
+}
+unlock_context() { exec 8>&-; }
 
 engine_ready() {
     case "$ENGINE" in
@@ -99,6 +109,7 @@ fi
 unlock_engine
 
 HANDED="$ROOT/docker/build-local"
+lock_context
 trap 'rm -f "$HANDED/ca-certificates.crt" "$HANDED/constraints.txt"' EXIT
 for bundle in "${SSL_CERT_FILE:-}" /etc/ssl/certs/ca-certificates.crt; do
     if [ -n "$bundle" ] && [ -s "$bundle" ]; then cp "$bundle" "$HANDED/ca-certificates.crt"; break; fi
@@ -111,9 +122,11 @@ fi
 say "building $IMAGE on $BASE with $ENGINE"
 # One log per build: two builds at once would write over each other's.
 build_log="$LOG_DIR/finishable-image-build.$$.log"
-DOCKER_BUILDKIT=0 "$ENGINE" build --build-arg "BASE=$BASE" -t "$IMAGE" "$ROOT" >"$build_log" 2>&1 \
+DOCKER_BUILDKIT=0 "$ENGINE" build --build-arg "BASE=$BASE" -t "$IMAGE" "$ROOT" >"$build_log" 2>&1 8>&- \
     || die "the build failed; its log ($build_log): $(tail -20 "$build_log")"
-rm -f "$build_log"
+rm -f "$build_log" "$HANDED/ca-certificates.crt" "$HANDED/constraints.txt"
+trap - EXIT  # from here they may be another build's
+unlock_context
 
 user="$("$ENGINE" run --rm --entrypoint id "$IMAGE" -u)"
 [ "$user" = 1000 ] || die "the image runs as uid $user, not 1000"

@@ -67,7 +67,11 @@ DOCKER = r"""#!/bin/sh
 case "$1" in
     info) [ -e "$STATE/running" ] ;;
     image) [ "$2" = inspect ] && { [ "$3" = -f ] && echo 123000000; exit 0; } ;;
-    build) echo build >>"$STATE/builds" ;;
+    build)  # the context is the last argument; another build must not take its bundle away
+        for context; do :; done
+        sleep 0.5
+        if [ -s "$context/docker/build-local/ca-certificates.crt" ]; then echo build
+        else echo build-without-its-bundle; fi >>"$STATE/builds" ;;
     run) case "$*" in *" -u") echo 1000 ;; *) echo "finishable 0.1.0" ;; esac ;;
     *) exit 1 ;;
 esac
@@ -91,6 +95,8 @@ def test_two_builds_at_once_install_and_start_the_engine_once(tmp_path: Path) ->
     write_script(fake_bin / "docker", DOCKER)
     write_script(fake_bin / "sudo", '#!/bin/sh\n[ "$1" = -n ] && shift\nexec "$@"\n')
     (state / "dockerd.template").write_text(DOCKERD)
+    bundle = tmp_path / "ca-certificates.crt"  # what the builds hand docker/build-local/
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
     # this machine's directories, less any with a real docker daemon: the engine is not installed
     system = [d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "dockerd").exists()]
     env = {
@@ -99,7 +105,7 @@ def test_two_builds_at_once_install_and_start_the_engine_once(tmp_path: Path) ->
         "STATE": str(state),
         "FAKE_BIN": str(fake_bin),
         "TMPDIR": str(tmp_path),
-        "SSL_CERT_FILE": "",
+        "SSL_CERT_FILE": str(bundle),
     }
 
     def build(tag: str) -> subprocess.Popen[str]:

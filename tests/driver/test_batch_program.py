@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pytest
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 
@@ -458,3 +460,71 @@ def test_a_streaming_dataframe_that_does_not_fit_an_iceberg_table_is_refused_at_
     expected = "column 'id': the table has int, the DataFrame has bigint"
     with pytest.raises(ProgramError, match=expected):
         job.write_stream(spark.range(1), sinks.Iceberg("shop.events", warehouse=warehouse))
+
+
+@pytest.mark.full
+def test_a_wide_task_spark_cancels_mid_input_commits_nothing_and_the_next_attempt_runs_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A stage reading staged partitions has no reader of ours to vouch for its input. When a
+    sibling fails and Spark cancels a task that has passed one row of its input on, Spark ends
+    the task's Python workers before its writer can report those rows: nothing of the task is
+    committed, and the next attempt runs it again (docs/batch-runtime.md, *Cancelled tasks*)."""
+    orders = tmp_path / "orders"
+    orders.mkdir()
+    lines = [
+        json.dumps({"customer": f"c{n % 30}", "status": ("paid", "open")[n % 3 == 0], "cents": n})
+        for n in range(600)
+    ]
+    (orders / "orders.json").write_text("\n".join(lines) + "\n")
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    (gates / "armed").touch()
+    victim, failing = 0, 1  # result partitions of the second stage; local[2] runs them together
+
+    def gate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Armed: the victim passes one row on and waits; the other fails once it has."""
+        context = TaskContext.get()
+        assert context is not None
+        partition, armed = context.partitionId(), gates / "armed"
+        table = pa.Table.from_batches(list(batches)) if armed.exists() else None
+        if table is None:
+            yield from batches
+        elif partition == victim:
+            yield from table.slice(0, 1).to_batches()
+            (gates / "midway").touch()
+            while armed.exists():  # until Spark kills this worker, or the test disarms it
+                time.sleep(0.05)
+        elif partition == failing:
+            while not (gates / "midway").exists():
+                time.sleep(0.05)
+            raise RuntimeError("a sibling of the victim fails")
+        else:
+            yield from table.to_batches()
+
+    def job_of(attempt: int) -> tuple[FinishableJob, sinks.TransactionalFiles]:
+        job = make_job(spark, tmp_path, servers, attempt=attempt)
+        rows = job.read(sources.Files(str(orders), format="json", schema=SCHEMA), name="orders")
+        paid = job.stage("paid", rows.where(F.col("status") == "paid").select("customer", "cents"))
+        summed = paid.groupBy("customer").agg(F.sum("cents").alias("cents"))
+        totals = job.stage("totals", summed.mapInArrow(gate, summed.schema))
+        sink = sinks.TransactionalFiles(str(tmp_path / "out"), name="totals")
+        job.write(totals, sink)
+        return job, sink
+
+    servers = LocalShuffle(tmp_path / "shuffle", "program", 2, "5m")
+    servers.ensure()
+    try:
+        job, sink = job_of(1)
+        with pytest.raises(JobFailed, match="a sibling of the victim fails"):
+            job.run()
+        (gates / "armed").unlink()
+        assert (gates / "midway").exists(), "the victim never passed its row on"
+        logged = [e for e in logged_events(tmp_path) if isinstance(e, TaskFinished)]
+        assert ("totals", victim) not in {(e.stage, e.task) for e in logged}
+
+        again, sink = job_of(2)
+        again.run()
+        assert published(sink) == paid_cents_per_customer(orders)
+    finally:
+        servers.stop()

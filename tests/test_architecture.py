@@ -158,3 +158,54 @@ def test_an_import_of_another_tree_is_found(tmp_path: Path) -> None:
         "tests.support.spark",
         "benchmarks.batch",
     ]
+
+
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+MAP_HEADING = "## Module map"
+MAP_INTRO = "One line per module, from each module's docstring (read the docstring for the why)."
+
+
+def summary_of(path: Path) -> str:
+    """A module's line in the map: its docstring's first paragraph, on one line, Markdown quotes."""
+    docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+    first = " ".join(docstring.split("\n\n")[0].split())
+    return first.replace("``", "`").removesuffix(".")
+
+
+def module_map() -> str:
+    """The map docs/architecture.md must hold: the rooms by rank, each module of each on a line."""
+    lines = [MAP_HEADING, "", MAP_INTRO]
+    for room in RANKS:
+        package = ROOT / room
+        paths = (
+            sorted(p for p in package.rglob("*.py") if p.name != "__init__.py")
+            if package.is_dir()
+            else [ROOT / f"{room}.py"]
+        )
+        lines += ["", f"**{room}/**" if package.is_dir() else f"**{room}.py**", ""]
+        lines += [f"- `{p.relative_to(ROOT).as_posix()}`: {summary_of(p)}" for p in paths]
+    return "\n".join(lines) + "\n"
+
+
+def written_map(text: str) -> str:
+    """The map as docs/architecture.md has it: from its heading to the next section's."""
+    start = text.index(MAP_HEADING)
+    end = text.index("\n## ", start + len(MAP_HEADING))
+    return text[start:end]
+
+
+def test_the_module_map_lists_every_module_with_its_docstring_and_no_other() -> None:
+    """The map cannot drift: a module added, moved, removed or re-described fails here until
+    `python tests/test_architecture.py` rewrites the map."""
+    modules = {p for p in ROOT.rglob("*.py") if p.name != "__init__.py"}
+    roomless = sorted(str(p.relative_to(ROOT)) for p in modules if _own_room(p) not in RANKS)
+    assert not roomless, f"modules in no ranked room: {roomless}"
+    assert written_map(ARCHITECTURE.read_text()) == module_map(), (
+        "docs/architecture.md's module map is not the modules' docstrings: run "
+        "`python tests/test_architecture.py` to rewrite it"
+    )
+
+
+if __name__ == "__main__":
+    text = ARCHITECTURE.read_text()
+    ARCHITECTURE.write_text(text.replace(written_map(text), module_map()))

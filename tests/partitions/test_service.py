@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -211,9 +212,11 @@ def test_the_cli_lists_gets_and_deletes_through_the_service(
     server = f"http://127.0.0.1:{service.port}"
     os.environ.pop("FINISHABLE_PARTITION_TOKEN", None)
 
-    def cli(*args: str, token: Path = token_file) -> subprocess.CompletedProcess[str]:
+    def cli(
+        *args: str, token: Path = token_file, at: str = server
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*CLI, "partitions", *args, "--server", server, "--token-file", str(token)],
+            [*CLI, "partitions", *args, "--server", at, "--token-file", str(token)],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -231,6 +234,12 @@ def test_the_cli_lists_gets_and_deletes_through_the_service(
     wrong.write_text(TOKENS["other"])
     refused = cli("list", "--namespace", "jobs", token=wrong)
     assert refused.returncode == 1 and "403" in refused.stderr and "Traceback" not in refused.stderr
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    down = cli("list", "--namespace", "jobs", at=nowhere)
+    assert down.returncode == 1 and "Traceback" not in down.stderr
+    assert down.stderr.startswith(f"cannot reach {nowhere}/v1/namespaces/jobs/partitions: ")
     deleted = cli("delete", "totals", "--namespace", "jobs")
     assert deleted.returncode == 0 and f"deleted cluster partition {manifest.id}" in deleted.stdout
     assert service.catalog.list() == []

@@ -1,4 +1,5 @@
-"""Generate the CustomResourceDefinition from the pydantic models.
+"""Generate the CustomResourceDefinitions (FinishableSparkJob, FinishableSparkSnapshot) from the
+pydantic models.
 
 Kubernetes wants a *structural* OpenAPI v3 schema: every node typed, no ``$ref``, no ``anyOf`` of
 types, and ``additionalProperties`` never beside ``properties``. Pydantic emits JSON Schema with

@@ -1,9 +1,13 @@
-"""Prometheus metrics of the operator, changed only by the status writer.
+"""Prometheus metrics of the operator, derived from the custom resources alone.
 
-Every figure is derived from the difference between the status before and after one reconcile
-(:meth:`Metrics.record`), so metrics move exactly where the phase (or the status) changes and an
-operator restart neither loses nor double-counts them: a restarted operator starts from the
-status stored in the custom resource.
+Every job figure is derived from the difference between the status before and after one
+reconcile (:meth:`Metrics.record`, called by the status writer only), so metrics move exactly
+where the phase (or the status) changes and an operator restart neither loses nor double-counts
+them: a restarted operator starts from the status stored in the custom resource. Three other
+calls keep the series in step with the objects rather than change a figure: a job first seen
+(:meth:`Metrics.track`) and a job deleted (:meth:`Metrics.forget`) add or drop its series, and a
+FinishableSparkSnapshot created, changed or deleted recounts its job's snapshots
+(:meth:`Metrics.snapshot_changed`).
 """
 
 from __future__ import annotations

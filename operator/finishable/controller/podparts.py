@@ -1,8 +1,10 @@
-"""The parts every pod the operator builds shares: its memory with the JVM's overhead, the
-user's scheduling and security settings, its labels and annotations, what reaches the checkpoint
-storage (its secret as environment, the volumes a ``file://`` storage may live on), and the
-template Spark builds each executor pod from. Pure functions; :mod:`finishable.controller.builders`
-and :mod:`finishable.controller.disposalplan` assemble the pods.
+"""The parts every pod the operator builds shares, and the executor pod template.
+
+Its memory with the JVM's overhead, the user's scheduling and security settings, its labels and
+annotations, what reaches the checkpoint storage (its secret as environment, the volumes a
+``file://`` storage may live on), and the template Spark builds each executor pod from. Pure
+functions; :mod:`finishable.controller.builders` and :mod:`finishable.controller.disposalplan`
+assemble the pods.
 """
 
 from __future__ import annotations

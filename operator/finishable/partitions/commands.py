@@ -14,8 +14,6 @@ import argparse
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Protocol, TextIO
 from urllib.parse import quote
 
@@ -27,9 +25,14 @@ from finishable.partitions.catalog import (
 )
 from finishable.partitions.manifest import DEFAULT_NAMESPACE, is_partition_id, summary
 from finishable.state.errors import BackendError
+from finishable.transport import HttpAnswerError, Policy, Transport, Unreachable
 
 TOKEN_ENV = "FINISHABLE_PARTITION_TOKEN"
 DELETE_WAIT_SECONDS = 120.0
+
+
+CLI_PATIENCE = Policy(timeout=60.0, retries=3)
+"""A person waits on the command: a service that is down is said within a second."""
 
 
 class PartitionCommandError(Exception):
@@ -162,9 +165,10 @@ class RemotePartitions:
     """The cluster partition service's REST API."""
 
     def __init__(self, server: str, namespace: str, token: str) -> None:
-        self.base = f"{server.rstrip('/')}/v1/namespaces/{quote(namespace, safe='')}/partitions"
+        self._transport = Transport(server, token, CLI_PATIENCE, what="the partition service")
+        self.path = f"/v1/namespaces/{quote(namespace, safe='')}/partitions"
+        self.base = self._transport.url + self.path
         self.namespace = namespace
-        self.token = token
 
     def list(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "")["partitions"])
@@ -204,22 +208,16 @@ class RemotePartitions:
         return str(max(found, key=lambda p: p["created-at"])["id"])
 
     def _call(self, method: str, path: str) -> dict[str, Any]:
-        request = urllib.request.Request(
-            self.base + path, method=method, headers={"Authorization": f"Bearer {self.token}"}
-        )
+        # a DELETE is not retried: it files a delete request, and a second one would be filed
+        retries = 0 if method == "DELETE" else None
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return dict(json.loads(response.read()))
-        except urllib.error.HTTPError as error:
-            try:
-                message = json.loads(error.read())["error"]
-            except (ValueError, KeyError, TypeError):
-                message = error.reason
+            return dict(self._transport.request_json(method, self.path + path, retries=retries))
+        except HttpAnswerError as error:
             raise PartitionCommandError(
-                f"{method} {self.base}{path}: {error.code} {message}"
+                f"{method} {self.base}{path}: {error.status} {error.message}"
             ) from None
-        except (urllib.error.URLError, OSError) as error:
-            raise PartitionCommandError(f"cannot reach {self.base}: {error}") from None
+        except Unreachable as error:
+            raise PartitionCommandError(f"cannot reach {self.base}: {error.problem}") from None
 
 
 def _table(listed: list[dict[str, Any]]) -> str:

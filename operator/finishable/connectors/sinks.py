@@ -101,6 +101,12 @@ __all__ = [
     "sentinel_mask",
 ]
 
+
+def __dir__() -> list[str]:
+    """What a program sees of this module (``dir()``, completion): its API, not its imports."""
+    return sorted(__all__)
+
+
 DEFAULT_SINK_NAME: Final = "default"
 
 

@@ -76,6 +76,11 @@ __all__ = [
 ]
 
 
+def __dir__() -> list[str]:
+    """What a program sees of this module (``dir()``, completion): its API, not its imports."""
+    return sorted(__all__)
+
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _INTEGRAL_MIN: dict[type, int] = {
     ByteType: -(2**7),

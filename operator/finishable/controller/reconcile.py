@@ -42,7 +42,7 @@ from finishable.api.models import (
 )
 from finishable.api.savepointspec import SavepointsSpec
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.api.status import FinishableSparkJobStatus, SavepointStatus
+from finishable.api.status import ControlRequest, FinishableSparkJobStatus, SavepointStatus
 from finishable.api.validation import InvalidManifest, parse_spec
 from finishable.controller import naming, snapshots, snapshotstore, upgradecheck
 from finishable.controller.children import JobChildren
@@ -70,6 +70,7 @@ from finishable.lifecycle.decisions import (
     Observation,
     PodPhase,
 )
+from finishable.lifecycle.dispatch import dispatch
 from finishable.lifecycle.phases import next_status, request_deadline
 from finishable.state.control import ConfigMapControlChannel
 from finishable.state.errors import BackendError
@@ -391,36 +392,72 @@ class JobLoop:
         pods: list[DriverPod],
         phase: Phase,
     ) -> None:
-        children = self.children
-        replicas = self.status.shuffle_replicas
-        if action.kind in (ActionKind.START_DRIVER, ActionKind.TAKE_OVER):
-            await children.start_driver(spec, action, pods, shuffle_replicas=replicas)
-        elif action.kind is ActionKind.START_STANDBY:
-            await children.start_standby(spec, action, pods, current=self.status.attempt)
-        elif action.kind is ActionKind.DELETE_STANDBY:
-            await children.delete_standbys(pods, after=action.attempt)
-        elif action.kind is ActionKind.SEND_REQUEST and action.request is not None:
-            await self.kube.run(self.channel.send, action.request)
-            log.info("%s: sent %s", self.key, action.request.id)
-        elif action.kind is ActionKind.CANCEL_REQUEST and action.request is not None:
-            await self.kube.run(self.channel.cancel, action.request.id)
-            log.info("%s: cancelled %s", self.key, action.request.id)
-        elif action.kind is ActionKind.DELETE_DRIVER:
-            await children.delete_drivers(
-                [pod for pod in pods if pod.attempt <= action.attempt and not pod.deleting]
-            )
-        elif action.kind is ActionKind.DELETE_EXECUTORS:
-            await children.delete_executors(up_to=action.attempt or None)
-        elif action.kind is ActionKind.DELETE_SHUFFLE:
-            await children.delete_shuffle(spec, phase, shuffle_replicas=replicas)
-        elif action.kind is ActionKind.START_UPGRADE_CHECK and self.status.upgrade_check:
-            await upgradecheck.start(
-                self.kube,
-                self.job,
-                spec,
-                action,
-                generation=self.status.upgrade_check.generation,
-                master=self.controller.spark_master,
-            )
-        elif action.kind is ActionKind.DELETE_UPGRADE_CHECK:
-            await upgradecheck.delete(self.kube, self.job)
+        await dispatch(action, ClusterEffects(self, spec, pods, phase))
+
+
+@dataclass(frozen=True)
+class ClusterEffects:
+    """The phase machine's actions done on the cluster (:mod:`finishable.lifecycle.dispatch`)."""
+
+    loop: JobLoop
+    spec: FinishableSparkJobSpec
+    pods: list[DriverPod]
+    phase: Phase
+
+    async def start_driver(self, action: Action) -> None:
+        loop = self.loop
+        await loop.children.start_driver(
+            self.spec, action, self.pods, shuffle_replicas=loop.status.shuffle_replicas
+        )
+
+    async def take_over(self, action: Action) -> None:
+        await self.start_driver(action)  # the children promote the standby when one is alive
+
+    async def start_standby(self, action: Action) -> None:
+        loop = self.loop
+        await loop.children.start_standby(self.spec, action, self.pods, current=loop.status.attempt)
+
+    async def delete_standby(self, action: Action) -> None:
+        await self.loop.children.delete_standbys(self.pods, after=action.attempt)
+
+    async def send_request(self, request: ControlRequest) -> None:
+        await self.loop.kube.run(self.loop.channel.send, request)
+        log.info("%s: sent %s", self.loop.key, request.id)
+
+    async def cancel_request(self, request: ControlRequest) -> None:
+        await self.loop.kube.run(self.loop.channel.cancel, request.id)
+        log.info("%s: cancelled %s", self.loop.key, request.id)
+
+    async def delete_driver(self, action: Action) -> None:
+        await self.loop.children.delete_drivers(
+            [pod for pod in self.pods if pod.attempt <= action.attempt and not pod.deleting]
+        )
+
+    async def delete_executors(self, action: Action) -> None:
+        await self.loop.children.delete_executors(up_to=action.attempt or None)
+
+    async def delete_shuffle(self, action: Action) -> None:
+        loop = self.loop
+        await loop.children.delete_shuffle(
+            self.spec, self.phase, shuffle_replicas=loop.status.shuffle_replicas
+        )
+
+    async def start_upgrade_check(self, action: Action) -> None:
+        loop = self.loop
+        check = loop.status.upgrade_check
+        if check is None:  # decided with the check's status: nothing to start without it
+            return
+        await upgradecheck.start(
+            loop.kube,
+            loop.job,
+            self.spec,
+            action,
+            generation=check.generation,
+            master=loop.controller.spark_master,
+        )
+
+    async def delete_upgrade_check(self, action: Action) -> None:
+        await upgradecheck.delete(self.loop.kube, self.loop.job)
+
+    async def requeue(self, action: Action) -> None:
+        """Nothing to do now: :meth:`JobLoop.perform` asks kopf to call again."""

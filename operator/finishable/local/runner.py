@@ -45,8 +45,9 @@ from finishable.api.models import (
     StorageType,
 )
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.api.status import FinishableSparkJobStatus
-from finishable.lifecycle.decisions import Action, ActionKind, Decision, Observation, PodPhase
+from finishable.api.status import ControlRequest, FinishableSparkJobStatus
+from finishable.lifecycle.decisions import Action, Decision, Observation, PodPhase
+from finishable.lifecycle.dispatch import dispatch
 from finishable.lifecycle.phases import next_status
 from finishable.local.drivers import LocalDrivers
 from finishable.local.jobdir import (
@@ -58,6 +59,7 @@ from finishable.local.jobdir import (
 )
 from finishable.local.shuffle import LocalShuffle
 from finishable.partitions.catalog import PartitionCatalog
+from finishable.state.control import ControlChannel
 from finishable.state.errors import BackendError
 
 log = logging.getLogger(__name__)
@@ -293,30 +295,9 @@ class LocalRunner:
         return self.drivers
 
     def _perform(self, decision: Decision) -> None:
+        effects = LocalEffects(self._drivers, self.local.channel, self.shuffle, self._say)
         for action in decision.actions:
-            self._act(action)
-
-    def _act(self, action: Action) -> None:
-        channel = self.local.channel
-        drivers = self._drivers
-        if action.kind is ActionKind.START_DRIVER:
-            drivers.start(action)
-        elif action.kind is ActionKind.TAKE_OVER:
-            drivers.take_over(action)
-        elif action.kind is ActionKind.START_STANDBY:
-            drivers.start_standby(action)
-        elif action.kind is ActionKind.DELETE_STANDBY:
-            drivers.stop_standby()
-        elif action.kind is ActionKind.SEND_REQUEST and action.request is not None:
-            channel.send(action.request)
-        elif action.kind is ActionKind.CANCEL_REQUEST and action.request is not None:
-            channel.cancel(action.request.id)
-        elif action.kind is ActionKind.DELETE_DRIVER:
-            drivers.stop(up_to=action.attempt)
-        elif action.kind is ActionKind.DELETE_SHUFFLE and self.shuffle is not None:
-            self.shuffle.stop()
-            self._say("shuffle servers stopped and their partitions deleted")
-        # REQUEUE: the loop polls anyway.
+            dispatch(action, effects)
 
     def _supervise_shuffle(self, status: FinishableSparkJobStatus) -> None:
         """Restart dead shuffle servers while a driver may need them (StatefulSet semantics)."""
@@ -462,3 +443,52 @@ class LocalRunner:
             "last checkpoint"
         )
         return 128 + signum
+
+
+@dataclass(frozen=True)
+class LocalEffects:
+    """The phase machine's actions done on this machine (:mod:`finishable.lifecycle.dispatch`)."""
+
+    drivers: LocalDrivers
+    channel: ControlChannel
+    shuffle: LocalShuffle | None
+    say: Callable[[str], None]
+
+    def start_driver(self, action: Action) -> None:
+        self.drivers.start(action)
+
+    def take_over(self, action: Action) -> None:
+        self.drivers.take_over(action)
+
+    def start_standby(self, action: Action) -> None:
+        self.drivers.start_standby(action)
+
+    def delete_standby(self, action: Action) -> None:
+        self.drivers.stop_standby()
+
+    def send_request(self, request: ControlRequest) -> None:
+        self.channel.send(request)
+
+    def cancel_request(self, request: ControlRequest) -> None:
+        self.channel.cancel(request.id)
+
+    def delete_driver(self, action: Action) -> None:
+        self.drivers.stop(up_to=action.attempt)
+
+    def delete_shuffle(self, action: Action) -> None:
+        if self.shuffle is not None:
+            self.shuffle.stop()
+            self.say("shuffle servers stopped and their partitions deleted")
+
+    def delete_executors(self, action: Action) -> None:
+        """Spark's executors run inside the driver process here (``local[N]``): they go with it."""
+
+    def start_upgrade_check(self, action: Action) -> None:
+        """Never asked: a local job's spec has one revision (upgrades are the operator's)."""
+        log.warning("an upgrade check was asked of a local job; local jobs are not upgraded")
+
+    def delete_upgrade_check(self, action: Action) -> None:
+        """Nothing to delete: no check pod ever runs here."""
+
+    def requeue(self, action: Action) -> None:
+        """The runner's loop polls anyway."""

@@ -25,8 +25,8 @@ FROM ${BASE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # docker/build-local/ holds what docker/build-image.sh hands the build (never committed; empty
 # when built by hand): the build machine's CA bundle, for networks that re-sign TLS, trusted by pip
-# in this stage only, and constraints.txt, the versions the tests ran with, so that the image runs
-# what was tested.
+# in this stage only, constraints.txt, the versions the tests ran with, so that the image runs
+# what was tested, and jars/, Spark's S3 connector (docker/spark-jars.sh).
 COPY docker/build-local/ /tmp/build-local/
 # Two layers, so that a change of the code (or of the README) rebuilds in seconds: the
 # dependencies, from pyproject.toml alone (a placeholder package stands in for operator/, built
@@ -43,6 +43,9 @@ RUN if [ -s /tmp/build-local/ca-certificates.crt ]; then \
     && /opt/finishable/venv/bin/pip install '.[iceberg]' \
     && /opt/finishable/venv/bin/pip uninstall --yes finishable-spark-operator \
     && cd / && rm -rf /tmp/dependencies
+# Spark's S3 connector (s3a://, docker/spark-jars.txt), put on Spark's classpath.
+RUN if [ -d /tmp/build-local/jars ]; then \
+        cp /tmp/build-local/jars/*.jar /opt/finishable/venv/lib/python3.11/site-packages/pyspark/jars/; fi
 COPY pyproject.toml README.md /src/
 COPY operator /src/operator
 RUN if [ -s /tmp/build-local/ca-certificates.crt ]; then \

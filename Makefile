@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test test-all venv lint typecheck crd clean tools image control-plane real-node
+.PHONY: demo test test-all venv lint typecheck crd clean tools jars image control-plane real-node
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ tools: $(BIN)/kubectl $(BIN)/helm
 
 $(BIN)/kubectl $(BIN)/helm: testcluster/tools/install-cluster-tool.sh | $(STAMP)
 	sh testcluster/tools/install-cluster-tool.sh $(notdir $@) $@
+
+# Spark's S3 connector (s3a://) in .venv's pyspark: hadoop-aws and the AWS SDK modules it needs,
+# pinned with their sha256 in docker/spark-jars.txt, fetched once into ~/.cache/finishable.
+jars: $(STAMP)
+	sh docker/spark-jars.sh "$$($(BIN)/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
 
 # The project's image, built and tried (docker, or ENGINE=podman; BASE=local builds its base here).
 image:

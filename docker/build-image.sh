@@ -10,7 +10,7 @@
 # with mmdebstrap and imported as finishable-base:bookworm instead (BASE=local asks for that one
 # at once). The build machine's CA bundle (for networks that re-sign TLS) and the versions of
 # .venv (what the tests ran with) are handed to pip inside the build through docker/build-local/,
-# never committed. The classic builder builds (DOCKER_BUILDKIT=0).
+# never committed, and so are Spark's S3 connector's jars (docker/spark-jars.sh). The classic builder builds (DOCKER_BUILDKIT=0).
 set -eu
 
 IMAGE="${1:-finishable-spark-operator:0.1.0}"
@@ -110,7 +110,8 @@ unlock_engine
 
 HANDED="$ROOT/docker/build-local"
 lock_context
-trap 'rm -f "$HANDED/ca-certificates.crt" "$HANDED/constraints.txt"' EXIT
+trap 'rm -rf "$HANDED/ca-certificates.crt" "$HANDED/constraints.txt" "$HANDED/jars"' EXIT
+sh "$ROOT/docker/spark-jars.sh" "$HANDED/jars" || die "Spark's S3 connector could not be fetched"
 for bundle in "${SSL_CERT_FILE:-}" /etc/ssl/certs/ca-certificates.crt; do
     if [ -n "$bundle" ] && [ -s "$bundle" ]; then cp "$bundle" "$HANDED/ca-certificates.crt"; break; fi
 done
@@ -124,7 +125,7 @@ say "building $IMAGE on $BASE with $ENGINE"
 build_log="$LOG_DIR/finishable-image-build.$$.log"
 DOCKER_BUILDKIT=0 "$ENGINE" build --build-arg "BASE=$BASE" -t "$IMAGE" "$ROOT" >"$build_log" 2>&1 8>&- \
     || die "the build failed; its log ($build_log): $(tail -20 "$build_log")"
-rm -f "$build_log" "$HANDED/ca-certificates.crt" "$HANDED/constraints.txt"
+rm -rf "$build_log" "$HANDED/ca-certificates.crt" "$HANDED/constraints.txt" "$HANDED/jars"
 trap - EXIT  # from here they may be another build's
 unlock_context
 

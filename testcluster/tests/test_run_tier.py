@@ -63,6 +63,7 @@ def test_make_test_sets_up_checks_and_runs_the_quick_tier_then_reports(tmp_path:
     assert calls == [
         "make -s venv",
         "make -s tools",
+        "make -s jars",
         "make -s image",
         "make -s control-plane",
         "make -s lint",
@@ -72,6 +73,7 @@ def test_make_test_sets_up_checks_and_runs_the_quick_tier_then_reports(tmp_path:
     ]
     report = done.stdout[done.stdout.index("make test: where the minutes went") :]
     steps = (
+        "setup: Spark's S3 connector",
         "setup: the image",
         "setup: the control plane",
         "mypy --strict",

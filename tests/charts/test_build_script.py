@@ -70,11 +70,17 @@ case "$1" in
     build)  # the context is the last argument; another build must not take its bundle away
         for context; do :; done
         sleep 0.5
-        if [ -s "$context/docker/build-local/ca-certificates.crt" ]; then echo build
-        else echo build-without-its-bundle; fi >>"$STATE/builds" ;;
+        handed="$context/docker/build-local"
+        if [ -s "$handed/ca-certificates.crt" ] && [ -s "$handed/jars/s3a.jar" ]; then echo build
+        else echo build-without-what-it-was-handed; fi >>"$STATE/builds" ;;
     run) case "$*" in *" -u") echo 1000 ;; *) echo "finishable 0.1.0" ;; esac ;;
     *) exit 1 ;;
 esac
+"""
+
+
+SPARK_JARS = """#!/bin/sh
+mkdir -p "$1" && echo jar >"$1/s3a.jar"
 """
 
 
@@ -88,6 +94,8 @@ def test_two_builds_at_once_install_and_start_the_engine_once(tmp_path: Path) ->
     root = tmp_path / "checkout"  # a copy: the build hands files to docker/build-local/
     (root / "docker" / "build-local").mkdir(parents=True)
     shutil.copy(ROOT / "docker" / "build-image.sh", root / "docker" / "build-image.sh")
+    # Spark's S3 connector, as docker/spark-jars.sh hands it (tests/charts/test_spark_jars.py)
+    write_script(root / "docker" / "spark-jars.sh", SPARK_JARS)
     fake_bin, state = tmp_path / "bin", tmp_path / "state"
     fake_bin.mkdir()
     state.mkdir()
@@ -142,3 +150,4 @@ def test_two_builds_at_once_install_and_start_the_engine_once(tmp_path: Path) ->
     assert (state / "dockerd-starts").read_text().split() == ["start"], "dockerd started once"
     assert (state / "builds").read_text().split() == ["build", "build"]
     assert not list(tmp_path.glob("finishable-image-build.*.log")), "a good build keeps no log"
+    assert sorted(p.name for p in (root / "docker" / "build-local").iterdir()) == [], "handed back"

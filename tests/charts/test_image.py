@@ -63,7 +63,9 @@ def test_the_cli_runs_as_the_images_non_root_user(built: tuple[str, str]) -> Non
 
 
 @pytest.mark.full
-def test_java_17_and_pyspark_run_a_spark_job_with_a_pandas_function(built: tuple[str, str]) -> None:
+def test_java_17_and_pyspark_run_a_spark_job_with_a_pandas_function_and_have_s3a(
+    built: tuple[str, str],
+) -> None:
     image, _ = built
     java = run(image, "java", "-version")
     assert 'version "17.' in java.stderr, java.stderr
@@ -73,6 +75,8 @@ def test_java_17_and_pyspark_run_a_spark_job_with_a_pandas_function(built: tuple
         "spark = SparkSession.builder.master('local[1]').getOrCreate(); "
         # an Arrow-based Python function, as the batch stages and the sinks run them
         "doubled = spark.range(1000).mapInPandas(lambda fs: (f * 2 for f in fs), 'id long'); "
+        # Spark's S3 connector (docker/spark-jars.sh) on its classpath
+        "spark._jvm.java.lang.Class.forName('org.apache.hadoop.fs.s3a.S3AFileSystem'); "
         "print(doubled.selectExpr('sum(id) div 2').first()[0])"
     )
     job = run(image, "python", "-c", program)

@@ -12,10 +12,14 @@
    running (``restart_to_tasks_s`` the same without a standby); and once more with
    ``maxAttempts: 1``, so that no new standby starts beside the promoted driver.
 3. Staged vs plain: the same computation (parse and filter JSON orders, total by customer, parquet
-   out) in one warm Spark session, as plain PySpark, as the *floor* (the same stages through bare
-   Python data sources and ``mapInArrow`` writers, staged as Arrow files on local disk, nothing of
-   the runtime: what any Python data source pipeline pays on Spark) and as a ``FinishableJob``
-   with two stages on two shuffle servers; medians of alternating rounds after a warm-up of each.
+   out) in one warm Spark session, as plain PySpark, as three floors (the same stages without the
+   runtime: ``native_floor`` staged as parquet by Spark's own writers and readers, where no row
+   passes through Python; ``jvm_read_floor`` read by Spark's JSON reader but staged by Python
+   writers; ``floor`` through bare Python data sources and ``mapInArrow`` writers, staged as
+   Arrow files on local disk: what any Python data source pipeline pays on Spark) and as a
+   ``FinishableJob`` with two stages on two shuffle servers; medians of alternating rounds after
+   a warm-up of each; again on ``--larger`` times the input (``x10``), where fixed costs no
+   longer hide per-row ones.
 
 Prints one JSON line; its ``breakdown`` says where the time went: the phases each driver
 attempt logs (``finishable.timings``: session start, replay, listing, planning, each stage's
@@ -24,6 +28,7 @@ rounds, commit; the tasks' input and output seconds), read back from the driver 
 the job object in session; plain PySpark's planning and job.
 
     .venv/bin/python benchmarks/batch.py [--files 96] [--rows 40000] [--mb 128] [--rounds 3]
+                                         [--larger 10]
 """
 
 from __future__ import annotations
@@ -427,6 +432,34 @@ def bare_pipeline(spark: Any, inputs: Path, output: Path) -> tuple[float, dict[s
     return elapsed, {"seconds": round(elapsed, 3)}
 
 
+def jvm_read_floor(spark: Any, inputs: Path, output: Path) -> tuple[float, dict[str, Any]]:
+    """The floor with Spark's own readers (issue 44, item 1 alone): JSON read by Spark, each stage
+    written by Python writers (parquet files on local disk, as ``bare_write``) and read back by
+    Spark's parquet reader."""
+    started = time.perf_counter()
+    orders = spark.read.schema(SCHEMA).json(str(inputs))
+    bare_write(paid_orders(orders), output / "paid", "parquet")
+    paid = spark.read.parquet(str(output / "paid"))
+    bare_write(totals_by_customer(paid), output / "totals", "parquet")
+    bare_write(spark.read.parquet(str(output / "totals")), output / "published", "parquet")
+    elapsed = time.perf_counter() - started
+    return elapsed, {"seconds": round(elapsed, 3)}
+
+
+def native_floor(spark: Any, inputs: Path, output: Path) -> tuple[float, dict[str, Any]]:
+    """The floor of a runtime whose rows never pass through Python (issue 44, items 1 and 2): the
+    same stages, each written by Spark's own parquet writer on local disk and read back by its
+    reader, then published; plain PySpark plus the cost of staging."""
+    started = time.perf_counter()
+    orders = spark.read.schema(SCHEMA).json(str(inputs))
+    paid_orders(orders).write.parquet(str(output / "paid"))
+    paid = spark.read.parquet(str(output / "paid"))
+    totals_by_customer(paid).write.parquet(str(output / "totals"))
+    spark.read.parquet(str(output / "totals")).write.parquet(str(output / "published"))
+    elapsed = time.perf_counter() - started
+    return elapsed, {"seconds": round(elapsed, 3)}
+
+
 def staged(
     spark: Any, work: Path, name: str, inputs: Path, *, urls: list[str], token: str
 ) -> tuple[float, dict[str, Any]]:
@@ -455,6 +488,11 @@ def staged(
     return elapsed, breakdown(job.timings.seconds(), wall=elapsed)
 
 
+FLOORS = {"native_floor": native_floor, "jvm_read_floor": jvm_read_floor, "floor": bare_pipeline}
+"""The staged job's work without the runtime, from rows that never pass through Python to rows
+that pass through Python readers and writers at every stage."""
+
+
 def staged_figures(
     work: Path, inputs: Path, rounds: int, phases: dict[str, Any]
 ) -> dict[str, float]:
@@ -471,37 +509,42 @@ def staged_figures(
     session_s = time.perf_counter() - session_started
     shuffle = LocalShuffle(work / "servers", "bench", 2, "10m")
     urls = shuffle.ensure()
-    plain_runs: list[tuple[float, dict[str, Any]]] = []
-    floor_runs: list[tuple[float, dict[str, Any]]] = []
-    staged_runs: list[tuple[float, dict[str, Any]]] = []
+    size = inputs.name
+    runs: dict[str, list[tuple[float, dict[str, Any]]]] = {"plain_pyspark": [], "staged": []}
+    runs.update({floor: [] for floor in FLOORS})
+    warm: dict[str, Any] = {}
+
+    def once(index: str) -> dict[str, tuple[float, dict[str, Any]]]:
+        """Every way of doing the job, one after the other (alternating, so that a slow spell of
+        the machine does not fall on one of them only)."""
+        done = {"plain_pyspark": plain_pyspark(spark, inputs, work / f"plain-{size}-{index}")}
+        for floor, pipeline in FLOORS.items():
+            done[floor] = pipeline(spark, inputs, work / f"{floor}-{size}-{index}")
+        done["staged"] = staged(
+            spark, work, f"staged-{size}-{index}", inputs, urls=urls, token=shuffle.token
+        )
+        return done
+
     try:
-        _, plain_warm = plain_pyspark(spark, inputs, work / "warm-plain")
-        _, floor_warm = bare_pipeline(spark, inputs, work / "warm-floor")
-        _, staged_warm = staged(spark, work, "warm-staged", inputs, urls=urls, token=shuffle.token)
+        warm = {name: run[1] for name, run in once("warm").items()}
         for index in range(rounds):
-            plain_runs.append(plain_pyspark(spark, inputs, work / f"plain-{index}"))
-            floor_runs.append(bare_pipeline(spark, inputs, work / f"floor-{index}"))
-            staged_runs.append(
-                staged(spark, work, f"staged-{index}", inputs, urls=urls, token=shuffle.token)
-            )
+            for name, run in once(str(index)).items():
+                runs[name].append(run)
     finally:
         shuffle.stop()
         spark.stop()
-    plain_s, plain_phases = _median_run(plain_runs)
-    floor_s, _ = _median_run(floor_runs)
-    staged_s, staged_phases = _median_run(staged_runs)
+    seconds = {name: _median_run(done) for name, done in runs.items()}
+    plain_s = seconds["plain_pyspark"][0]
+    staged_s = seconds["staged"][0]
     phases["session_start"] = round(session_s, 3)
-    phases["plain_pyspark"] = plain_phases
-    phases["staged"] = staged_phases
-    phases["warm_up"] = {"plain_pyspark": plain_warm, "floor": floor_warm, "staged": staged_warm}
-    return {
-        "plain_pyspark_s": round(plain_s, 2),
-        "floor_s": round(floor_s, 2),
-        "staged_s": round(staged_s, 2),
-        "staged_ratio": round(staged_s / plain_s, 2),
-        "floor_ratio": round(floor_s / plain_s, 2),
-        "staged_over_floor": round(staged_s / floor_s, 2),
-    }
+    phases["plain_pyspark"] = seconds["plain_pyspark"][1]
+    phases["staged"] = seconds["staged"][1]
+    phases["warm_up"] = warm
+    figures = {f"{name}_s": round(run[0], 2) for name, run in seconds.items()}
+    figures.update({f"{floor}_ratio": round(seconds[floor][0] / plain_s, 2) for floor in FLOORS})
+    figures["staged_ratio"] = round(staged_s / plain_s, 2)
+    figures["staged_over_floor"] = round(staged_s / seconds["floor"][0], 2)
+    return figures
 
 
 def _median_run(runs: list[tuple[float, dict[str, Any]]]) -> tuple[float, dict[str, Any]]:
@@ -518,6 +561,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=40_000)
     parser.add_argument("--mb", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--larger",
+        type=int,
+        default=10,
+        help="also compare staged, floors and plain on this many times the input (0: not)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="finishable-batch-bench-"))
@@ -529,6 +578,12 @@ def main() -> None:
         phases: dict[str, Any] = {}
         result.update(crash_figures(work, inputs, args.files, args.rows, phases))
         result.update(staged_figures(work, inputs, args.rounds, phases))
+        if args.larger > 1:  # fixed costs hide per-row costs at the default size
+            larger = work / f"input-x{args.larger}"
+            write_files(larger, args.files * args.larger, args.rows)
+            at_scale: dict[str, Any] = {}
+            result[f"x{args.larger}"] = staged_figures(work, larger, args.rounds, at_scale)
+            phases[f"x{args.larger}"] = at_scale
         result["aims"] = {
             "standby_crash_ratio": 1.25,
             "takeover_s": 3.0,

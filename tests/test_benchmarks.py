@@ -29,7 +29,7 @@ SMALL: dict[str, list[str]] = {
     "event_store": ["--events", "2000"],
     "coordinator": ["--duration", "0.3", "--readers", "1,2"],
     "operator_scale": ["--jobs", "10"],
-    "batch": ["--mb", "16", "--rounds", "1"],
+    "batch": ["--mb", "16", "--rounds", "1", "--larger", "2"],
     "batch_crashes": ["--files", "8", "--rows", "500", "--at", "50"],
     "cluster_partitions": ["--files", "4", "--rows", "500"],
     "streaming": ["--files", "12", "--rows", "500", "--files-per-batch", "2", "--rounds", "1"],

@@ -25,6 +25,7 @@ RANKS: dict[str, int] = {
     "api": 0,
     "transport": 0,
     "timings": 0,
+    "serving": 0,
     "lifecycle": 1,
     "coordinator": 1,
     "shuffle": 1,

@@ -219,4 +219,3 @@ class JobChildren:
             self._shuffle_deleted = True
         else:
             await self.kube.create(builders.shuffle_stateful_set(self.job, spec, shuffle_replicas))
-

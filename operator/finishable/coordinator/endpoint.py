@@ -27,16 +27,15 @@ Errors: 400 malformed request (the message names the field), 401 missing or wron
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from aiohttp import web
 
-from finishable.coordinator._json import JsonFieldError, as_object, get_optional_str
+from finishable.coordinator._json import JsonFieldError, get_optional_str
 from finishable.coordinator.errors import (
     CoordinatorFailedError,
     CoordinatorOrderViolation,
@@ -46,50 +45,22 @@ from finishable.coordinator.errors import (
 )
 from finishable.coordinator.events import event_from_json
 from finishable.coordinator.host import CoordinatorHost
+from finishable.serving import Handler, Refusal, json_object, json_response, serve_json
 from finishable.transport import bearer_problem
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+REALM = "finishable-coordinator"
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_REQUEST_ID_LENGTH = 200
-_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
 BatchHook = Callable[[str, int, str], dict[str, Any]]
 """``hook(stage, batch_id, sink) -> reply``: a sink's commit reached ``stage`` for a batch."""
 BATCH_STAGES = ("prepare", "published")
 RuntimeHook = Callable[[str, dict[str, Any]], dict[str, Any]]
 """``hook(action, body) -> reply``: a Batch job's tasks talk to its driver (``/v1/runtime/...``)."""
-
-
-class _HttpError(Exception):
-    def __init__(self, status: int, kind: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-        self.extra = extra
-
-
-def _json_response(status: int, payload: dict[str, Any]) -> web.Response:
-    return web.Response(
-        status=status,
-        body=json.dumps(payload, separators=(",", ":")).encode("utf-8"),
-        content_type="application/json",
-    )
-
-
-def _error_response(
-    status: int, kind: str, message: str, *, retryable: bool | None = None, **extra: Any
-) -> web.Response:
-    """An error body: the message, a machine-readable kind, and whether a retry may help."""
-    if retryable is None:
-        retryable = status >= 500
-    payload: dict[str, Any] = {"error": message, "kind": kind, "retryable": retryable}
-    payload.update(extra)
-    response = _json_response(status, payload)
-    if status == 401:
-        response.headers["WWW-Authenticate"] = 'Bearer realm="finishable-coordinator"'
-    return response
 
 
 class CoordinatorEndpoint:
@@ -232,10 +203,8 @@ class CoordinatorEndpoint:
         self.stop()
 
     async def _open(self) -> None:
-        app = web.Application(
-            middlewares=[self._errors_middleware, self._auth_middleware],
-            client_max_size=MAX_BODY_BYTES,
-        )
+        app = web.Application(middlewares=[self._auth_middleware], client_max_size=MAX_BODY_BYTES)
+        serve_json(app, "the coordinator endpoint", REALM, self._answer)
         base = "/v1/coordinators/{name}/subtasks/{subtask}/attempts/{attempt}"
         app.router.add_get("/v1/health", self._health)
         app.router.add_get("/v1/coordinators", self._summary)
@@ -255,67 +224,44 @@ class CoordinatorEndpoint:
 
     # ------------------------------------------------------------------ middlewares
 
-    @web.middleware
-    async def _errors_middleware(
-        self, request: web.Request, handler: _Handler
-    ) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except _HttpError as error:
-            return _error_response(error.status, error.kind, str(error), **error.extra)
-        except RequestIdConflict as error:
-            return _error_response(
+    @staticmethod
+    def _answer(error: Exception) -> Refusal | None:
+        """The answers to the coordinators' typed errors (anything else is our bug: a 500)."""
+        if isinstance(error, RequestIdConflict):
+            return Refusal(
                 409,
-                "request-id-conflict",
                 str(error),
+                kind="request-id-conflict",
                 subtask=error.subtask,
                 attempt=error.attempt,
             )
-        except CoordinatorOrderViolation as error:
-            return _error_response(
+        if isinstance(error, CoordinatorOrderViolation):
+            return Refusal(
                 409,
-                "order-violation",
                 str(error),
+                kind="order-violation",
                 rule=error.rule.value,
                 subtask=error.subtask,
                 attempt=error.attempt,
             )
-        except CoordinatorRejection as error:
-            return _error_response(
-                409, "rejected", str(error), subtask=error.subtask, attempt=error.attempt
+        if isinstance(error, CoordinatorRejection):
+            return Refusal(
+                409, str(error), kind="rejected", subtask=error.subtask, attempt=error.attempt
             )
-        except CoordinatorFailedError as error:
+        if isinstance(error, CoordinatorFailedError):
             # Retrying cannot help: the coordinator refuses calls until a global reset.
-            return _error_response(500, "coordinator-failed", str(error), retryable=False)
-        except web.HTTPException as error:
-            if error.status == 404:
-                return _error_response(
-                    404, "not-found", f"no route {request.method} {request.path}"
-                )
-            if error.status == 405:
-                return _error_response(
-                    405, "method-not-allowed", f"{request.method} is not allowed on {request.path}"
-                )
-            if error.status == 413:
-                return _error_response(
-                    413, "too-large", f"the request body exceeds {MAX_BODY_BYTES} bytes"
-                )
-            raise
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            logger.exception("coordinator endpoint: %s %s failed", request.method, request.path)
-            return _error_response(500, "internal", f"{type(error).__name__}: {error}")
+            return Refusal(500, str(error), kind="coordinator-failed", retryable=False)
+        return None
 
     @web.middleware
-    async def _auth_middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+    async def _auth_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path == "/v1/health":
             return await handler(request)
         problem = bearer_problem(request.headers.get("Authorization", ""), self._token)
         if problem is not None:
-            return _error_response(401, "unauthorized", problem)
+            raise Refusal(401, problem)
         if self._stopping:
-            return _error_response(503, "stopping", "the coordinator endpoint is stopping")
+            raise Refusal(503, "the coordinator endpoint is stopping", kind="stopping")
         return await handler(request)
 
     # ------------------------------------------------------------------ handlers
@@ -326,10 +272,10 @@ class CoordinatorEndpoint:
             host = self._coordinators.get(name)
             known = sorted(self._coordinators)
         if host is None:
-            raise _HttpError(
+            raise Refusal(
                 404,
-                "unknown-coordinator",
                 f"no coordinator named {name!r} (served: {', '.join(known) or 'none'})",
+                kind="unknown-coordinator",
             )
         return host
 
@@ -337,37 +283,25 @@ class CoordinatorEndpoint:
     def _index(request: web.Request, key: str) -> int:
         text = request.match_info[key]
         if not text.isdigit() or len(text) > 9:
-            raise _HttpError(
+            raise Refusal(
                 400,
-                "bad-request",
                 f"{key} in the path must be a non-negative integer, got {text!r}",
             )
         return int(text)
 
     @staticmethod
     async def _body(request: web.Request) -> dict[str, Any]:
-        raw = await request.read()
-        if not raw:
-            return {}
-        try:
-            document = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise _HttpError(400, "bad-request", f"the body is not JSON: {error}") from None
-        try:
-            return as_object(document, "body")
-        except JsonFieldError as error:
-            raise _HttpError(400, "bad-request", str(error)) from None
+        return await json_object(request)
 
     @staticmethod
     def _request_id(body: dict[str, Any]) -> str | None:
         try:
             request_id = get_optional_str(body, "request_id", "body")
         except JsonFieldError as error:
-            raise _HttpError(400, "bad-request", str(error)) from None
+            raise Refusal(400, str(error)) from None
         if request_id is not None and not 0 < len(request_id) <= MAX_REQUEST_ID_LENGTH:
-            raise _HttpError(
+            raise Refusal(
                 400,
-                "bad-request",
                 f"body.request_id: must have 1 to {MAX_REQUEST_ID_LENGTH} characters",
             )
         return request_id
@@ -377,7 +311,7 @@ class CoordinatorEndpoint:
         return await asyncio.wrap_future(future)
 
     async def _health(self, request: web.Request) -> web.Response:
-        return _json_response(200, {"status": "ok"})
+        return json_response(200, {"status": "ok"})
 
     async def _summary(self, request: web.Request) -> web.Response:
         with self._lock:
@@ -390,13 +324,13 @@ class CoordinatorEndpoint:
                 result[name] = {"error": str(error)}
                 continue
             result[name] = progress.to_json() if progress is not None else None
-        return _json_response(200, {"coordinators": result})
+        return json_response(200, {"coordinators": result})
 
     async def _progress(self, request: web.Request) -> web.Response:
         host = self._host(request)
         progress = await self._await(host.progress())
         attempts = await self._await(host.live_attempts())
-        return _json_response(
+        return json_response(
             200,
             {
                 "name": host.name,
@@ -411,7 +345,7 @@ class CoordinatorEndpoint:
         subtask, attempt = self._index(request, "subtask"), self._index(request, "attempt")
         request_id = self._request_id(await self._body(request))
         await self._await(host.execution_attempt_ready(subtask, attempt, request_id))
-        return _json_response(200, {"ok": True})
+        return json_response(200, {"ok": True})
 
     async def _failed(self, request: web.Request) -> web.Response:
         host = self._host(request)
@@ -421,11 +355,11 @@ class CoordinatorEndpoint:
         try:
             reason = get_optional_str(body, "reason", "body")
         except JsonFieldError as error:
-            raise _HttpError(400, "bad-request", str(error)) from None
+            raise Refusal(400, str(error)) from None
         await self._await(
             host.execution_attempt_failed(subtask, attempt, reason or "reported failed", request_id)
         )
-        return _json_response(200, {"ok": True})
+        return json_response(200, {"ok": True})
 
     async def _event(self, request: web.Request) -> web.Response:
         host = self._host(request)
@@ -433,46 +367,44 @@ class CoordinatorEndpoint:
         body = await self._body(request)
         request_id = self._request_id(body)
         if "event" not in body:
-            raise _HttpError(400, "bad-request", "body.event: missing (expected an operator event)")
+            raise Refusal(400, "body.event: missing (expected an operator event)")
         try:
             event = event_from_json(body["event"], "body.event")
         except EventDecodeError as error:
-            raise _HttpError(400, "bad-request", str(error)) from None
+            raise Refusal(400, str(error)) from None
         reply = await self._await(
             host.handle_event_from_operator(subtask, attempt, event, request_id)
         )
-        return _json_response(200, {"events": [item.to_json() for item in reply]})
+        return json_response(200, {"events": [item.to_json() for item in reply]})
 
     async def _batch(self, request: web.Request) -> web.Response:
         with self._lock:
             hook = self._batch_hook
         if hook is None:
-            raise _HttpError(404, "not-found", "no batch hook: this endpoint serves no job runtime")
+            raise Refusal(404, "no batch hook: this endpoint serves no job runtime")
         stage = request.match_info["stage"]
         if stage not in BATCH_STAGES:
-            raise _HttpError(
-                404, "not-found", f"unknown batch stage {stage!r}; expected one of {BATCH_STAGES}"
-            )
+            raise Refusal(404, f"unknown batch stage {stage!r}; expected one of {BATCH_STAGES}")
         batch = self._index(request, "batch")
         body = await self._body(request)
         try:
             sink = get_optional_str(body, "sink", "body") or ""
         except JsonFieldError as error:
-            raise _HttpError(400, "bad-request", str(error)) from None
+            raise Refusal(400, str(error)) from None
         loop = asyncio.get_running_loop()
         reply = await loop.run_in_executor(None, hook, stage, batch, sink)
-        return _json_response(200, reply)
+        return json_response(200, reply)
 
     async def _runtime(self, request: web.Request) -> web.Response:
         with self._lock:
             hook = self._runtime_hook
         if hook is None:
-            raise _HttpError(404, "not-found", "no runtime hook: this endpoint serves no batch job")
+            raise Refusal(404, "no runtime hook: this endpoint serves no batch job")
         action = request.match_info["action"]
         body = await self._body(request)
         loop = asyncio.get_running_loop()
         try:
             reply = await loop.run_in_executor(None, hook, action, body)
         except ValueError as error:
-            raise _HttpError(400, "bad-request", str(error)) from None
-        return _json_response(200, reply)
+            raise Refusal(400, str(error)) from None
+        return json_response(200, reply)

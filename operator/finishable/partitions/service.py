@@ -29,7 +29,7 @@ import logging
 import signal
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,18 +46,18 @@ from finishable.partitions.manifest import (
     now_utc,
     summary,
 )
+from finishable.serving import Handler, Refusal, json_response, serve_json
 from finishable.shuffle.command import write_port_file
 from finishable.shuffle.server import StartupError
-from finishable.shuffle.wire import json_response
 from finishable.state.errors import BackendError, ObjectNotFound
 from finishable.transport import MISSING_BEARER, WRONG_BEARER, offered_bearer_token
 
 log = logging.getLogger(__name__)
 
+REALM = "finishable-partitions"
+
 REQUESTS = "delete-requests"
 METRIC_PREFIX = "finishable_cluster_partition"
-
-_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Tokens(Protocol):
@@ -109,7 +109,8 @@ class PartitionService:
         self._deletions: set[asyncio.Task[None]] = set()
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors, self._auth])
+        app = web.Application(middlewares=[self._auth])
+        serve_json(app, "the cluster partition service", REALM, self._answer)
         base = "/v1/namespaces/{namespace}/partitions"
         app.router.add_get("/healthz", self._health)
         app.router.add_get("/metrics", self._metrics)
@@ -151,39 +152,29 @@ class PartitionService:
 
     # -- middlewares -----------------------------------------------------------------------
 
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except _NotFound as error:
-            return _error(404, str(error))
-        except web.HTTPException as error:
-            if error.status in (404, 405):
-                return _error(error.status, f"no route {request.method} {request.path}")
-            raise
-        except BackendError as error:
-            return _error(503, f"the partition storage is unavailable: {error}")
-        except Exception:
-            # A client of a JSON API gets JSON even for our bug; the traceback stays in our log.
-            log.exception("%s %s failed", request.method, request.path)
-            return _error(500, "the service failed on this request; its log has the traceback")
+    @staticmethod
+    def _answer(error: Exception) -> Refusal | None:
+        """The storage unreachable is a 503 (anything else of ours is a 500)."""
+        if isinstance(error, BackendError):
+            return Refusal(503, f"the partition storage is unavailable: {error}")
+        return None
 
     @web.middleware
-    async def _auth(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         namespace = request.match_info.get("namespace")
         if namespace is None:
             return await handler(request)
         offered = offered_bearer_token(request.headers.get("Authorization", ""))
         if offered is None:
-            return _error(401, MISSING_BEARER)
+            raise Refusal(401, MISSING_BEARER)
         expected = self.tokens.token_for(namespace)
         if expected is not None and hmac.compare_digest(offered, expected.encode("utf-8")):
             return await handler(request)
         for other in self.tokens.namespaces():
             token = self.tokens.token_for(other)
             if other != namespace and token and hmac.compare_digest(offered, token.encode()):
-                return _error(403, f"this token is not valid for namespace {namespace!r}")
-        return _error(401, WRONG_BEARER)
+                raise Refusal(403, f"this token is not valid for namespace {namespace!r}")
+        raise Refusal(401, WRONG_BEARER)
 
     # -- handlers --------------------------------------------------------------------------
 
@@ -217,7 +208,7 @@ class PartitionService:
         manifest = await self._manifest(request)
         readers = await asyncio.to_thread(self.catalog.readers, manifest.id, now_utc())
         if readers:
-            return _error(409, str(PartitionInUse(manifest.id, readers)))
+            raise Refusal(409, str(PartitionInUse(manifest.id, readers)))
         request_id = uuid.uuid4().hex
         record = {
             "id": request_id,
@@ -245,16 +236,16 @@ class PartitionService:
     async def _request_status(self, request: web.Request) -> web.Response:
         request_id = request.match_info["request"]
         if not request_id.isalnum():
-            return _error(404, f"no delete request {request_id!r}")
+            raise Refusal(404, f"no delete request {request_id!r}")
         try:
             data = await asyncio.to_thread(
                 self.catalog.backend.get, f"{REQUESTS}/{request_id}.json"
             )
         except ObjectNotFound:
-            return _error(404, f"no delete request {request_id!r}")
+            raise Refusal(404, f"no delete request {request_id!r}") from None
         record = json.loads(data)
         if record.get("namespace") != request.match_info["namespace"]:
-            return _error(404, f"no delete request {request_id!r}")
+            raise Refusal(404, f"no delete request {request_id!r}")
         return json_response(200, record)
 
     def _write_request(self, record: dict[str, Any]) -> None:
@@ -268,19 +259,8 @@ class PartitionService:
         if is_partition_id(partition_id):
             manifest = await asyncio.to_thread(self.catalog.committed, partition_id)
         if manifest is None or manifest.expired(now_utc()) or namespace_of(manifest) != namespace:
-            raise _NotFound(f"no cluster partition {partition_id!r} in namespace {namespace!r}")
+            raise Refusal(404, f"no cluster partition {partition_id!r} in namespace {namespace!r}")
         return manifest
-
-
-class _NotFound(LookupError):
-    """The path names no partition of its namespace: a 404 with this message."""
-
-
-def _error(status: int, message: str) -> web.Response:
-    response = json_response(status, {"error": message})
-    if status == 401:
-        response.headers["WWW-Authenticate"] = 'Bearer realm="finishable-partitions"'
-    return response
 
 
 class _Holdings(Collector):

@@ -38,13 +38,14 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from finishable.api.jobconfig import TOKEN_ENV
+from finishable.serving import Handler, Refusal, json_object, json_response, serve_json
 from finishable.shuffle.metrics import ShuffleMetrics
 from finishable.shuffle.records import (
     DatasetMissing,
@@ -56,27 +57,18 @@ from finishable.shuffle.records import (
     check_dataset,
 )
 from finishable.shuffle.store import PartitionStore
-from finishable.shuffle.wire import (
-    HttpError,
-    driver_epoch,
-    error_response,
-    flag,
-    json_body,
-    json_response,
-    partition_names,
-    positive,
-)
+from finishable.shuffle.wire import driver_epoch, flag, partition_names, positive
 from finishable.transport import bearer_problem
 
 logger = logging.getLogger(__name__)
+
+REALM = "finishable-shuffle"
 
 CHUNK_SIZE = 1 << 20
 """Bytes per disk write and per read of a download: big enough to amortise a thread hop."""
 UPLOAD_IDLE_SECONDS = 600.0
 """A finished upload nobody committed for this long is deleted (its client is gone)."""
 ARROW_STREAM_TYPE = "application/vnd.apache.arrow.stream"
-
-_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class StartupError(Exception):
@@ -124,7 +116,8 @@ class ShuffleServer:
 
     def app(self) -> web.Application:
         """The aiohttp application; its startup starts the retain-timeout watch."""
-        app = web.Application(middlewares=[self._errors_middleware, self._auth_middleware])
+        app = web.Application(middlewares=[self._auth_middleware])
+        serve_json(app, "the shuffle server", REALM, self._answer)
         app.router.add_get("/healthz", self._health)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/v1/drivers", self._register)
@@ -186,42 +179,24 @@ class ShuffleServer:
 
     # ------------------------------------------------------------------ middlewares
 
-    @web.middleware
-    async def _errors_middleware(
-        self, request: web.Request, handler: _Handler
-    ) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except HttpError as error:
-            return error_response(error.status, str(error))
-        except (InvalidName, NotArrowStream) as error:
-            return error_response(400, str(error))
-        except (UnknownUpload, PartitionMissing, DatasetMissing) as error:
-            return error_response(404, str(error))
-        except web.HTTPException as error:
-            if error.status == 404:
-                return error_response(404, f"no route {request.method} {request.path}")
-            if error.status == 405:
-                return error_response(405, f"{request.method} is not allowed on {request.path}")
-            raise
-        except asyncio.CancelledError:
-            raise
-        except OSError as error:
-            if error.errno in (errno.ENOSPC, errno.EDQUOT):
-                return error_response(507, f"the shuffle server's disk is full: {error}")
-            logger.exception("shuffle server: %s %s failed", request.method, request.path)
-            return error_response(500, f"{type(error).__name__}: {error}")
-        except Exception as error:
-            logger.exception("shuffle server: %s %s failed", request.method, request.path)
-            return error_response(500, f"{type(error).__name__}: {error}")
+    @staticmethod
+    def _answer(error: Exception) -> Refusal | None:
+        """The answers to the store's typed errors (anything else is our bug: a 500)."""
+        if isinstance(error, InvalidName | NotArrowStream):
+            return Refusal(400, str(error))
+        if isinstance(error, UnknownUpload | PartitionMissing | DatasetMissing):
+            return Refusal(404, str(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return Refusal(507, f"the shuffle server's disk is full: {error}")
+        return None
 
     @web.middleware
-    async def _auth_middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+    async def _auth_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if not request.path.startswith("/v1/"):
             return await handler(request)
         problem = bearer_problem(request.headers.get("Authorization", ""), self._token)
         if problem is not None:
-            return error_response(401, problem)
+            raise Refusal(401, problem)
         return await handler(request)
 
     # ------------------------------------------------------------------ handlers
@@ -245,14 +220,14 @@ class ShuffleServer:
     def _refuse_superseded(self, epoch: tuple[int, int], what: str) -> None:
         if self.driver_epoch is not None and epoch < self.driver_epoch:
             run, attempt = self.driver_epoch
-            raise HttpError(
+            raise Refusal(
                 409,
                 f"{what} of driver attempt {epoch[1]} of run {epoch[0]} refused: attempt "
                 f"{attempt} of run {run} registered since, and a superseded driver writes nothing",
             )
 
     async def _register(self, request: web.Request) -> web.Response:
-        body = await json_body(request)
+        body = await json_object(request)
         attempt = positive(body.get("attempt"), "body.attempt")
         epoch = (positive(body.get("run", 1), "body.run"), attempt)
         self._refuse_superseded(epoch, "the registration")
@@ -285,7 +260,7 @@ class ShuffleServer:
         dataset, partition = partition_names(request)
         attempt = request.query.get("attempt")
         if attempt is None:
-            raise HttpError(
+            raise Refusal(
                 400,
                 "query parameter attempt is missing: expected the writing attempt, 1 to 64 "
                 "letters, digits, '_', '.' or '-'",
@@ -323,10 +298,10 @@ class ShuffleServer:
 
     async def _commit(self, request: web.Request) -> web.Response:
         dataset, partition = partition_names(request)
-        body = await json_body(request)
+        body = await json_object(request)
         upload_id = body.get("upload")
         if not isinstance(upload_id, str) or not upload_id:
-            raise HttpError(
+            raise Refusal(
                 400,
                 f"body.upload {upload_id!r} is not valid: expected the id a PUT without "
                 "commit=true answered",

@@ -100,6 +100,44 @@ def test_no_import_runs_upwards_or_sideways(path: Path) -> None:
     assert not wrong, f"{room} (rank {RANKS[room]}) may only import lower ranks: {wrong}"
 
 
+def _sideways_imports(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
+    """The imports in ``path`` (``room/part/module.py`` under ``root``) of another sub-package
+    of its room."""
+    parts = path.relative_to(root).parts
+    if len(parts) < 3:
+        return []
+    room, part = parts[0], parts[1]
+    siblings = {d.name for d in (root / room).iterdir() if (d / "__init__.py").exists()} - {part}
+    found = []
+    for line, name in _imports(path):
+        names = name.split(".")
+        if names[:2] == ["finishable", room] and len(names) > 2 and names[2] in siblings:
+            found.append((line, name))
+    return found
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_sub_package_does_not_reach_into_its_siblings(path: Path) -> None:
+    """``connectors/batch`` and ``connectors/streaming`` (``driver/batch`` and
+    ``driver/streaming``, the coordinator's ``host`` and ``enumerator``) share only what their
+    room holds beside them."""
+    wrong = [f"line {line}: {name}" for line, name in _sideways_imports(path)]
+    assert not wrong, f"{path.relative_to(ROOT)} imports a sibling sub-package: {wrong}"
+
+
+def test_a_sideways_import_is_found(tmp_path: Path) -> None:
+    for part in ("batch", "streaming"):
+        (tmp_path / "connectors" / part).mkdir(parents=True)
+        (tmp_path / "connectors" / part / "__init__.py").touch()
+    module = tmp_path / "connectors" / "batch" / "reading.py"
+    module.write_text(
+        "from finishable.connectors.streaming.sink import x\n"
+        "import finishable.connectors.sinks\n"
+        "from finishable.connectors.batch import y\n"
+    )
+    assert _sideways_imports(module, tmp_path) == [(1, "finishable.connectors.streaming.sink.x")]
+
+
 @pytest.mark.parametrize("leaf", sorted(LEAVES))
 def test_a_leaf_imports_nothing_of_the_project(leaf: str) -> None:
     path = ROOT.joinpath(*leaf.split(".")[1:]).with_suffix(".py")

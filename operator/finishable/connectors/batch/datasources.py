@@ -40,6 +40,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from finishable.connectors.driver_calls import post_json
 from finishable.connectors.reading import (
     ReaderSettings,
     SplitPartition,
@@ -48,7 +49,6 @@ from finishable.connectors.reading import (
 )
 from finishable.connectors.sink_store import SinkStore
 from finishable.connectors.staging import StagedPart, TaskIdentity, stage_batches
-from finishable.connectors.streaming.commit_hook import post_json
 from finishable.coordinator.events import AddSplits, NoMoreSplits
 from finishable.coordinator.splits import SentinelSplit
 from finishable.shuffle.client import ShuffleClient

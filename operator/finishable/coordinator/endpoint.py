@@ -391,8 +391,7 @@ class CoordinatorEndpoint:
             sink = get_optional_str(body, "sink", "body") or ""
         except JsonFieldError as error:
             raise Refusal(400, str(error)) from None
-        loop = asyncio.get_running_loop()
-        reply = await loop.run_in_executor(None, hook, stage, batch, sink)
+        reply = await _hooked(request, hook, stage, batch, sink)
         return json_response(200, reply)
 
     async def _runtime(self, request: web.Request) -> web.Response:
@@ -402,9 +401,22 @@ class CoordinatorEndpoint:
             raise Refusal(404, "no runtime hook: this endpoint serves no batch job")
         action = request.match_info["action"]
         body = await self._body(request)
-        loop = asyncio.get_running_loop()
         try:
-            reply = await loop.run_in_executor(None, hook, action, body)
+            reply = await _hooked(request, hook, action, body)
         except ValueError as error:
             raise Refusal(400, str(error)) from None
         return json_response(200, reply)
+
+
+async def _hooked(request: web.Request, hook: Callable[..., dict[str, Any]], *args: Any) -> Any:
+    """The driver's answer to a worker's call (a batch hook, a runtime hook), off the loop. Its
+    failure is the driver's work failing, not a bug of the endpoint: the worker's error names it
+    (``Type: message``) and the driver's log keeps the traceback."""
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.run_in_executor(None, hook, *args)
+    except (ValueError, asyncio.CancelledError):
+        raise
+    except Exception as error:
+        logger.exception("coordinator endpoint: %s %s failed", request.method, request.path)
+        raise Refusal(500, f"{type(error).__name__}: {error}", kind="hook-failed") from None

@@ -6,7 +6,9 @@ request in JSON, an error too: ``{"error": <what was wrong>, "kind": <a word for
 handler refuses a request by raising :class:`Refusal`; a server names the answers to its own
 typed errors in one function (``answer``); anything else is our bug, logged with its traceback
 and answered 500 without it. Every answer carries ``X-Request-Id`` (the client's, when it sent a
-usable one), and the log lines of a failure name it.
+usable one), and the log lines of a failure name it. Each server publishes its OpenAPI document
+at ``GET /openapi.json`` (built with :func:`operation` and :func:`openapi`), which ``make
+test-all`` fuzzes with schemathesis (tests/test_http_contracts.py).
 """
 
 from __future__ import annotations
@@ -92,8 +94,14 @@ def request_id_of(request: web.Request) -> str:
     return offered if usable else uuid.uuid4().hex[:16]
 
 
-def serve_json(app: web.Application, server: str, realm: str, answer: Answer) -> None:
-    """Make ``app`` answer as the module docstring says: its errors in JSON, request ids."""
+def serve_json(
+    app: web.Application, server: str, realm: str, answer: Answer, document: dict[str, Any]
+) -> None:
+    """Make ``app`` answer as the module docstring says (its errors in JSON, request ids) and
+    publish ``document``, its OpenAPI document (:func:`openapi`), at ``GET /openapi.json``."""
+
+    async def published(request: web.Request) -> web.Response:
+        return json_response(200, document)
 
     async def stamp(request: web.Request, response: web.StreamResponse) -> None:
         response.headers[REQUEST_ID_HEADER] = _REQUEST_ID.get() or request_id_of(request)
@@ -132,6 +140,7 @@ def serve_json(app: web.Application, server: str, realm: str, answer: Answer) ->
 
     app.middlewares.insert(0, errors)
     app.on_response_prepare.append(stamp)
+    app.router.add_get("/openapi.json", published)
 
 
 def _routing_refusal(request: web.Request, error: web.HTTPException) -> Refusal:
@@ -155,3 +164,51 @@ async def json_object(request: web.Request) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise Refusal(400, f"body: expected a JSON object, got {type(document).__name__}")
     return document
+
+
+# -- OpenAPI: each server publishes what it serves at GET /openapi.json -------------------------
+
+Schema = dict[str, Any]
+STRING: Schema = {"type": "string"}
+COUNT: Schema = {"type": "integer", "minimum": 0}
+
+
+def operation(
+    summary: str,
+    *,
+    path: dict[str, Schema] | None = None,
+    query: dict[str, Schema] | None = None,
+    body: Schema | None = None,
+    body_type: str = "application/json",
+    responses: dict[str, str],
+    public: bool = False,
+) -> dict[str, Any]:
+    """One operation of an OpenAPI 3.0 document: its parameters, its body and its answers (each
+    error answer is :func:`refusal_response`'s JSON)."""
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": schema}
+        for name, schema in (path or {}).items()
+    ]
+    parameters += [
+        {"name": name, "in": "query", "required": False, "schema": schema}
+        for name, schema in (query or {}).items()
+    ]
+    described: dict[str, Any] = {"summary": summary, "parameters": parameters}
+    if body is not None:
+        described["requestBody"] = {"required": True, "content": {body_type: {"schema": body}}}
+    described["responses"] = {code: {"description": text} for code, text in responses.items()}
+    described["security"] = [] if public else [{"bearer": []}]
+    return described
+
+
+def openapi(title: str, description: str, paths: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A server's OpenAPI 3.0 document; its routes need the bearer token unless public."""
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": title, "version": "1", "description": description},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "paths": {"/openapi.json": {"get": _DOCUMENT}, **paths},
+    }
+
+
+_DOCUMENT = operation("This document", responses={"200": "the OpenAPI document"}, public=True)

@@ -153,8 +153,9 @@ def test_delete_is_accepted_completed_and_frees_the_storage(service: Service) ->
 
 
 def test_a_request_the_service_fails_on_is_answered_in_json(service: Service) -> None:
-    service.catalog.backend.put("delete-requests/0123abcd.json", b'{"status": "IN_PRO')
-    status, answer = service.call("GET", f"{BASE}/delete-requests/0123abcd")
+    damaged = "0123abcd" * 4  # a delete request's id, its record cut short
+    service.catalog.backend.put(f"delete-requests/{damaged}.json", b'{"status": "IN_PRO')
+    status, answer = service.call("GET", f"{BASE}/delete-requests/{damaged}")
     assert status == 500 and "log has the traceback" in answer["error"]
     assert service.call("GET", f"{BASE}")[0] == 200  # and it goes on serving
 

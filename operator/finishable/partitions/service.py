@@ -26,6 +26,7 @@ import contextlib
 import hmac
 import json
 import logging
+import re
 import signal
 import sys
 import uuid
@@ -46,7 +47,15 @@ from finishable.partitions.manifest import (
     now_utc,
     summary,
 )
-from finishable.serving import Handler, Refusal, json_response, serve_json
+from finishable.serving import (
+    STRING,
+    Handler,
+    Refusal,
+    json_response,
+    openapi,
+    operation,
+    serve_json,
+)
 from finishable.shuffle.command import write_port_file
 from finishable.shuffle.server import StartupError
 from finishable.state.errors import BackendError, ObjectNotFound
@@ -55,6 +64,8 @@ from finishable.transport import MISSING_BEARER, WRONG_BEARER, offered_bearer_to
 log = logging.getLogger(__name__)
 
 REALM = "finishable-partitions"
+_REQUEST_ID = re.compile("[0-9a-f]{32}")
+"""A delete request's id (``uuid4().hex``)."""
 
 REQUESTS = "delete-requests"
 METRIC_PREFIX = "finishable_cluster_partition"
@@ -110,11 +121,10 @@ class PartitionService:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._auth])
-        serve_json(app, "the cluster partition service", REALM, self._answer)
+        serve_json(app, "the cluster partition service", REALM, self._answer, OPENAPI)
         base = "/v1/namespaces/{namespace}/partitions"
         app.router.add_get("/healthz", self._health)
         app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/openapi.json", self._openapi)
         app.router.add_get(base, self._list)
         app.router.add_get(base + "/delete-requests/{request}", self._request_status)
         app.router.add_get(base + "/{id}", self._get)
@@ -187,9 +197,6 @@ class PartitionService:
         response.content_type = CONTENT_TYPE_LATEST.split(";")[0]
         return response
 
-    async def _openapi(self, request: web.Request) -> web.Response:
-        return json_response(200, OPENAPI)
-
     async def _list(self, request: web.Request) -> web.Response:
         namespace = request.match_info["namespace"]
         listed = await asyncio.to_thread(self._summaries, namespace)
@@ -235,7 +242,9 @@ class PartitionService:
 
     async def _request_status(self, request: web.Request) -> web.Response:
         request_id = request.match_info["request"]
-        if not request_id.isalnum():
+        if not _REQUEST_ID.fullmatch(
+            request_id
+        ):  # our ids: uuid4 hex; no other name reaches the storage
             raise Refusal(404, f"no delete request {request_id!r}")
         try:
             data = await asyncio.to_thread(
@@ -293,44 +302,34 @@ class _Holdings(Collector):
         return [count, size]
 
 
-def _path(summary_text: str, *, parameters: list[str], responses: dict[str, str]) -> dict[str, Any]:
-    return {
-        "summary": summary_text,
-        "parameters": [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-            for name in parameters
-        ],
-        "responses": {code: {"description": text} for code, text in responses.items()},
-        "security": [{"bearer": []}],
-    }
-
-
 _BASE = "/v1/namespaces/{namespace}/partitions"
-OPENAPI: dict[str, Any] = {
-    "openapi": "3.0.3",
-    "info": {
-        "title": "Finishable cluster partition service",
-        "version": "1",
-        "description": "FLIP-67 cluster partitions: list, describe and release them.",
-    },
-    "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
-    "paths": {
+_NAMESPACE = {"namespace": STRING}
+OPENAPI = openapi(
+    "Finishable cluster partition service",
+    "FLIP-67 cluster partitions: list, describe and release them.",
+    {
+        "/healthz": {
+            "get": operation("Health", responses={"200": "{status, storage}"}, public=True)
+        },
+        "/metrics": {
+            "get": operation("Prometheus metrics", responses={"200": "text"}, public=True)
+        },
         _BASE: {
-            "get": _path(
+            "get": operation(
                 "List the namespace's cluster partitions",
-                parameters=["namespace"],
+                path=_NAMESPACE,
                 responses={"200": "{partitions: [...]}", "401": "no token", "403": "other ns"},
             )
         },
         _BASE + "/{id}": {
-            "get": _path(
+            "get": operation(
                 "Describe a cluster partition: schema, sizes and where each part lives",
-                parameters=["namespace", "id"],
+                path={**_NAMESPACE, "id": STRING},
                 responses={"200": "{partitions: [{..., descriptors}]}", "404": "unknown id"},
             ),
-            "delete": _path(
+            "delete": operation(
                 "Release a cluster partition (asynchronously)",
-                parameters=["namespace", "id"],
+                path={**_NAMESPACE, "id": STRING},
                 responses={
                     "202": "{request-id}",
                     "404": "unknown id",
@@ -339,14 +338,14 @@ OPENAPI: dict[str, Any] = {
             ),
         },
         _BASE + "/delete-requests/{request}": {
-            "get": _path(
+            "get": operation(
                 "The state of a delete request",
-                parameters=["namespace", "request"],
+                path={**_NAMESPACE, "request": STRING},
                 responses={"200": "{id, status: IN_PROGRESS|COMPLETED|FAILED}", "404": "unknown"},
             )
         },
     },
-}
+)
 
 
 async def serve(

@@ -48,6 +48,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -281,6 +282,7 @@ class LocalCluster(ClusterAccess):
         self.kubelet: Kubelet | None = None
         self.stateful_sets: StatefulSetController | None = None
         self.prometheus: Prometheus | None = None
+        self._following = threading.Event()
         self.chart: list[dict[str, Any]] = []
         self.object_store = ObjectStore()
         # The partition service's bearer token of each namespace (its Secret's keys).
@@ -416,6 +418,7 @@ class LocalCluster(ClusterAccess):
         (self.directory / ACCESS_FILE).write_text(json.dumps(access))
 
     def stop(self) -> None:
+        self._following.set()
         if self.prometheus is not None:
             self.prometheus.stop()
         if self.deployments is not None:
@@ -513,6 +516,26 @@ class LocalCluster(ClusterAccess):
         )
         rules = only(self.chart, "PrometheusRule")["spec"]
         self.prometheus = Prometheus(self.directory / "prometheus", scrape, rules).start()
+        threading.Thread(target=self._follow_operator, name="follow-operator", daemon=True).start()
+
+    def _follow_operator(self) -> None:
+        """Keep ``operator_pod`` (and so ``metrics()`` and Prometheus' target) on the operator's
+        current ready pod: a test that deletes it (e2e/test_disruptions.py) gets a successor the
+        Deployment makes, at another address, as a ServiceMonitor's target would follow it."""
+        api = self.api("local-cluster")
+        deployment = chart.operator_part(self.chart, "Deployment")
+        while not self._following.wait(2.0):
+            try:
+                pod = ready_pod(api, deployment, 0)
+            except Exception:  # the API restarting: try again on the next round
+                continue
+            current = self.operator_pod
+            if pod is None or current is None:
+                continue
+            if pod["metadata"]["name"] != current["metadata"]["name"]:
+                self.operator_pod = pod
+                if self.prometheus is not None:
+                    self.prometheus.retarget(self.operator_address, pod["metadata"]["name"])
 
 
 def ready_pod(api: KubeApi, deployment: dict[str, Any], timeout: float) -> dict[str, Any] | None:
@@ -521,14 +544,15 @@ def ready_pod(api: KubeApi, deployment: dict[str, Any], timeout: float) -> dict[
     selector = ",".join(f"{key}={value}" for key, value in labels.items())
     path = api.path("pods", namespace=OPERATOR_NAMESPACE)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:  # asked once at least (a timeout of 0: is one ready now?)
         response = api.request("GET", path, query={"labelSelector": selector})
         ready = [pod for pod in response.body.get("items") or [] if is_ready(pod)]
         if ready:
             found: dict[str, Any] = ready[0]
             return found
+        if time.monotonic() >= deadline:
+            return None
         time.sleep(0.5)
-    return None
 
 
 def local_image() -> Image:

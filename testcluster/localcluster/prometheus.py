@@ -81,10 +81,15 @@ class Prometheus:
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "rules.yaml").write_text(yaml.safe_dump(self.rules))
         interval = self.scrape["scrape_interval"]
+        # The targets in a file Prometheus watches, as a ServiceMonitor's follow the Service's
+        # endpoints: retarget() points the job at a pod that replaced the first one.
+        self._write_targets(self.scrape["static_configs"])
+        job = {k: v for k, v in self.scrape.items() if k != "static_configs"}
+        job["file_sd_configs"] = [{"files": [str(self.targets)], "refresh_interval": "5s"}]
         config = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval},
             "rule_files": ["rules.yaml"],
-            "scrape_configs": [self.scrape],
+            "scrape_configs": [job],
         }
         (self.directory / "prometheus.yml").write_text(yaml.safe_dump(config))
         self.port = free_port()
@@ -102,6 +107,20 @@ class Prometheus:
                 raise RuntimeError(f"prometheus did not start: {self.log()[-2000:]}")
             time.sleep(0.2)
         return self
+
+    @property
+    def targets(self) -> Path:
+        return self.directory / "targets.json"
+
+    def retarget(self, target: str, pod: str) -> None:
+        """Scrape ``target`` (host:port of ``pod``) from now on, with the job's other labels."""
+        (group,) = self.scrape["static_configs"]
+        self._write_targets([{"targets": [target], "labels": {**group["labels"], "pod": pod}}])
+
+    def _write_targets(self, groups: list[dict[str, Any]]) -> None:
+        partial = self.targets.with_suffix(".tmp")
+        partial.write_text(json.dumps(groups))
+        partial.replace(self.targets)  # Prometheus never reads half a file
 
     def _ready(self) -> bool:
         try:

@@ -54,12 +54,14 @@ while read -r coordinate pinned; do
             say "$url has sha256 $got, not the $pinned docker/spark-jars.txt pins"
             exit 1
         fi
+        chmod 0644 "$partial"  # mktemp's 0600 would leave it unreadable to the image's user
         mv "$partial" "$cached"
         fetched=$((fetched + 1))
     fi
     if [ ! -f "$DEST/$name" ] || ! cmp -s "$cached" "$DEST/$name"; then
         cp "$cached" "$DEST/$name"
     fi
+    chmod 0644 "$DEST/$name"  # Spark's JVM skips a jar it cannot read, as another user
 done <"$LIST"
 [ "$fetched" = 0 ] || say "fetched $fetched jar(s) from $REPOSITORY into $CACHE (once per machine)"
 

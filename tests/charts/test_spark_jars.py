@@ -61,6 +61,8 @@ def test_jars_are_fetched_once_checked_copied_and_replaced_when_the_list_moves_o
     assert first.returncode == 0, first.stderr
     assert "fetched 2 jar(s)" in first.stderr
     assert (dest / "s3a-1.0.jar").read_bytes() == b"one"
+    # readable by everyone: the image runs Spark as uid 1000, the jars are copied in as root
+    assert all(p.stat().st_mode & 0o777 == 0o644 for p in dest.glob("*.jar"))
     assert (dest / "sdk-2.0.jar").read_bytes() == b"two"
 
     shutil.rmtree(tmp_path / "repository")  # cached: nothing is fetched again

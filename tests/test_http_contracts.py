@@ -185,9 +185,9 @@ def _request(url: str, method: str, path: str) -> tuple[int, bytes]:
 
 def test_the_documents_are_what_the_servers_publish(tmp_path: Path) -> None:
     """The published documents are the modules' own (no server builds another at run time)."""
-    from finishable.coordinator.endpoint import OPENAPI as COORDINATOR
+    from finishable.coordinator.openapi import OPENAPI as COORDINATOR
     from finishable.partitions.service import OPENAPI as PARTITIONS
-    from finishable.shuffle.server import OPENAPI as SHUFFLE
+    from finishable.shuffle.openapi import OPENAPI as SHUFFLE
 
     for document in (COORDINATOR, PARTITIONS, SHUFFLE):
         assert document["openapi"] == "3.0.3" and "/openapi.json" in document["paths"]

@@ -11,13 +11,28 @@ from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
 
-from finishable.serving import REQUEST_ID_HEADER, Refusal, json_object, json_response, serve_json
+from finishable.serving import (
+    REQUEST_ID_HEADER,
+    Refusal,
+    json_object,
+    json_response,
+    openapi,
+    operation,
+    serve_json,
+)
 
 pytestmark = pytest.mark.quick
 
 
 class Full(OSError):
     """A typed error of the server's own, which it answers itself."""
+
+
+DOCUMENT = openapi(
+    "Test server",
+    "What serving.py gives a server.",
+    {"/refuse": {"get": operation("Refuses", responses={"409": "always"})}},
+)
 
 
 def app() -> web.Application:
@@ -43,6 +58,7 @@ def app() -> web.Application:
         "the test server",
         "test",
         lambda error: Refusal(507, str(error)) if isinstance(error, Full) else None,
+        DOCUMENT,
     )
     return application
 
@@ -85,6 +101,10 @@ def test_refusals_routing_and_bad_bodies_are_json_that_names_the_problem() -> No
         assert status == 400 and body["error"].startswith("the body is not JSON")
         status, body, _ = await call("POST", "/echo", data=b"{}" + b" " * 100)
         assert (status, body["kind"]) == (413, "too-large")
+        status, body, _ = await call("GET", "/openapi.json")
+        assert status == 200 and body == DOCUMENT
+        assert body["paths"]["/openapi.json"]["get"]["security"] == []
+        assert body["paths"]["/refuse"]["get"]["security"] == [{"bearer": []}]
         status, body, _ = await call("GET", "/full")
         assert (status, body) == (
             507,

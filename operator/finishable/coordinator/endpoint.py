@@ -45,15 +45,12 @@ from finishable.coordinator.errors import (
 )
 from finishable.coordinator.events import event_from_json
 from finishable.coordinator.host import CoordinatorHost
+from finishable.coordinator.openapi import BATCH_STAGES, MAX_REQUEST_ID_LENGTH, OPENAPI
 from finishable.serving import (
-    COUNT,
-    STRING,
     Handler,
     Refusal,
     json_object,
     json_response,
-    openapi,
-    operation,
     serve_json,
 )
 from finishable.transport import bearer_problem
@@ -64,11 +61,9 @@ T = TypeVar("T")
 
 REALM = "finishable-coordinator"
 MAX_BODY_BYTES = 4 * 1024 * 1024
-MAX_REQUEST_ID_LENGTH = 200
 
 BatchHook = Callable[[str, int, str], dict[str, Any]]
 """``hook(stage, batch_id, sink) -> reply``: a sink's commit reached ``stage`` for a batch."""
-BATCH_STAGES = ("prepare", "published")
 RuntimeHook = Callable[[str, dict[str, Any]], dict[str, Any]]
 """``hook(action, body) -> reply``: a Batch job's tasks talk to its driver (``/v1/runtime/...``)."""
 
@@ -430,80 +425,3 @@ async def _hooked(request: web.Request, hook: Callable[..., dict[str, Any]], *ar
     except Exception as error:
         logger.exception("coordinator endpoint: %s %s failed", request.method, request.path)
         raise Refusal(500, f"{type(error).__name__}: {error}", kind="hook-failed") from None
-
-
-_ATTEMPT = "/v1/coordinators/{name}/subtasks/{subtask}/attempts/{attempt}"
-_ATTEMPT_PATH = {"name": STRING, "subtask": COUNT, "attempt": COUNT}
-_REQUEST_ID: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": MAX_REQUEST_ID_LENGTH}
-_CALL_ANSWERS = {
-    "200": "{ok: true}",
-    "400": "a malformed path or body",
-    "404": "no coordinator of that name",
-    "409": "the call breaks the coordinator's order, or its request id was used for another",
-    "500": "the coordinator failed (not retryable)",
-}
-OPENAPI = openapi(
-    "Finishable coordinator endpoint",
-    "The driver's endpoint: its sources' split enumerators as coordinators (FLIP-27), a sink's "
-    "batch commit, and a Batch job's task calls.",
-    {
-        "/v1/health": {"get": operation("Health", responses={"200": "{status}"}, public=True)},
-        "/v1/coordinators": {
-            "get": operation("Every coordinator's progress", responses={"200": "{coordinators}"})
-        },
-        "/v1/coordinators/{name}": {
-            "get": operation(
-                "One coordinator's progress and live attempts",
-                path={"name": STRING},
-                responses={"200": "{name, progress, failed, live_attempts}", "404": "unknown"},
-            )
-        },
-        _ATTEMPT + "/ready": {
-            "post": operation(
-                "A reader's execution attempt is ready",
-                path=_ATTEMPT_PATH,
-                body={"type": "object", "properties": {"request_id": _REQUEST_ID}},
-                responses=_CALL_ANSWERS,
-            )
-        },
-        _ATTEMPT + "/failed": {
-            "post": operation(
-                "A reader's execution attempt failed",
-                path=_ATTEMPT_PATH,
-                body={
-                    "type": "object",
-                    "properties": {"request_id": _REQUEST_ID, "reason": STRING},
-                },
-                responses=_CALL_ANSWERS,
-            )
-        },
-        _ATTEMPT + "/events": {
-            "post": operation(
-                "An operator event from a reader (a split request, finished splits)",
-                path=_ATTEMPT_PATH,
-                body={
-                    "type": "object",
-                    "required": ["event"],
-                    "properties": {"request_id": _REQUEST_ID, "event": {"type": "object"}},
-                },
-                responses={**_CALL_ANSWERS, "200": "{events: [...]}"},
-            )
-        },
-        "/v1/batches/{batch}/{stage}": {
-            "post": operation(
-                "A sink's commit reached a stage of a batch",
-                path={"batch": COUNT, "stage": {"type": "string", "enum": list(BATCH_STAGES)}},
-                body={"type": "object", "properties": {"sink": STRING}},
-                responses={"200": "the runtime's reply", "404": "no job runtime here"},
-            )
-        },
-        "/v1/runtime/{action}": {
-            "post": operation(
-                "A Batch task's call to its driver",
-                path={"action": STRING},
-                body={"type": "object"},
-                responses={"200": "the runtime's reply", "400": "refused", "404": "no batch job"},
-            )
-        },
-    },
-)

@@ -10,7 +10,8 @@
 # with mmdebstrap and imported as finishable-base:bookworm instead (BASE=local asks for that one
 # at once). The build machine's CA bundle (for networks that re-sign TLS) and the versions of
 # .venv (what the tests ran with) are handed to pip inside the build through docker/build-local/,
-# never committed, and so are Spark's S3 connector's jars (docker/spark-jars.sh). The classic builder builds (DOCKER_BUILDKIT=0).
+# never committed, and so are Spark's S3 connector's jars (docker/spark-jars.sh). The classic
+# builder builds (DOCKER_BUILDKIT=0).
 set -eu
 
 IMAGE="${1:-finishable-spark-operator:0.1.0}"

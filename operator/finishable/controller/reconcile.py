@@ -371,12 +371,13 @@ class JobLoop:
         requeue: timedelta | None = None
         actions = [*self._unperformed, *decision.actions]
         self._unperformed = []
+        effects = None if spec is None else ClusterEffects(self, spec, pods, decision.status.phase)
         for index, action in enumerate(actions):
             if action.kind is ActionKind.REQUEUE and action.after is not None:
                 requeue = action.after if requeue is None else min(requeue, action.after)
-            elif spec is not None:
+            elif effects is not None:
                 try:
-                    await self.act(action, spec, pods, decision.status.phase)
+                    await dispatch(action, effects)
                 except BaseException:
                     # Stored as decided: what did not happen is done on the next step.
                     self._unperformed = [
@@ -384,15 +385,6 @@ class JobLoop:
                     ]
                     raise
         return None if requeue is None else max(requeue.total_seconds(), 0.05)
-
-    async def act(
-        self,
-        action: Action,
-        spec: FinishableSparkJobSpec,
-        pods: list[DriverPod],
-        phase: Phase,
-    ) -> None:
-        await dispatch(action, ClusterEffects(self, spec, pods, phase))
 
 
 @dataclass(frozen=True)

@@ -295,10 +295,6 @@ class CoordinatorEndpoint:
         return int(text)
 
     @staticmethod
-    async def _body(request: web.Request) -> dict[str, Any]:
-        return await json_object(request)
-
-    @staticmethod
     def _request_id(body: dict[str, Any]) -> str | None:
         try:
             request_id = get_optional_str(body, "request_id", "body")
@@ -348,14 +344,14 @@ class CoordinatorEndpoint:
     async def _ready(self, request: web.Request) -> web.Response:
         host = self._host(request)
         subtask, attempt = self._index(request, "subtask"), self._index(request, "attempt")
-        request_id = self._request_id(await self._body(request))
+        request_id = self._request_id(await json_object(request))
         await self._await(host.execution_attempt_ready(subtask, attempt, request_id))
         return json_response(200, {"ok": True})
 
     async def _failed(self, request: web.Request) -> web.Response:
         host = self._host(request)
         subtask, attempt = self._index(request, "subtask"), self._index(request, "attempt")
-        body = await self._body(request)
+        body = await json_object(request)
         request_id = self._request_id(body)
         try:
             reason = get_optional_str(body, "reason", "body")
@@ -369,7 +365,7 @@ class CoordinatorEndpoint:
     async def _event(self, request: web.Request) -> web.Response:
         host = self._host(request)
         subtask, attempt = self._index(request, "subtask"), self._index(request, "attempt")
-        body = await self._body(request)
+        body = await json_object(request)
         request_id = self._request_id(body)
         if "event" not in body:
             raise Refusal(400, "body.event: missing (expected an operator event)")
@@ -391,7 +387,7 @@ class CoordinatorEndpoint:
         if stage not in BATCH_STAGES:
             raise Refusal(404, f"unknown batch stage {stage!r}; expected one of {BATCH_STAGES}")
         batch = self._index(request, "batch")
-        body = await self._body(request)
+        body = await json_object(request)
         try:
             sink = get_optional_str(body, "sink", "body") or ""
         except JsonFieldError as error:
@@ -405,23 +401,28 @@ class CoordinatorEndpoint:
         if hook is None:
             raise Refusal(404, "no runtime hook: this endpoint serves no batch job")
         action = request.match_info["action"]
-        body = await self._body(request)
-        try:
-            reply = await _hooked(request, hook, action, body)
-        except ValueError as error:
-            raise Refusal(400, str(error)) from None
+        body = await json_object(request)
+        reply = await _hooked(request, hook, action, body, refused=ValueError)
         return json_response(200, reply)
 
 
-async def _hooked(request: web.Request, hook: Callable[..., dict[str, Any]], *args: Any) -> Any:
-    """The driver's answer to a worker's call (a batch hook, a runtime hook), off the loop. Its
-    failure is the driver's work failing, not a bug of the endpoint: the worker's error names it
-    (``Type: message``) and the driver's log keeps the traceback."""
+async def _hooked(
+    request: web.Request,
+    hook: Callable[..., dict[str, Any]],
+    *args: Any,
+    refused: type[Exception] | None = None,
+) -> Any:
+    """The driver's answer to a worker's call (a batch hook, a runtime hook), off the loop. A
+    ``refused`` error is the call's fault: a 400 with its message. Any other failure is the
+    driver's work failing, not a bug of the endpoint: the worker's error names it (``Type:
+    message``) and the driver's log keeps the traceback."""
     loop = asyncio.get_running_loop()
     try:
         return await loop.run_in_executor(None, hook, *args)
-    except (ValueError, asyncio.CancelledError):
+    except asyncio.CancelledError:
         raise
     except Exception as error:
+        if refused is not None and isinstance(error, refused):
+            raise Refusal(400, str(error)) from None
         logger.exception("coordinator endpoint: %s %s failed", request.method, request.path)
         raise Refusal(500, f"{type(error).__name__}: {error}", kind="hook-failed") from None

@@ -191,7 +191,7 @@ class RemotePartitions:
         return f"delete of {partition_id} accepted, still in progress (request {request})"
 
     def close(self) -> None:
-        return None
+        self._transport.close()
 
     def _id(self, reference: str) -> str:
         """An id as given; a name resolved from the listing as the storage would (newest)."""

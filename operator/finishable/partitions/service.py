@@ -122,13 +122,12 @@ class PartitionService:
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._auth])
         serve_json(app, "the cluster partition service", REALM, self._answer, OPENAPI)
-        base = "/v1/namespaces/{namespace}/partitions"
         app.router.add_get("/healthz", self._health)
         app.router.add_get("/metrics", self._metrics)
-        app.router.add_get(base, self._list)
-        app.router.add_get(base + "/delete-requests/{request}", self._request_status)
-        app.router.add_get(base + "/{id}", self._get)
-        app.router.add_delete(base + "/{id}", self._delete)
+        app.router.add_get(_BASE, self._list)
+        app.router.add_get(_BASE + "/delete-requests/{request}", self._request_status)
+        app.router.add_get(_BASE + "/{id}", self._get)
+        app.router.add_delete(_BASE + "/{id}", self._delete)
         app.cleanup_ctx.append(self._expiry)
         return app
 
@@ -242,9 +241,7 @@ class PartitionService:
 
     async def _request_status(self, request: web.Request) -> web.Response:
         request_id = request.match_info["request"]
-        if not _REQUEST_ID.fullmatch(
-            request_id
-        ):  # our ids: uuid4 hex; no other name reaches the storage
+        if not _REQUEST_ID.fullmatch(request_id):  # no other name reaches the storage
             raise Refusal(404, f"no delete request {request_id!r}")
         try:
             data = await asyncio.to_thread(

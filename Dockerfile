@@ -43,7 +43,8 @@ RUN if [ -s /tmp/build-local/ca-certificates.crt ]; then \
     && /opt/finishable/venv/bin/pip install '.[iceberg]' \
     && /opt/finishable/venv/bin/pip uninstall --yes finishable-spark-operator \
     && cd / && rm -rf /tmp/dependencies
-# Spark's S3 connector (s3a://, docker/spark-jars.txt), put on Spark's classpath.
+# Spark's S3 connector (s3a://, docker/spark-jars.txt) and the project's data source (jvm/), put
+# on Spark's classpath.
 RUN if [ -d /tmp/build-local/jars ]; then \
         cp /tmp/build-local/jars/*.jar /opt/finishable/venv/lib/python3.11/site-packages/pyspark/jars/; fi
 COPY pyproject.toml README.md /src/

@@ -49,10 +49,13 @@ tools: $(BIN)/kubectl $(BIN)/helm
 $(BIN)/kubectl $(BIN)/helm: testcluster/tools/install-cluster-tool.sh | $(STAMP)
 	sh testcluster/tools/install-cluster-tool.sh $(notdir $@) $@
 
-# Spark's S3 connector (s3a://) in .venv's pyspark: hadoop-aws and the AWS SDK modules it needs,
-# pinned with their sha256 in docker/spark-jars.txt, fetched once into ~/.cache/finishable.
+# The jars .venv's pyspark loads besides its own: Spark's S3 connector (s3a://: hadoop-aws and the
+# AWS SDK modules it needs, pinned with their sha256 in docker/spark-jars.txt, fetched once into
+# ~/.cache/finishable) and the project's data source (jvm/, compiled once per change of it).
+SPARK_JARS_DIR = $$($(BIN)/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
 jars: $(STAMP)
-	sh docker/spark-jars.sh "$$($(BIN)/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
+	sh docker/spark-jars.sh "$(SPARK_JARS_DIR)"
+	sh jvm/build.sh "$(SPARK_JARS_DIR)"
 
 # The project's image, built and tried (docker, or ENGINE=podman; BASE=local builds its base here).
 image:

@@ -113,6 +113,11 @@ HANDED="$ROOT/docker/build-local"
 lock_context
 trap 'rm -rf "$HANDED/ca-certificates.crt" "$HANDED/constraints.txt" "$HANDED/jars"' EXIT
 sh "$ROOT/docker/spark-jars.sh" "$HANDED/jars" || die "Spark's S3 connector could not be fetched"
+# The project's own data source (jvm/), compiled against the Spark the tests run (.venv's pyspark,
+# the version constraints.txt pins below).
+spark_jars="$("$ROOT/.venv/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))' 2>/dev/null)" \
+    || die "no .venv with pyspark to compile jvm/ against: run make venv first"
+sh "$ROOT/jvm/build.sh" "$HANDED/jars" "$spark_jars" || die "jvm/ could not be built"
 for bundle in "${SSL_CERT_FILE:-}" /etc/ssl/certs/ca-certificates.crt; do
     if [ -n "$bundle" ] && [ -s "$bundle" ]; then cp "$bundle" "$HANDED/ca-certificates.crt"; break; fi
 done

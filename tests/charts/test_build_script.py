@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import signal
 import subprocess
 import time
@@ -71,7 +72,7 @@ case "$1" in
         for context; do :; done
         sleep 0.5
         handed="$context/docker/build-local"
-        if [ -s "$handed/ca-certificates.crt" ] && [ -s "$handed/jars/s3a.jar" ]; then echo build
+        if [ -s "$handed/ca-certificates.crt" ] && [ -s "$handed/jars/s3a.jar" ] && [ -s "$handed/jars/finishable-spark.jar" ]; then echo build
         else echo build-without-what-it-was-handed; fi >>"$STATE/builds" ;;
     run) case "$*" in *" -u") echo 1000 ;; *) echo "finishable 0.1.0" ;; esac ;;
     *) exit 1 ;;
@@ -81,6 +82,9 @@ esac
 
 SPARK_JARS = """#!/bin/sh
 mkdir -p "$1" && echo jar >"$1/s3a.jar"
+"""
+JVM_BUILD = """#!/bin/sh
+mkdir -p "$1" && [ -d "$2" ] && echo jar >"$1/finishable-spark.jar"
 """
 
 
@@ -96,6 +100,10 @@ def test_two_builds_at_once_install_and_start_the_engine_once(tmp_path: Path) ->
     shutil.copy(ROOT / "docker" / "build-image.sh", root / "docker" / "build-image.sh")
     # Spark's S3 connector, as docker/spark-jars.sh hands it (tests/charts/test_spark_jars.py)
     write_script(root / "docker" / "spark-jars.sh", SPARK_JARS)
+    (root / "jvm").mkdir()  # and the project's data source, as jvm/build.sh hands it
+    write_script(root / "jvm" / "build.sh", JVM_BUILD)
+    (root / ".venv" / "bin").mkdir(parents=True)  # whose pyspark jvm/ is compiled against
+    write_script(root / ".venv" / "bin" / "python", f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     fake_bin, state = tmp_path / "bin", tmp_path / "state"
     fake_bin.mkdir()
     state.mkdir()

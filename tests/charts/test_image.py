@@ -63,7 +63,7 @@ def test_the_cli_runs_as_the_images_non_root_user(built: tuple[str, str]) -> Non
 
 
 @pytest.mark.full
-def test_java_17_and_pyspark_run_a_spark_job_with_a_pandas_function_and_have_s3a(
+def test_java_17_and_pyspark_run_a_spark_job_with_a_pandas_function_and_have_our_jars(
     built: tuple[str, str],
 ) -> None:
     image, _ = built
@@ -77,6 +77,9 @@ def test_java_17_and_pyspark_run_a_spark_job_with_a_pandas_function_and_have_s3a
         "doubled = spark.range(1000).mapInPandas(lambda fs: (f * 2 for f in fs), 'id long'); "
         # Spark's S3 connector (docker/spark-jars.sh) on its classpath
         "spark._jvm.java.lang.Class.forName('org.apache.hadoop.fs.s3a.S3AFileSystem'); "
+        # and the project's data source (jvm/build.sh), which Batch reads of files go through
+        "from finishable.connectors.batch.jvm_reads import jvm_source_loadable; "
+        "assert jvm_source_loadable(spark); "
         "print(doubled.selectExpr('sum(id) div 2').first()[0])"
     )
     job = run(image, "python", "-c", program)

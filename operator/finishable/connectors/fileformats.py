@@ -449,7 +449,8 @@ def reader_schema(schema: StructType, options: FileOptions) -> StructType:
     return StructType([*nullable, StructField(RECORD_COLUMN, StringType(), True)])
 
 
-def _column(name: str) -> Column:
+def column(name: str) -> Column:
+    """The column ``name``, however it is spelt (backquoted)."""
     return sql.col("`" + name.replace("`", "``") + "`")
 
 
@@ -469,7 +470,7 @@ def parse_records(
     dropping = options.mode == "DROPMALFORMED"
     if dropping:
         parse = parse.add(MALFORMED_COLUMN, StringType(), True)
-    record = _column(RECORD_COLUMN)
+    record = column(RECORD_COLUMN)
     if options.format == "csv":
         parsed = sql.from_csv(record, parse.toDDL(), parser_options)
     else:
@@ -482,12 +483,12 @@ def parse_records(
     parsed = sql.when(sql.spark_partition_id() >= 0, parsed)
     frame = frame.withColumn(_PARSED_COLUMN, parsed)
     if dropping:
-        malformed = _column(_PARSED_COLUMN).getField(MALFORMED_COLUMN)
+        malformed = column(_PARSED_COLUMN).getField(MALFORMED_COLUMN)
         frame = frame.where(record.isNull() | malformed.isNull())
     columns = [
-        _column(f.name)
+        column(f.name)
         if f.name in keep
-        else sql.coalesce(_column(f.name), _column(_PARSED_COLUMN).getField(f.name)).alias(f.name)
+        else sql.coalesce(column(f.name), column(_PARSED_COLUMN).getField(f.name)).alias(f.name)
         for f in schema.fields
     ]
     return frame.select(*columns)

@@ -355,6 +355,10 @@ class SourceCoordinator:
         not a file range)."""
         return self._control("input_bytes", lambda e: e.input_bytes())
 
+    def file_urls(self) -> list[str]:
+        """The URLs of the files the splits read (for the partition columns their paths give)."""
+        return self._control("file_urls", lambda e: e.file_urls())
+
     def adopt(self, splits: list[Split]) -> AdoptResult:
         """Hand ``splits`` to the running attempt (``begin_run`` does this from the log)."""
         return self._adopt(self._require_attempt(), splits)

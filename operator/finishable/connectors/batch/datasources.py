@@ -155,7 +155,8 @@ class _Slot(InputPartition):
 class BatchSourceReader(DataSourceReader):
     """Reader slots: each becomes a subtask of its round and pulls splits up to the quota."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        del schema  # the settings carry it
         self.settings, self.token = ReaderSettings.from_options(options)
         self.read_name = options["read"]
         self.slots = int(options["slots"])
@@ -229,7 +230,7 @@ def _source_class(
     kind: str,
     name: str,
     schema: StructType,
-    reader: Callable[[Mapping[str, str]], DataSourceReader],
+    reader: Callable[[Mapping[str, str], StructType], DataSourceReader],
 ) -> type[DataSource]:
     """A data source class of its own per read or dataset, so Spark's plans name it."""
     short = format_name(kind, name)
@@ -244,7 +245,7 @@ def _source_class(
             return StructType.fromJson(json.loads(schema_json))
 
         def reader(self, schema: StructType) -> DataSourceReader:
-            return reader(self.options)
+            return reader(self.options, schema)
 
     _Source.__name__ = _Source.__qualname__ = f"Source_{short}"
     return _Source
@@ -261,7 +262,8 @@ def read_source_class(read_name: str, schema: StructType) -> type[DataSource]:
 class StageReader(DataSourceReader):
     """One slot per result partition; where it lives is asked from the driver at read time."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.target = arrow_schema_of(schema)
         self.dataset = options["dataset"]
         self.slots = int(options["slots"])
         self.runtime = RuntimeClient(options["endpoint"], options["token"])
@@ -283,7 +285,10 @@ class StageReader(DataSourceReader):
                 "not finish"
             )
         client = ShuffleClient(server, self.token)
-        yield from client.get(self.dataset, slot)
+        for batch in client.get(self.dataset, slot):
+            # Spark hands mapInArrow timestamps in the session's zone and wants UTC back: the
+            # same instants, another label (a cast of metadata only).
+            yield batch if batch.schema == self.target else batch.cast(self.target)
 
 
 def stage_source_class(dataset: str, schema: StructType) -> type[DataSource]:

@@ -167,6 +167,10 @@ class SplitLedger(ABC):
     def _real_split_count(self) -> int:
         return len(self._splits) - len(self._sentinels)
 
+    def file_urls(self) -> list[str]:
+        """The URLs of the files the splits read, once each (ranges and sentinels apart)."""
+        return sorted({s.url for s in self._splits.values() if isinstance(s, FileSplit)})
+
     def input_bytes(self) -> int | None:
         """The bytes the splits cover once all are discovered; None before, or when one is not a
         byte range of a file (a range of rows has no size in bytes)."""

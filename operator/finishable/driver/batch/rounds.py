@@ -20,6 +20,7 @@ from finishable.connectors.batch.datasources import (
     stage_writer,
     staged_from_json,
 )
+from finishable.connectors.reading import arrow_schema_of
 from finishable.connectors.sinks import Iceberg, TransactionalFiles
 from finishable.connectors.staging import publish_files, read_staged_parts, retire_replaced
 from finishable.connectors.streaming.sink import StagedMessage, _output_schema
@@ -103,9 +104,8 @@ class RoundsMixin(RuntimeCore):
                     batch_id=stage.output_batch,
                 )
             else:
-                from pyspark.sql.pandas.types import to_arrow_schema  # noqa: PLC0415
-
-                schema = to_arrow_schema(stage.dataframe.schema).serialize().to_pybytes()
+                # The schema of an empty partition: timestamps need a zone (Spark's are UTC).
+                schema = arrow_schema_of(stage.dataframe.schema).serialize().to_pybytes()
                 writer = stage_writer(
                     self.endpoint.url,
                     self.token,

@@ -25,8 +25,19 @@ from finishable.api.control import DriverState, RequestOutcome
 from finishable.api.jobconfig import JobConfig
 from finishable.api.status import ClusterPartitionStatus
 from finishable.connectors.batch.datasources import read_source_class, stage_source_class
+from finishable.connectors.batch.jvm_reads import (
+    JVM_SOURCE,
+    READER_CONF,
+    ReaderChoiceError,
+    chosen_reader,
+    jvm_read_options,
+    jvm_source_loadable,
+    partition_columns,
+    typed,
+    why_not_jvm,
+)
 from finishable.connectors.sinks import Iceberg, TransactionalFiles
-from finishable.connectors.sources import ClusterPartition, Source
+from finishable.connectors.sources import ClusterPartition, Files, Source
 from finishable.coordinator.contract import NO_CHECKPOINT
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.batch.control import ControlMixin
@@ -177,6 +188,19 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         )
         read = DeclaredRead(name, coordinator, parallelism, quota)
         self._reads[name] = read
+        if isinstance(source, Files) and self._jvm_reads(source, name):
+            partitions = partition_columns(source.schema, source.url, coordinator.file_urls())
+            options = jvm_read_options(
+                source,
+                read=name,
+                coordinator=name,
+                endpoint=self.endpoint.url,
+                token=self.token,
+                slots=parallelism,
+                partitions=partitions,
+            )
+            frame = self.spark.read.format(JVM_SOURCE).options(**options).load()
+            return typed(frame, source.schema, partitions)
         read_schema = source.reader_schema(source.schema)
         settings = source._settings(name, self.endpoint.url, read_schema, None, cores)
         cls = read_source_class(name, read_schema)
@@ -184,6 +208,21 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         options = {**settings.to_options(self.token), "read": name, "slots": str(parallelism)}
         frame = self.spark.read.format(cls.name()).options(**options).load()
         return source.decode(frame, source.schema)
+
+    def _jvm_reads(self, source: Files, name: str) -> bool:
+        """Whether read ``name`` goes through Spark's own file readers (``jvm_reads``)."""
+        try:
+            reader = chosen_reader(self.spark.conf.get(READER_CONF, None))
+        except ReaderChoiceError as error:
+            raise PermanentFailure(str(error)) from None
+        reason = f"{READER_CONF}=python" if reader == "python" else why_not_jvm(source)
+        if reason is None and not jvm_source_loadable(self.spark):
+            reason = f"{JVM_SOURCE} is not on Spark's classpath (make jars; the image has it)"
+        if reason is not None:
+            log.info("read %r: Python reader slots: %s", name, reason)
+            return False
+        log.info("read %r: Spark's %s reader under the coordinator", name, source.format)
+        return True
 
     def _resolve(self, source: Source, name: str) -> Source:
         """The source bound to this job; one naming input that is not there fails the job at

@@ -1,0 +1,122 @@
+"""Batch reads of ``sources.Files`` through Spark's own file readers (``jvm/``, the JVM twin of
+the reader slots in ``connectors.batch.datasources``).
+
+The rows of a Python data source cross from the JVM to a Python worker and back (the batch
+benchmark's floor: 2.7x plain Spark on JSON). ``dev.finishable.spark.FilesRead`` keeps them in
+the JVM: the same reader slots, round property and driver calls, with each split the coordinator
+hands out read by the format reader ``spark.read`` would use. What is decided here is pure:
+whether a read can take that path, and the options that tell the JVM source what to read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from finishable.connectors.batch.datasources import format_name
+from finishable.connectors.sources import Files, Source
+from finishable.coordinator.files import partition_values
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+JVM_SOURCE = "dev.finishable.spark.FilesRead"
+READER_CONF = "spark.finishable.reader"
+"""``jvm`` (the default: Spark's readers where a read allows it) or ``python``."""
+READERS = ("jvm", "python")
+_NOT_PASSED = frozenset({"ignoreCorruptFiles", "ignoreMissingFiles"})
+"""Handled by the slot reader (a skipped split is reported to the coordinator), not by Spark's
+format reader, which would drop an unreadable file silently."""
+
+
+class ReaderChoiceError(ValueError):
+    """``spark.finishable.reader`` has a value it cannot have."""
+
+
+def chosen_reader(value: str | None) -> str:
+    """The reader ``spark.finishable.reader`` asks for (``jvm`` when unset)."""
+    reader = (value or "jvm").strip().lower()
+    if reader not in READERS:
+        raise ReaderChoiceError(
+            f"spark conf {READER_CONF}={value!r} is not accepted: use one of {', '.join(READERS)}"
+        )
+    return reader
+
+
+def why_not_jvm(source: Source) -> str | None:
+    """Why Spark's own readers cannot read ``source`` here (None: they can)."""
+    if not isinstance(source, Files):
+        return f"{type(source).__name__} sources are read by Python"
+    scheme = urlsplit(source.url).scheme
+    if scheme != "file":
+        return f"{scheme}:// inputs are read by Python (pyarrow's file systems)"
+    return None
+
+
+def partition_columns(schema: StructType, root: str, urls: Iterable[str]) -> list[str]:
+    """The schema's columns that a ``key=value`` directory below ``root`` gives, in schema order."""
+    named: set[str] = set()
+    for url in urls:
+        named.update(partition_values(root, url))
+    return [f.name for f in schema.fields if f.name in named]
+
+
+def jvm_read_options(
+    source: Files,
+    *,
+    read: str,
+    coordinator: str,
+    endpoint: str,
+    token: str,
+    slots: int,
+    partitions: list[str],
+) -> dict[str, str]:
+    """The options of one read's ``FilesRead`` (ReadOptions.java reads them)."""
+    spark_options = {k: v for k, v in source.options.options.items() if k not in _NOT_PASSED}
+    return {
+        "name": format_name("read", read),
+        "read": read,
+        "slots": str(slots),
+        "endpoint": endpoint,
+        "token": token,
+        "coordinator": coordinator,
+        "format": source.format,
+        "root": source.url,
+        "skipUnreadable": str(source.on_error == "skip" or source.options.skip_unreadable).lower(),
+        "schema": source.schema.json(),
+        "partitionColumns": json.dumps(partitions),
+        "sparkOptions": json.dumps(spark_options, sort_keys=True),
+    }
+
+
+def typed(frame: DataFrame, schema: StructType, partitions: list[str]) -> DataFrame:
+    """The JVM read's rows in the declared schema: its columns in order, partition values (read
+    as text from the paths) cast to their declared types, as ``spark.read`` casts them."""
+    from finishable.connectors.fileformats import column  # noqa: PLC0415
+
+    return frame.select(
+        *[
+            column(f.name).cast(f.dataType).alias(f.name)
+            if f.name in partitions
+            else column(f.name)
+            for f in schema.fields
+        ]
+    )
+
+
+def jvm_source_loadable(spark: SparkSession) -> bool:
+    """Whether the project's jar is on Spark's classpath (``make jars``; the image has it)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    try:
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(JVM_SOURCE, False, loader)
+    except Exception:
+        return False
+    return True

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -72,7 +72,9 @@ case "$1" in
         for context; do :; done
         sleep 0.5
         handed="$context/docker/build-local"
-        if [ -s "$handed/ca-certificates.crt" ] && [ -s "$handed/jars/s3a.jar" ] && [ -s "$handed/jars/finishable-spark.jar" ]; then echo build
+        jars="$handed/jars"
+        if [ -s "$handed/ca-certificates.crt" ] && [ -s "$jars/s3a.jar" ] \\
+            && [ -s "$jars/finishable-spark.jar" ]; then echo build
         else echo build-without-what-it-was-handed; fi >>"$STATE/builds" ;;
     run) case "$*" in *" -u") echo 1000 ;; *) echo "finishable 0.1.0" ;; esac ;;
     *) exit 1 ;;

@@ -73,7 +73,7 @@ case "$1" in
         sleep 0.5
         handed="$context/docker/build-local"
         jars="$handed/jars"
-        if [ -s "$handed/ca-certificates.crt" ] && [ -s "$jars/s3a.jar" ] \\
+        if [ -s "$handed/ca-certificates.crt" ] && [ -s "$jars/s3a.jar" ] \
             && [ -s "$jars/finishable-spark.jar" ]; then echo build
         else echo build-without-what-it-was-handed; fi >>"$STATE/builds" ;;
     run) case "$*" in *" -u") echo 1000 ;; *) echo "finishable 0.1.0" ;; esac ;;

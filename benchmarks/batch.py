@@ -17,7 +17,9 @@
    passes through Python; ``jvm_read_floor`` read by Spark's JSON reader but staged by Python
    writers; ``floor`` through bare Python data sources and ``mapInArrow`` writers, staged as
    Arrow files on local disk: what any Python data source pipeline pays on Spark) and as a
-   ``FinishableJob`` with two stages on two shuffle servers; medians of alternating rounds after
+   ``FinishableJob`` with two stages on two shuffle servers, its files read by Spark's own
+   reader under the coordinator (``staged``) and by Python reader slots
+   (``staged_python_reads``); medians of alternating rounds after
    a warm-up of each; again on ``--larger`` times the input (``x10``), where fixed costs no
    longer hide per-row ones.
 
@@ -461,9 +463,21 @@ def native_floor(spark: Any, inputs: Path, output: Path) -> tuple[float, dict[st
 
 
 def staged(
-    spark: Any, work: Path, name: str, inputs: Path, *, urls: list[str], token: str
+    spark: Any,
+    work: Path,
+    name: str,
+    inputs: Path,
+    *,
+    urls: list[str],
+    token: str,
+    reader: str = "jvm",
 ) -> tuple[float, dict[str, Any]]:
+    """The batch example as a FinishableJob; ``reader``: how its read stage reads the files
+    (``jvm``, Spark's own reader under the coordinator, or ``python``: spark.finishable.reader)."""
     from finishable import FinishableJob  # noqa: PLC0415
+    from finishable.connectors.batch.jvm_reads import READER_CONF  # noqa: PLC0415
+
+    spark.conf.set(READER_CONF, reader)
 
     config = JobConfig.model_validate(
         {
@@ -510,7 +524,11 @@ def staged_figures(
     shuffle = LocalShuffle(work / "servers", "bench", 2, "10m")
     urls = shuffle.ensure()
     size = inputs.name
-    runs: dict[str, list[tuple[float, dict[str, Any]]]] = {"plain_pyspark": [], "staged": []}
+    runs: dict[str, list[tuple[float, dict[str, Any]]]] = {
+        "plain_pyspark": [],
+        "staged": [],
+        "staged_python_reads": [],
+    }
     runs.update({floor: [] for floor in FLOORS})
     warm: dict[str, Any] = {}
 
@@ -522,6 +540,15 @@ def staged_figures(
             done[floor] = pipeline(spark, inputs, work / f"{floor}-{size}-{index}")
         done["staged"] = staged(
             spark, work, f"staged-{size}-{index}", inputs, urls=urls, token=shuffle.token
+        )
+        done["staged_python_reads"] = staged(
+            spark,
+            work,
+            f"staged-python-{size}-{index}",
+            inputs,
+            urls=urls,
+            token=shuffle.token,
+            reader="python",
         )
         return done
 
@@ -539,10 +566,12 @@ def staged_figures(
     phases["session_start"] = round(session_s, 3)
     phases["plain_pyspark"] = seconds["plain_pyspark"][1]
     phases["staged"] = seconds["staged"][1]
+    phases["staged_python_reads"] = seconds["staged_python_reads"][1]
     phases["warm_up"] = warm
     figures = {f"{name}_s": round(run[0], 2) for name, run in seconds.items()}
     figures.update({f"{floor}_ratio": round(seconds[floor][0] / plain_s, 2) for floor in FLOORS})
     figures["staged_ratio"] = round(staged_s / plain_s, 2)
+    figures["staged_python_reads_ratio"] = round(seconds["staged_python_reads"][0] / plain_s, 2)
     figures["staged_over_floor"] = round(staged_s / seconds["floor"][0], 2)
     return figures
 

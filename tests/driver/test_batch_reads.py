@@ -8,7 +8,10 @@ slots (``spark.finishable.reader=python``); the published rows must equal ``spar
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +22,11 @@ from pyspark.sql import SparkSession
 
 from finishable import sinks, sources
 from finishable.connectors.batch.jvm_reads import READER_CONF
+from finishable.driver.batch.plan import CoordinatorSnapshot
+from finishable.driver.outcome import JobFailed
 from finishable.local.shuffle import LocalShuffle
 from tests.connectors.test_source_conformance import CASES, Case, _hashable, _write
-from tests.driver.test_batch_program import close_jobs, make_job, shuffle, spark
+from tests.driver.test_batch_program import close_jobs, logged_events, make_job, shuffle, spark
 
 __all__ = ["close_jobs", "shuffle", "spark"]  # the fixtures this module shares
 
@@ -80,3 +85,46 @@ def test_a_batch_read_gives_what_spark_read_gives(
         f"only spark.read: {sorted(map(repr, expected - got))}\n"
         f"only the job: {sorted(map(repr, got - expected))}"
     )
+
+
+def _orders_with_a_corrupt_file(root: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root.mkdir()
+    for index in range(3):
+        table = pa.table({"id": list(range(index * 10, index * 10 + 10))})
+        pq.write_table(table, root / f"part-{index}.parquet")
+    (root / "part-3.parquet").write_bytes(b"PAR1 this is not parquet at all PAR1")
+
+
+@pytest.mark.parametrize("reader", ["jvm", "python"], indirect=True)
+def test_an_unreadable_file_fails_the_job_naming_it_or_is_skipped_and_reported(
+    spark: SparkSession, shuffle: LocalShuffle, tmp_path: Path, reader: str
+) -> None:
+    root = tmp_path / "input"
+    _orders_with_a_corrupt_file(root)
+    job = make_job(spark, tmp_path / "fail", shuffle)
+    source = sources.Files(str(root), "parquet", "id long")
+    job.write(
+        job.stage("rows", job.read(source, name="input")),
+        sinks.TransactionalFiles(str(tmp_path / "fail" / "out"), name="rows"),
+    )
+    named = r"SourceReadError: cannot read file://\S*/part-3\.parquet as parquet"
+    with pytest.raises(JobFailed, match=named):
+        job.run()
+
+    job = make_job(spark, tmp_path / "skip", shuffle)
+    skipping = sources.Files(str(root), "parquet", "id long", on_error="skip")
+    frame = job.read(skipping, name="input")
+    sink = sinks.TransactionalFiles(str(tmp_path / "skip" / "out"), name="rows")
+    job.write(job.stage("rows", frame), sink)
+    job.run()
+    assert sorted(sink.read_committed()["id"].to_pylist()) == list(range(30)), reader
+    # the skip is in the source's last snapshot in the event log, with the reader's reason
+    (last,) = [e for e in logged_events(tmp_path / "skip") if isinstance(e, CoordinatorSnapshot)][
+        -1:
+    ]
+    reasons = list(json.loads(base64.b64decode(last.data)).get("skipped", {}).values())
+    assert len(reasons) == 1
+    assert re.search(r"cannot read file://\S*/part-3\.parquet as parquet", reasons[0]), reasons

@@ -475,8 +475,13 @@ def _mentions(plan: str, kind: str, name: str) -> bool:
 
 
 def _first_error(error: BaseException) -> str:
-    """The line of a Spark failure that names the Python error, not the JVM's wrapping."""
+    """The line of a Spark failure that names the error, not the JVM's wrapping: the Python
+    error's, or one of the project's JVM reader's (``jvm/``: its message is the whole reason)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for line in lines:
+        ours = re.search(r"dev\.finishable\.spark\.(\w+(Error|Exception): .*)", line)
+        if ours:
+            return ours.group(1)
     named = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)]
     if named:
         return named[-1]

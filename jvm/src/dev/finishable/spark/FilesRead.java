@@ -170,7 +170,7 @@ public final class FilesRead implements TableProvider {
             Function1<PartitionedFile, scala.collection.Iterator<InternalRow>> reader =
                 fileFormat(options.format).buildReaderWithPartitionValues(spark, options.dataSchema,
                     options.partitionSchema(), requiredData, noFilters, scalaOptions, hadoopConf);
-            return new SlotReader.Factory(options, reader);
+            return new SlotReader.Factory(options, new SplitReader(options, reader));
         }
     }
 

@@ -7,22 +7,16 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
-import java.util.Map;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import org.apache.spark.TaskContext;
-import org.apache.spark.paths.SparkPath;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
-import org.apache.spark.sql.execution.datasources.PartitionedFile;
-import org.apache.spark.unsafe.types.UTF8String;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
-import scala.Function1;
 
 /**
  * A reader slot on an executor: it becomes subtask {@code tasks[slot]} of the round, pulls splits
@@ -33,11 +27,10 @@ import scala.Function1;
 final class SlotReader implements PartitionReader<InternalRow> {
     static final String ROUND_PROPERTY = "finishable.round";
     static final String AUDIT_ENV = "FINISHABLE_SPLIT_AUDIT";
-    private static final String HIVE_NULL = "__HIVE_DEFAULT_PARTITION__";
     private static final Logger LOG = LoggerFactory.getLogger(SlotReader.class);
 
     private final ReadOptions options;
-    private final Function1<PartitionedFile, scala.collection.Iterator<InternalRow>> formatReader;
+    private final SplitReader splitReader;
     private final int slot;
     private final DriverCalls driver;
 
@@ -52,10 +45,9 @@ final class SlotReader implements PartitionReader<InternalRow> {
     private Iterator<InternalRow> rows;
     private InternalRow current;
 
-    SlotReader(ReadOptions options,
-            Function1<PartitionedFile, scala.collection.Iterator<InternalRow>> formatReader, int slot) {
+    SlotReader(ReadOptions options, SplitReader splitReader, int slot) {
         this.options = options;
-        this.formatReader = formatReader;
+        this.splitReader = splitReader;
         this.slot = slot;
         this.driver = new DriverCalls(options.endpoint, options.token);
     }
@@ -143,6 +135,14 @@ final class SlotReader implements PartitionReader<InternalRow> {
         return body;
     }
 
+    private void reportSkipped(String splitId, String reason) {
+        ObjectNode event = ReadOptions.JSON.createObjectNode();
+        event.put("type", "SplitSkipped");
+        event.put("split_id", splitId);
+        event.put("reason", reason);
+        driver.coordinatorEvent(options.coordinator, subtask, attempt, event);
+    }
+
     private List<JsonNode> requestSplit() {
         ObjectNode event = ReadOptions.JSON.createObjectNode();
         event.put("type", "RequestSplit");
@@ -169,157 +169,9 @@ final class SlotReader implements PartitionReader<InternalRow> {
                     + " got a split of kind " + split.path("kind").asText() + "; it reads file splits only");
             }
             audit(split.path("id").asText());
-            parts.add(readSplit(split));
+            parts.add(splitReader.rows(split, this::reportSkipped));
         }
-        return parts.size() == 1 ? parts.get(0) : concat(parts);
-    }
-
-    /** One split's rows. With skipping on, the split is read whole before any row goes out, so a
-     * skipped split leaves no partial rows behind and a replay reads exactly the same rows. */
-    private Iterator<InternalRow> readSplit(JsonNode split) {
-        String url = split.path("url").asText();
-        long start = split.path("start").asLong();
-        long length = split.path("length").asLong();
-        long size = split.path("file_size").asLong();
-        String described = start == 0 && length == size ? url
-            : url + " bytes [" + start + ", " + (start + length) + ")";
-        PartitionedFile file = PartitionedFile.apply(partitionValues(url), SparkPath.fromUrlString(url),
-            start, length, new String[0], 0L, size, PartitionedFile.apply$default$8());
-        Iterator<InternalRow> opened;
-        try {
-            opened = new Failing(scala.jdk.javaapi.CollectionConverters.asJava(formatReader.apply(file)), described);
-            if (!options.skipUnreadable) {
-                return opened;
-            }
-            List<InternalRow> whole = new ArrayList<>();
-            while (opened.hasNext()) {
-                whole.add(opened.next().copy());
-            }
-            return whole.iterator();
-        } catch (SourceReadError error) {
-            if (!options.skipUnreadable) {
-                throw error;
-            }
-            LOG.warn("skipping an unreadable split: {}", error.getMessage());
-            ObjectNode event = ReadOptions.JSON.createObjectNode();
-            event.put("type", "SplitSkipped");
-            event.put("split_id", split.path("id").asText());
-            event.put("reason", error.getMessage());
-            driver.coordinatorEvent(options.coordinator, subtask, attempt, event);
-            return java.util.Collections.emptyIterator();
-        } catch (RuntimeException error) {
-            throw new SourceReadError(reason(described, error), error);
-        }
-    }
-
-    private String reason(String described, Throwable error) {
-        Throwable root = error;
-        while (root.getCause() != null && root.getCause() != root) {
-            root = root.getCause();
-        }
-        return "cannot read " + described + " as " + options.format + ": "
-            + root.getClass().getSimpleName() + ": " + root.getMessage();
-    }
-
-    /** Rows of a split; any failure while reading becomes a SourceReadError naming the split. */
-    private final class Failing implements Iterator<InternalRow> {
-        private final Iterator<InternalRow> inner;
-        private final String described;
-
-        Failing(Iterator<InternalRow> inner, String described) {
-            this.inner = inner;
-            this.described = described;
-        }
-
-        @Override
-        public boolean hasNext() {
-            try {
-                return inner.hasNext();
-            } catch (RuntimeException error) {
-                throw new SourceReadError(reason(described, error), error);
-            }
-        }
-
-        @Override
-        public InternalRow next() {
-            try {
-                return inner.next();
-            } catch (RuntimeException error) {
-                throw new SourceReadError(reason(described, error), error);
-            }
-        }
-    }
-
-    private static Iterator<InternalRow> concat(List<Iterator<InternalRow>> parts) {
-        Iterator<Iterator<InternalRow>> each = parts.iterator();
-        return new Iterator<InternalRow>() {
-            private Iterator<InternalRow> part = java.util.Collections.emptyIterator();
-
-            @Override
-            public boolean hasNext() {
-                while (!part.hasNext() && each.hasNext()) {
-                    part = each.next();
-                }
-                return part.hasNext();
-            }
-
-            @Override
-            public InternalRow next() {
-                hasNext();
-                return part.next();
-            }
-        };
-    }
-
-    /** The {@code key=value} directories between the source's URL and the file, as Spark
-     * escapes partition paths (coordinator/files.py partition_values); Hive's default is null. */
-    private InternalRow partitionValues(String url) {
-        Object[] values = new Object[options.partitionColumns.size()];
-        String root = options.root.split("\\?", 2)[0].replaceAll("/+$", "") + "/";
-        String path = url.split("\\?", 2)[0];
-        if (values.length > 0 && path.startsWith(root)) {
-            String[] directories = unquote(path.substring(root.length())).split("/", -1);
-            for (int index = 0; index < directories.length - 1; index++) {
-                int equals = directories[index].indexOf('=');
-                if (equals <= 0) {
-                    continue;
-                }
-                int column = options.partitionColumns.indexOf(unquote(directories[index].substring(0, equals)));
-                String text = unquote(directories[index].substring(equals + 1));
-                if (column >= 0) {
-                    values[column] = HIVE_NULL.equals(text) ? null : UTF8String.fromString(text);
-                }
-            }
-        }
-        return new GenericInternalRow(values);
-    }
-
-    /** Percent-decoding as Python's urllib.parse.unquote does it ('+' stays '+'). */
-    static String unquote(String text) {
-        if (text.indexOf('%') < 0) {
-            return text;
-        }
-        java.io.ByteArrayOutputStream bytes = new java.io.ByteArrayOutputStream();
-        StringBuilder out = new StringBuilder();
-        for (int index = 0; index < text.length(); index++) {
-            char c = text.charAt(index);
-            if (c == '%' && index + 2 < text.length()
-                    && Character.digit(text.charAt(index + 1), 16) >= 0
-                    && Character.digit(text.charAt(index + 2), 16) >= 0) {
-                bytes.write(Integer.parseInt(text.substring(index + 1, index + 3), 16));
-                index += 2;
-                continue;
-            }
-            if (bytes.size() > 0) {
-                out.append(new String(bytes.toByteArray(), StandardCharsets.UTF_8));
-                bytes.reset();
-            }
-            out.append(c);
-        }
-        if (bytes.size() > 0) {
-            out.append(new String(bytes.toByteArray(), StandardCharsets.UTF_8));
-        }
-        return out.toString();
+        return SplitReader.concat(parts);
     }
 
     private void audit(String splitId) {
@@ -344,16 +196,16 @@ final class SlotReader implements PartitionReader<InternalRow> {
     static final class Factory implements PartitionReaderFactory {
         private static final long serialVersionUID = 1L;
         private final ReadOptions options;
-        private final Function1<PartitionedFile, scala.collection.Iterator<InternalRow>> formatReader;
+        private final SplitReader splits;
 
-        Factory(ReadOptions options, Function1<PartitionedFile, scala.collection.Iterator<InternalRow>> formatReader) {
+        Factory(ReadOptions options, SplitReader splits) {
             this.options = options;
-            this.formatReader = formatReader;
+            this.splits = splits;
         }
 
         @Override
         public PartitionReader<InternalRow> createReader(InputPartition partition) {
-            return new SlotReader(options, formatReader, ((FilesRead.SlotPartition) partition).slot);
+            return new SlotReader(options, splits, ((FilesRead.SlotPartition) partition).slot);
         }
     }
 }

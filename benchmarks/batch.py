@@ -19,7 +19,7 @@
    Arrow files on local disk: what any Python data source pipeline pays on Spark) and as a
    ``FinishableJob`` with two stages on two shuffle servers, its files read by Spark's own
    reader under the coordinator (``staged``) and by Python reader slots
-   (``staged_python_reads``); medians of alternating rounds after
+   (``staged_python_path``); medians of alternating rounds after
    a warm-up of each; again on ``--larger`` times the input (``x10``), where fixed costs no
    longer hide per-row ones.
 
@@ -30,7 +30,7 @@ rounds, commit; the tasks' input and output seconds), read back from the driver 
 the job object in session; plain PySpark's planning and job.
 
     .venv/bin/python benchmarks/batch.py [--files 96] [--rows 40000] [--mb 128] [--rounds 3]
-                                         [--larger 10]
+                                         [--larger 10] [--staged-only]
 """
 
 from __future__ import annotations
@@ -472,12 +472,12 @@ def staged(
     token: str,
     reader: str = "jvm",
 ) -> tuple[float, dict[str, Any]]:
-    """The batch example as a FinishableJob; ``reader``: how its read stage reads the files
-    (``jvm``, Spark's own reader under the coordinator, or ``python``: spark.finishable.reader)."""
+    """The batch example as a FinishableJob; ``reader``: its data path (spark.finishable.dataPath:
+    ``jvm``, Spark's own reader under the coordinator and JVM stage writers, or ``python``)."""
     from finishable import FinishableJob  # noqa: PLC0415
-    from finishable.connectors.batch.jvm_reads import READER_CONF  # noqa: PLC0415
+    from finishable.connectors.batch.jvm import DATA_PATH_CONF  # noqa: PLC0415
 
-    spark.conf.set(READER_CONF, reader)
+    spark.conf.set(DATA_PATH_CONF, reader)
 
     config = JobConfig.model_validate(
         {
@@ -527,7 +527,7 @@ def staged_figures(
     runs: dict[str, list[tuple[float, dict[str, Any]]]] = {
         "plain_pyspark": [],
         "staged": [],
-        "staged_python_reads": [],
+        "staged_python_path": [],
     }
     runs.update({floor: [] for floor in FLOORS})
     warm: dict[str, Any] = {}
@@ -541,7 +541,7 @@ def staged_figures(
         done["staged"] = staged(
             spark, work, f"staged-{size}-{index}", inputs, urls=urls, token=shuffle.token
         )
-        done["staged_python_reads"] = staged(
+        done["staged_python_path"] = staged(
             spark,
             work,
             f"staged-python-{size}-{index}",
@@ -566,12 +566,12 @@ def staged_figures(
     phases["session_start"] = round(session_s, 3)
     phases["plain_pyspark"] = seconds["plain_pyspark"][1]
     phases["staged"] = seconds["staged"][1]
-    phases["staged_python_reads"] = seconds["staged_python_reads"][1]
+    phases["staged_python_path"] = seconds["staged_python_path"][1]
     phases["warm_up"] = warm
     figures = {f"{name}_s": round(run[0], 2) for name, run in seconds.items()}
     figures.update({f"{floor}_ratio": round(seconds[floor][0] / plain_s, 2) for floor in FLOORS})
     figures["staged_ratio"] = round(staged_s / plain_s, 2)
-    figures["staged_python_reads_ratio"] = round(seconds["staged_python_reads"][0] / plain_s, 2)
+    figures["staged_python_path_ratio"] = round(seconds["staged_python_path"][0] / plain_s, 2)
     figures["staged_over_floor"] = round(staged_s / seconds["floor"][0], 2)
     return figures
 
@@ -596,6 +596,11 @@ def main() -> None:
         default=10,
         help="also compare staged, floors and plain on this many times the input (0: not)",
     )
+    parser.add_argument(
+        "--staged-only",
+        action="store_true",
+        help="only part 3, staged vs plain (minutes instead of most of an hour)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="finishable-batch-bench-"))
@@ -603,9 +608,10 @@ def main() -> None:
         inputs = work / "input"
         write_files(inputs, args.files, args.rows)
         result: dict[str, Any] = {"benchmark": "batch", "files": args.files, "rows": args.rows}
-        result.update(shuffle_io(work, args.mb, args.rounds))
         phases: dict[str, Any] = {}
-        result.update(crash_figures(work, inputs, args.files, args.rows, phases))
+        if not args.staged_only:
+            result.update(shuffle_io(work, args.mb, args.rounds))
+            result.update(crash_figures(work, inputs, args.files, args.rows, phases))
         result.update(staged_figures(work, inputs, args.rounds, phases))
         if args.larger > 1:  # fixed costs hide per-row costs at the default size
             larger = work / f"input-x{args.larger}"

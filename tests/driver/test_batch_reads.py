@@ -3,7 +3,7 @@
 The conformance corpus (tests/connectors/test_source_conformance.py: awkward files, every file
 cut into byte ranges) read by a Batch job, once through Spark's own file readers under the
 coordinator (``dev.finishable.spark.FilesRead``, the default) and once through the Python reader
-slots (``spark.finishable.reader=python``); the published rows must equal ``spark.read``'s.
+slots (``spark.finishable.dataPath=python``); the published rows must equal ``spark.read``'s.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from finishable import sinks, sources
-from finishable.connectors.batch.jvm_reads import READER_CONF
+from finishable.connectors.batch.jvm import DATA_PATH_CONF
 from finishable.driver.batch.plan import CoordinatorSnapshot
 from finishable.driver.outcome import JobFailed
 from finishable.local.shuffle import LocalShuffle
@@ -35,9 +35,9 @@ pytestmark = pytest.mark.full
 
 @pytest.fixture
 def reader(spark: SparkSession, request: pytest.FixtureRequest) -> Iterator[str]:
-    spark.conf.set(READER_CONF, request.param)
+    spark.conf.set(DATA_PATH_CONF, request.param)
     yield str(request.param)
-    spark.conf.unset(READER_CONF)
+    spark.conf.unset(DATA_PATH_CONF)
 
 
 def _batch_read(

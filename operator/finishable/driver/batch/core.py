@@ -25,6 +25,13 @@ from finishable.api.status import (
     CoordinatorStatus,
     SavepointStatus,
 )
+from finishable.connectors.batch.jvm import (
+    DATA_PATH_CONF,
+    JVM_SOURCE,
+    DataPathError,
+    chosen_path,
+    jvm_source_loadable,
+)
 from finishable.connectors.sinks import Iceberg, TransactionalFiles
 from finishable.coordinator.contract import NO_CHECKPOINT
 from finishable.coordinator.endpoint import CoordinatorEndpoint
@@ -37,6 +44,7 @@ from finishable.driver.batch.plan import (
     TaskFinished,
 )
 from finishable.driver.departure import Departure
+from finishable.driver.failures import PermanentFailure
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.lifecycle.graph import TaskId
 from finishable.shuffle.cluster import ShuffleCluster
@@ -159,6 +167,19 @@ class RuntimeCore:
     _log: JobLog
     _recovery: Recovery
     _heartbeat: threading.Thread
+
+    def _jvm_refused(self) -> str | None:
+        """Why this job's data path is Python rather than the JVM's (``connectors.batch.jvm``);
+        None: the JVM's, where a read or stage allows it. A bad value fails the job."""
+        try:
+            path = chosen_path(self.spark.conf.get(DATA_PATH_CONF, None))
+        except DataPathError as error:
+            raise PermanentFailure(str(error)) from None
+        if path == "python":
+            return f"{DATA_PATH_CONF}=python"
+        if not jvm_source_loadable(self.spark):
+            return f"{JVM_SOURCE} is not on Spark's classpath (make jars; the image has it)"
+        return None
 
     def _finished_tasks(self) -> set[TaskId]:
         return {TaskId(s.name, t) for s in self._stages for t in s.finished}

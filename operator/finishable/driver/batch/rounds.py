@@ -15,11 +15,13 @@ import time
 from finishable.connectors.batch.datasources import (
     ROUND_PROPERTY,
     SUMMARY_SCHEMA,
+    ArrowFunction,
     Round,
     sink_writer,
     stage_writer,
     staged_from_json,
 )
+from finishable.connectors.batch.jvm import JVM_STAGE_WRITE, stage_write_options
 from finishable.connectors.reading import arrow_schema_of
 from finishable.connectors.sinks import Iceberg, TransactionalFiles
 from finishable.connectors.staging import publish_files, read_staged_parts, retire_replaced
@@ -92,30 +94,43 @@ class RoundsMixin(RuntimeCore):
         context.setLocalProperty(ROUND_PROPERTY, plan.to_property())
         context.setJobDescription(f"{self.config.name}: stage {stage.name} round {plan.round}")
         try:
-            if stage.kind is StageKind.SINK:
-                assert stage.sink is not None
-                sink = stage.sink
-                writer = sink_writer(
-                    self.endpoint.url,
-                    self.token,
-                    sink.store.url,
-                    sink.sink_name,
-                    sink.format if isinstance(sink, TransactionalFiles) else "arrow",
-                    batch_id=stage.output_batch,
-                )
+            if stage.kind is StageKind.SINK or self._jvm_refused() is not None:
+                stage.dataframe.mapInArrow(self._python_writer(stage), SUMMARY_SCHEMA).collect()
             else:
-                # The schema of an empty partition: timestamps need a zone (Spark's are UTC).
-                schema = arrow_schema_of(stage.dataframe.schema).serialize().to_pybytes()
-                writer = stage_writer(
-                    self.endpoint.url,
-                    self.token,
-                    stage.name,
-                    schema,
+                options = stage_write_options(
+                    endpoint=self.endpoint.url,
+                    token=self.token,
+                    dataset=stage.name,
                     slotted=stage.read is not None,
                 )
-            stage.dataframe.mapInArrow(writer, SUMMARY_SCHEMA).collect()
+                writer = stage.dataframe.write.format(JVM_STAGE_WRITE).options(**options)
+                writer.mode("append").save()
         finally:
             context.setLocalProperty(ROUND_PROPERTY, None)  # type: ignore[arg-type]
+        self._check_finished(stage, plan)
+
+    def _python_writer(self, stage: DeclaredStage) -> ArrowFunction:
+        """The ``mapInArrow`` function that writes a task of ``stage``: a sink writer, or a stage
+        writer where the JVM's (``StageWrite``) cannot be used."""
+        if stage.kind is StageKind.SINK:
+            assert stage.sink is not None
+            sink = stage.sink
+            return sink_writer(
+                self.endpoint.url,
+                self.token,
+                sink.store.url,
+                sink.sink_name,
+                sink.format if isinstance(sink, TransactionalFiles) else "arrow",
+                batch_id=stage.output_batch,
+            )
+        # The schema of an empty partition: timestamps need a zone (Spark's are UTC).
+        schema = arrow_schema_of(stage.dataframe.schema).serialize().to_pybytes()
+        return stage_writer(
+            self.endpoint.url, self.token, stage.name, schema, slotted=stage.read is not None
+        )
+
+    @staticmethod
+    def _check_finished(stage: DeclaredStage, plan: Round) -> None:
         missing = [t for t in plan.tasks if t not in stage.finished]
         if missing:
             raise JobFailed(f"stage {stage.name}: task(s) {missing} ended without output")

@@ -25,13 +25,9 @@ from finishable.api.control import DriverState, RequestOutcome
 from finishable.api.jobconfig import JobConfig
 from finishable.api.status import ClusterPartitionStatus
 from finishable.connectors.batch.datasources import read_source_class, stage_source_class
-from finishable.connectors.batch.jvm_reads import (
+from finishable.connectors.batch.jvm import (
     JVM_SOURCE,
-    READER_CONF,
-    ReaderChoiceError,
-    chosen_reader,
     jvm_read_options,
-    jvm_source_loadable,
     partition_columns,
     typed,
     why_not_jvm,
@@ -210,14 +206,8 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         return source.decode(frame, source.schema)
 
     def _jvm_reads(self, source: Files, name: str) -> bool:
-        """Whether read ``name`` goes through Spark's own file readers (``jvm_reads``)."""
-        try:
-            reader = chosen_reader(self.spark.conf.get(READER_CONF, None))
-        except ReaderChoiceError as error:
-            raise PermanentFailure(str(error)) from None
-        reason = f"{READER_CONF}=python" if reader == "python" else why_not_jvm(source)
-        if reason is None and not jvm_source_loadable(self.spark):
-            reason = f"{JVM_SOURCE} is not on Spark's classpath (make jars; the image has it)"
+        """Whether read ``name`` goes through Spark's own file readers (connectors.batch.jvm)."""
+        reason = self._jvm_refused() or why_not_jvm(source)
         if reason is not None:
             log.info("read %r: Python reader slots: %s", name, reason)
             return False

@@ -25,7 +25,6 @@ import org.slf4j.LoggerFactory;
  * protocol as BatchSourceReader.read in connectors/batch/datasources.py, step for step.
  */
 final class SlotReader implements PartitionReader<InternalRow> {
-    static final String ROUND_PROPERTY = "finishable.round";
     static final String AUDIT_ENV = "FINISHABLE_SPLIT_AUDIT";
     private static final Logger LOG = LoggerFactory.getLogger(SlotReader.class);
 
@@ -104,23 +103,13 @@ final class SlotReader implements PartitionReader<InternalRow> {
     /** The round's task for this slot, started on the driver; false when there is nothing to do. */
     private boolean begin() {
         TaskContext context = TaskContext.get();
-        String raw = context == null ? null : context.getLocalProperty(ROUND_PROPERTY);
-        if (raw == null || raw.isEmpty()) {
-            throw new BatchTaskError("this task runs outside a finishable batch round: run Batch "
-                + "DataFrames through job.stage()/job.write() and job.run(), not with actions of their own");
-        }
-        try {
-            round = ReadOptions.JSON.readTree(raw);
-        } catch (IOException error) {
-            throw new BatchTaskError("the round property is not JSON: " + error);
-        }
-        JsonNode tasks = round.path("tasks");
-        if (slot >= tasks.size()) {
+        round = Rounds.current(context);
+        Integer task = Rounds.taskOf(round, slot, true);
+        if (task == null) {
             return false;
         }
-        subtask = tasks.get(slot).asInt();
-        int taskAttempt = Math.min(context.attemptNumber(), 9);
-        attempt = (round.path("attempt").asInt() * 100_000 + round.path("round").asInt()) * 10 + taskAttempt;
+        subtask = task;
+        attempt = Rounds.coordinatorAttempt(round, context);
         quota = Math.max(1, round.path("quota").asInt());
         JsonNode started = driver.runtime("task-start", taskBody());
         // Spark re-ran a task whose output the driver already committed: read nothing.
@@ -128,11 +117,7 @@ final class SlotReader implements PartitionReader<InternalRow> {
     }
 
     private ObjectNode taskBody() {
-        ObjectNode body = ReadOptions.JSON.createObjectNode();
-        body.put("stage", round.path("stage").asText());
-        body.put("task", subtask);
-        body.put("attempt", attempt);
-        return body;
+        return Rounds.taskBody(round, subtask, TaskContext.get());
     }
 
     private void reportSkipped(String splitId, String reason) {

@@ -9,6 +9,8 @@ import java.util.List;
 import java.util.function.BiConsumer;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import org.apache.spark.TaskContext;
+import org.apache.spark.TaskKilledException;
 import org.apache.spark.paths.SparkPath;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
@@ -74,9 +76,28 @@ final class SplitReader implements Serializable {
     private Iterator<InternalRow> open(PartitionedFile file, String described) {
         try {
             return CollectionConverters.asJava(formatReader.apply(file));
-        } catch (RuntimeException error) {
-            throw new SourceReadError(reason(described, error), error);
+        } catch (Exception error) {  // Scala throws checked ones too (IOException)
+            throw failure(described, error);
         }
+    }
+
+    /** The split's SourceReadError; a task being killed stays what it is (Spark's cancel), so
+     * that it is never taken for an unreadable split and skipped. */
+    private RuntimeException failure(String described, Exception error) {
+        TaskContext context = TaskContext.get();
+        boolean killed = error instanceof TaskKilledException || error instanceof InterruptedException
+            || error instanceof java.io.InterruptedIOException
+            || error instanceof java.nio.channels.ClosedByInterruptException
+            || (context != null && context.isInterrupted());
+        if (killed) {
+            return SplitReader.<RuntimeException>rethrow(error);
+        }
+        return new SourceReadError(reason(described, error), error);
+    }
+
+    @SuppressWarnings("unchecked")
+    private static <T extends Throwable> RuntimeException rethrow(Throwable error) throws T {
+        throw (T) error;
     }
 
     private String reason(String described, Throwable error) {
@@ -102,8 +123,8 @@ final class SplitReader implements Serializable {
         public boolean hasNext() {
             try {
                 return inner.hasNext();
-            } catch (RuntimeException error) {
-                throw new SourceReadError(reason(described, error), error);
+            } catch (Exception error) {  // Scala throws checked ones too (IOException)
+                throw failure(described, error);
             }
         }
 
@@ -111,8 +132,8 @@ final class SplitReader implements Serializable {
         public InternalRow next() {
             try {
                 return inner.next();
-            } catch (RuntimeException error) {
-                throw new SourceReadError(reason(described, error), error);
+            } catch (Exception error) {  // Scala throws checked ones too (IOException)
+                throw failure(described, error);
             }
         }
     }

@@ -1,11 +1,13 @@
-"""Batch reads of ``sources.Files`` through Spark's own file readers (``jvm/``, the JVM twin of
-the reader slots in ``connectors.batch.datasources``).
+"""The JVM data path of Batch jobs (``jvm/``: the JVM twins of ``connectors.batch.datasources``).
 
-The rows of a Python data source cross from the JVM to a Python worker and back (the batch
-benchmark's floor: 2.7x plain Spark on JSON). ``dev.finishable.spark.FilesRead`` keeps them in
-the JVM: the same reader slots, round property and driver calls, with each split the coordinator
-hands out read by the format reader ``spark.read`` would use. What is decided here is pure:
-whether a read can take that path, and the options that tell the JVM source what to read.
+The rows of a Python data source or writer cross from the JVM to a Python worker and back (the
+batch benchmark's floor: 2.7x plain Spark on JSON). The project's jar keeps them in the JVM:
+``dev.finishable.spark.FilesRead`` is the reader slots of a ``sources.Files`` read, with each
+split the coordinator hands out read by the format reader ``spark.read`` would use, and
+``dev.finishable.spark.StageWrite`` the stage writers, streaming each task's rows as Arrow to a
+shuffle server; both keep the round property and the driver calls of the Python ones. What is
+decided here is pure: whether a read or stage can take that path, and the options that tell the
+JVM what to do.
 """
 
 from __future__ import annotations
@@ -27,26 +29,28 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 JVM_SOURCE = "dev.finishable.spark.FilesRead"
-READER_CONF = "spark.finishable.reader"
-"""``jvm`` (the default: Spark's readers where a read allows it) or ``python``."""
-READERS = ("jvm", "python")
+JVM_STAGE_WRITE = "dev.finishable.spark.StageWrite"
+DATA_PATH_CONF = "spark.finishable.dataPath"
+"""``jvm`` (the default: the JVM where a read or stage allows it) or ``python``."""
+DATA_PATHS = ("jvm", "python")
 _NOT_PASSED = frozenset({"ignoreCorruptFiles", "ignoreMissingFiles"})
 """Handled by the slot reader (a skipped split is reported to the coordinator), not by Spark's
 format reader, which would drop an unreadable file silently."""
 
 
-class ReaderChoiceError(ValueError):
-    """``spark.finishable.reader`` has a value it cannot have."""
+class DataPathError(ValueError):
+    """``spark.finishable.dataPath`` has a value it cannot have."""
 
 
-def chosen_reader(value: str | None) -> str:
-    """The reader ``spark.finishable.reader`` asks for (``jvm`` when unset)."""
-    reader = (value or "jvm").strip().lower()
-    if reader not in READERS:
-        raise ReaderChoiceError(
-            f"spark conf {READER_CONF}={value!r} is not accepted: use one of {', '.join(READERS)}"
+def chosen_path(value: str | None) -> str:
+    """The data path ``spark.finishable.dataPath`` asks for (``jvm`` when unset)."""
+    path = (value or "jvm").strip().lower()
+    if path not in DATA_PATHS:
+        accepted = ", ".join(DATA_PATHS)
+        raise DataPathError(
+            f"spark conf {DATA_PATH_CONF}={value!r} is not accepted: use one of {accepted}"
         )
-    return reader
+    return path
 
 
 def why_not_jvm(source: Source) -> str | None:
@@ -108,6 +112,18 @@ def typed(frame: DataFrame, schema: StructType, partitions: list[str]) -> DataFr
             for f in schema.fields
         ]
     )
+
+
+def stage_write_options(
+    *, endpoint: str, token: str, dataset: str, slotted: bool
+) -> dict[str, str]:
+    """The options of one stage run's ``StageWrite`` (StageWrite.Settings reads them)."""
+    return {
+        "endpoint": endpoint,
+        "token": token,
+        "dataset": dataset,
+        "slotted": str(slotted).lower(),
+    }
 
 
 def jvm_source_loadable(spark: SparkSession) -> bool:

@@ -28,7 +28,7 @@ if [ ! -f "$CACHE/$JAR" ]; then
     work="$(mktemp -d)"
     trap 'rm -rf "$work"' EXIT
     # shellcheck disable=SC2046  # one argument per source file
-    javac --release 17 -Werror -Xlint:all,-serial,-processing,-path -encoding UTF-8 \
+    javac --release 17 -Werror -Xlint:all,-serial,-processing,-path,-classfile -encoding UTF-8 \
         -cp "$SPARK_JARS/*" -d "$work/classes" $(find "$ROOT/src" -name '*.java')
     jar --create --file "$work/$JAR" -C "$work/classes" .
     chmod 0644 "$work/$JAR"
@@ -36,6 +36,8 @@ if [ ! -f "$CACHE/$JAR" ]; then
     say "built $JAR against $spark into $CACHE (once per change of its sources)"
 fi
 if [ ! -f "$DEST/$JAR" ] || ! cmp -s "$CACHE/$JAR" "$DEST/$JAR"; then
-    cp "$CACHE/$JAR" "$DEST/$JAR"
+    # A new file renamed over the old one: a running JVM keeps reading the jar it opened.
+    cp "$CACHE/$JAR" "$DEST/.$JAR.$$"
+    chmod 0644 "$DEST/.$JAR.$$"  # Spark's JVM skips a jar it cannot read, as another user
+    mv -f "$DEST/.$JAR.$$" "$DEST/$JAR"
 fi
-chmod 0644 "$DEST/$JAR"  # Spark's JVM skips a jar it cannot read, as another user

@@ -5,7 +5,8 @@ batch benchmark's floor: 2.7x plain Spark on JSON). The project's jar keeps them
 ``dev.finishable.spark.FilesRead`` is the reader slots of a ``sources.Files`` read, with each
 split the coordinator hands out read by the format reader ``spark.read`` would use, and
 ``dev.finishable.spark.StageWrite`` the stage writers, streaming each task's rows as Arrow to a
-shuffle server; both keep the round property and the driver calls of the Python ones. What is
+shuffle server, and ``dev.finishable.spark.StageRead`` the staged datasets' readers; all keep the
+round property and the driver calls of the Python ones. What is
 decided here is pure: whether a read or stage can take that path, and the options that tell the
 JVM what to do.
 """
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 JVM_SOURCE = "dev.finishable.spark.FilesRead"
 JVM_STAGE_WRITE = "dev.finishable.spark.StageWrite"
+JVM_STAGE_READ = "dev.finishable.spark.StageRead"
 DATA_PATH_CONF = "spark.finishable.dataPath"
 """``jvm`` (the default: the JVM where a read or stage allows it) or ``python``."""
 DATA_PATHS = ("jvm", "python")
@@ -123,6 +125,20 @@ def stage_write_options(
         "token": token,
         "dataset": dataset,
         "slotted": str(slotted).lower(),
+    }
+
+
+def stage_read_options(
+    *, dataset: str, slots: int, endpoint: str, token: str, schema: StructType
+) -> dict[str, str]:
+    """The options of a staged dataset's ``StageRead`` (its reader slots)."""
+    return {
+        "name": format_name("stage", dataset),
+        "dataset": dataset,
+        "slots": str(slots),
+        "endpoint": endpoint,
+        "token": token,
+        "schema": schema.json(),
     }
 
 

@@ -27,8 +27,10 @@ from finishable.api.status import ClusterPartitionStatus
 from finishable.connectors.batch.datasources import read_source_class, stage_source_class
 from finishable.connectors.batch.jvm import (
     JVM_SOURCE,
+    JVM_STAGE_READ,
     jvm_read_options,
     partition_columns,
+    stage_read_options,
     typed,
     why_not_jvm,
 )
@@ -251,6 +253,16 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
             require_storage(self.config, name)
         stage = self._declare(name, dataframe, StageKind.STAGE)
         stage.promote = promote
+        if self._jvm_refused() is None:
+            options = stage_read_options(
+                dataset=name,
+                slots=stage.parallelism,
+                endpoint=self.endpoint.url,
+                token=self.token,
+                schema=dataframe.schema,
+            )
+            log.info("stage %r: written and read back in the JVM", name)
+            return self.spark.read.format(JVM_STAGE_READ).options(**options).load()
         cls = stage_source_class(name, dataframe.schema)
         self.spark.dataSource.register(cls)
         options = {

@@ -1,0 +1,93 @@
+"""The pure decisions of the JVM data path (connectors/batch/jvm.py): which path a job and a
+read take, and the options the project's jar is handed (ReadOptions.java reads them)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+from finishable.connectors.batch.datasources import format_name
+from finishable.connectors.batch.jvm import (
+    DataPathError,
+    chosen_path,
+    jvm_read_options,
+    partition_columns,
+    stage_read_options,
+    stage_write_options,
+    why_not_jvm,
+)
+from finishable.connectors.sources import Files, Range
+
+pytestmark = pytest.mark.quick
+
+SCHEMA = StructType(
+    [
+        StructField("id", IntegerType()),
+        StructField("year", IntegerType()),
+        StructField("name", StringType()),
+    ]
+)
+
+
+def test_the_data_path_is_the_jvm_unless_python_is_asked_and_nothing_else_is_accepted() -> None:
+    assert chosen_path(None) == "jvm"
+    assert chosen_path(" Python ") == "python"
+    with pytest.raises(DataPathError, match=r"spark.finishable.dataPath='arrow'.*jvm, python"):
+        chosen_path("arrow")
+
+
+def test_local_files_take_the_jvm_and_the_rest_say_why_not() -> None:
+    assert why_not_jvm(Files("/data/orders", "json", SCHEMA)) is None
+    assert "s3://" in (why_not_jvm(Files("s3://bucket/orders/", "json", SCHEMA)) or "")
+    assert "Range" in (why_not_jvm(Range(0, 10)) or "")
+
+
+def test_partition_columns_are_the_declared_ones_a_directory_names_in_schema_order() -> None:
+    urls = [
+        "file:///data/year=2024/name=a%20b/part-0.json",
+        "file:///data/year=2025/other=x/part-1.json",
+        "file:///data/part-2.json",
+    ]
+    assert partition_columns(SCHEMA, "file:///data", urls) == ["year", "name"]
+    assert partition_columns(SCHEMA, "file:///data", ["file:///data/part-0.json"]) == []
+
+
+def test_a_reads_options_carry_the_schema_the_spark_options_and_where_the_splits_come_from() -> (
+    None
+):
+    source = Files(
+        "/data/orders",
+        "csv",
+        SCHEMA,
+        options={"header": True, "ignoreCorruptFiles": True},
+    )
+    options = jvm_read_options(
+        source,
+        read="orders",
+        coordinator="orders",
+        endpoint="http://driver:7070",
+        token="t",
+        slots=8,
+        partitions=["year"],
+    )
+    assert options["name"] == format_name("read", "orders")  # what the job graph looks for
+    assert options["slots"] == "8"
+    assert StructType.fromJson(json.loads(options["schema"])) == SCHEMA
+    assert json.loads(options["partitionColumns"]) == ["year"]
+    # the skip is the slot reader's (reported to the coordinator), never Spark's silent one
+    assert json.loads(options["sparkOptions"]) == {"header": "true"}
+    assert options["skipUnreadable"] == "true"
+    assert options["root"] == source.url
+
+
+def test_stage_options_name_the_dataset_as_the_python_data_sources_do() -> None:
+    write = stage_write_options(endpoint="http://d", token="t", dataset="paid", slotted=True)
+    assert write == {"endpoint": "http://d", "token": "t", "dataset": "paid", "slotted": "true"}
+    read = stage_read_options(
+        dataset="paid", slots=4, endpoint="http://d", token="t", schema=SCHEMA
+    )
+    assert read["name"] == format_name("stage", "paid")
+    assert read["slots"] == "4"
+    assert StructType.fromJson(json.loads(read["schema"])) == SCHEMA

@@ -3,7 +3,8 @@
 # the e2e suite scrapes the operator with, and promtool, which checks and unit-tests the chart's
 # alerting rules), shellcheck (the kind script's lint), postgresql (the server the PostgreSQL
 # sink example's tests start on loopback), and the real node's runtime (containerd, runc, the CNI
-# plugins, iptables; testcluster/controlplane/realnode.py). Nothing happens when all are present.
+# plugins, iptables; testcluster/controlplane/realnode.py), and the JDK's javac (jvm/build.sh
+# compiles the project's Spark data source). Nothing happens when all are present.
 #
 # usage: testcluster/tools/install-system-tools.sh
 set -eu
@@ -18,7 +19,7 @@ fi
 missing=""
 for pair in prometheus:prometheus promtool:prometheus shellcheck:shellcheck \
     containerd:containerd ctr:containerd runc:runc iptables:iptables nsenter:util-linux \
-    ip:iproute2; do
+    ip:iproute2 javac:openjdk-17-jdk-headless; do
     command="${pair%%:*}" package="${pair#*:}"
     if ! command -v "$command" >/dev/null 2>&1; then
         case " $missing " in *" $package "*) ;; *) missing="$missing $package" ;; esac
@@ -34,7 +35,7 @@ fi
 if ! command -v apt-get >/dev/null 2>&1; then
     echo "install-system-tools: missing$missing and no apt-get here: install them with your" >&2
     echo "  package manager (prometheus 2.x with promtool, shellcheck, postgresql, containerd," \
-         "runc, containernetworking-plugins, iptables, iproute2)" >&2
+         "runc, containernetworking-plugins, iptables, iproute2, a JDK 17)" >&2
     exit 1
 fi
 SUDO=""

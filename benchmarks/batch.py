@@ -475,7 +475,7 @@ def staged(
     """The batch example as a FinishableJob; ``reader``: its data path (spark.finishable.dataPath:
     ``jvm``, Spark's own reader under the coordinator and JVM stage writers, or ``python``)."""
     from finishable import FinishableJob  # noqa: PLC0415
-    from finishable.connectors.batch.jvm import DATA_PATH_CONF  # noqa: PLC0415
+    from finishable.connectors.jvm import DATA_PATH_CONF  # noqa: PLC0415
 
     spark.conf.set(DATA_PATH_CONF, reader)
 

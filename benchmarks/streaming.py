@@ -10,7 +10,8 @@ three ways:
   is the price of Spark's Python data source API itself (a planner worker to start, rows crossing
   to and from Python workers);
 * *runtime*: ``FinishableJob`` with ``sources.Files`` and ``sinks.TransactionalFiles``
-  (coordinator requests, a stored checkpoint per batch, the sink's two-phase commit).
+  (coordinator requests, a stored checkpoint per batch, the sink's two-phase commit);
+  *runtime_jvm* the same with the source read by Spark's own reader (``FilesStream``).
 
 All read the same number of files per micro-batch with the same trigger; rows/s is counted from the
 query's own progress events until every row was read, over the whole run (``*_rows_per_s``: the
@@ -65,6 +66,7 @@ from finishable import FinishableJob, sinks, sources
 from finishable.api.jobconfig import JobConfig
 from finishable.api.models import RequestAction
 from finishable.api.status import ControlRequest
+from finishable.connectors.jvm import STREAMING_DATA_PATH_CONF
 from finishable.state.control import LocalControlChannel
 from finishable.timings import breakdown, progress_breakdown
 
@@ -403,6 +405,16 @@ def runtime(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch
     return total / elapsed[0], phases
 
 
+def runtime_jvm(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: int) -> Run:
+    """The runtime with its source read by Spark's own JSON reader (``FilesStream``, the JVM
+    data path, ``spark.finishable.dataPath.streaming: jvm``)."""
+    spark.conf.set(STREAMING_DATA_PATH_CONF, "jvm")
+    try:
+        return runtime(spark, inputs, work, total, per_batch)
+    finally:
+        spark.conf.unset(STREAMING_DATA_PATH_CONF)
+
+
 def stop_latency(
     spark: SparkSession, inputs: Path, work: Path, per_batch: int, *, drain: bool
 ) -> tuple[float, float]:
@@ -459,7 +471,7 @@ def main() -> None:
         total = write_inputs(inputs, args.files, args.rows)
         # Each warms up first: the JVM's JIT, and the Python workers (and their imports) that
         # the Python sources and sinks run in, which the first query pays for.
-        kinds = {"plain": plain, "floor": floor, "runtime": runtime}
+        kinds = {"plain": plain, "floor": floor, "runtime": runtime, "runtime_jvm": runtime_jvm}
         runs: dict[str, list[Run]] = {kind: [] for kind in kinds}
         for kind, measure in kinds.items():
             measure(spark, inputs, work / f"warm-{kind}", total, args.files_per_batch)
@@ -490,6 +502,10 @@ def main() -> None:
         "steady_overhead_ratio": round(steady["plain"] / steady["runtime"], 3),
         "steady_floor_ratio": round(steady["plain"] / steady["floor"], 3),
         "steady_runtime_over_floor": round(steady["floor"] / steady["runtime"], 3),
+        "runtime_jvm_rows_per_s": round(rate["runtime_jvm"]),
+        "jvm_overhead_ratio": round(rate["plain"] / rate["runtime_jvm"], 3),
+        "steady_runtime_jvm_rows_per_s": round(steady["runtime_jvm"]),
+        "steady_jvm_overhead_ratio": round(steady["plain"] / steady["runtime_jvm"], 3),
         "overhead_aim": 1.10,
         "stop_with_savepoint_s": round(stop_s, 2),
         "stop_with_savepoint_batches": round(stop_s / stop_batch, 2),

@@ -78,7 +78,7 @@ def test_java_17_and_pyspark_run_a_spark_job_with_a_pandas_function_and_have_our
         # Spark's S3 connector (docker/spark-jars.sh) on its classpath
         "spark._jvm.java.lang.Class.forName('org.apache.hadoop.fs.s3a.S3AFileSystem'); "
         # and the project's data source (jvm/build.sh), which Batch reads of files go through
-        "from finishable.connectors.batch.jvm import jvm_source_loadable; "
+        "from finishable.connectors.jvm import jvm_source_loadable; "
         "assert jvm_source_loadable(spark); "
         "print(doubled.selectExpr('sum(id) div 2').first()[0])"
     )

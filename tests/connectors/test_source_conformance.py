@@ -2,8 +2,10 @@
 
 Every case is a directory of files, a format, a schema and Spark reader options. The source reads
 it through its coordinator in a real Structured Streaming query (``availableNow``), with byte
-ranges small enough that every file is cut; ``spark.read`` reads it in the same session; the two
-DataFrames must have the same columns and the same rows, as many times each.
+ranges small enough that every file is cut, on both data paths (the Python reader, and Spark's
+own readers in ``FilesStream``: ``spark.finishable.dataPath.streaming``); ``spark.read`` reads it
+in the same session; the two DataFrames must have the same columns and the same rows, as many
+times each. (tests/driver/test_batch_reads.py reads the corpus through Batch jobs.)
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import gzip
 import json
 import zlib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from finishable.connectors.jvm import STREAMING_DATA_PATH_CONF
 from finishable.connectors.sources import Files
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.driver.source_coordinator import SourceCoordinator
@@ -29,6 +33,14 @@ from finishable.driver.source_coordinator import SourceCoordinator
 pytestmark = pytest.mark.full
 
 TOKEN = "conformance-token"
+
+
+@pytest.fixture(params=["python", "jvm"])
+def data_path(spark: SparkSession, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The streaming data path the source is read by."""
+    spark.conf.set(STREAMING_DATA_PATH_CONF, request.param)
+    yield str(request.param)
+    spark.conf.unset(STREAMING_DATA_PATH_CONF)
 
 
 @dataclass
@@ -324,8 +336,9 @@ CASES = _cases()
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_source_reads_what_spark_read_reads(
-    spark: SparkSession, tmp_path: Path, name: str
+    spark: SparkSession, tmp_path: Path, name: str, data_path: str
 ) -> None:
+    del data_path  # the fixture set it
     case = CASES[name]
     root = tmp_path / "input"
     _write(root, case)
@@ -338,7 +351,10 @@ def test_the_source_reads_what_spark_read_reads(
     )
 
 
-def test_parquet_files_with_nulls_and_a_missing_column(spark: SparkSession, tmp_path: Path) -> None:
+def test_parquet_files_with_nulls_and_a_missing_column(
+    spark: SparkSession, tmp_path: Path, data_path: str
+) -> None:
+    del data_path  # the fixture set it
     root = tmp_path / "input"
     root.mkdir()
     _parquet_case(root)
@@ -349,8 +365,9 @@ def test_parquet_files_with_nulls_and_a_missing_column(spark: SparkSession, tmp_
 
 
 def test_failfast_fails_both_readers_on_the_first_malformed_record(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, data_path: str
 ) -> None:
+    del data_path  # the fixture set it
     root = tmp_path / "input"
     _write(root, Case("csv", "", {"bad.csv": _lines("1,ok", "two,bad")}))
     schema = "id int, name string"

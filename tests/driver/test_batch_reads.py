@@ -21,7 +21,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from finishable import sinks, sources
-from finishable.connectors.batch.jvm import DATA_PATH_CONF
+from finishable.connectors.jvm import DATA_PATH_CONF
 from finishable.driver.batch.plan import CoordinatorSnapshot
 from finishable.driver.outcome import JobFailed
 from finishable.local.shuffle import LocalShuffle

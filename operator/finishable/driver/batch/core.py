@@ -25,7 +25,7 @@ from finishable.api.status import (
     CoordinatorStatus,
     SavepointStatus,
 )
-from finishable.connectors.batch.jvm import (
+from finishable.connectors.jvm import (
     DATA_PATH_CONF,
     JVM_SOURCE,
     DataPathError,
@@ -169,7 +169,7 @@ class RuntimeCore:
     _heartbeat: threading.Thread
 
     def _jvm_refused(self) -> str | None:
-        """Why this job's data path is Python rather than the JVM's (``connectors.batch.jvm``);
+        """Why this job's data path is Python rather than the JVM's (``connectors.jvm``);
         None: the JVM's, where a read or stage allows it. A bad value fails the job."""
         try:
             path = chosen_path(self.spark.conf.get(DATA_PATH_CONF, None))

@@ -21,7 +21,7 @@ from finishable.connectors.batch.datasources import (
     stage_writer,
     staged_from_json,
 )
-from finishable.connectors.batch.jvm import JVM_STAGE_WRITE, stage_write_options
+from finishable.connectors.jvm import JVM_STAGE_WRITE, stage_write_options
 from finishable.connectors.reading import arrow_schema_of
 from finishable.connectors.sinks import Iceberg, TransactionalFiles
 from finishable.connectors.staging import publish_files, read_staged_parts, retire_replaced

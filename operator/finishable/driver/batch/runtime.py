@@ -25,7 +25,7 @@ from finishable.api.control import DriverState, RequestOutcome
 from finishable.api.jobconfig import JobConfig
 from finishable.api.status import ClusterPartitionStatus
 from finishable.connectors.batch.datasources import read_source_class, stage_source_class
-from finishable.connectors.batch.jvm import (
+from finishable.connectors.jvm import (
     JVM_SOURCE,
     JVM_STAGE_READ,
     jvm_read_options,
@@ -208,7 +208,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         return source.decode(frame, source.schema)
 
     def _jvm_reads(self, source: Files, name: str) -> bool:
-        """Whether read ``name`` goes through Spark's own file readers (connectors.batch.jvm)."""
+        """Whether read ``name`` goes through Spark's own file readers (connectors.jvm)."""
         reason = self._jvm_refused() or why_not_jvm(source)
         if reason is not None:
             log.info("read %r: Python reader slots: %s", name, reason)

@@ -43,14 +43,24 @@ final class DriverCalls {
         ObjectNode body = ReadOptions.JSON.createObjectNode();
         body.set("event", event);
         body.put("request_id", UUID.randomUUID().toString().replace("-", ""));
-        String path = "/v1/coordinators/" + URLEncoder.encode(coordinator, StandardCharsets.UTF_8)
-            .replace("+", "%20") + "/subtasks/" + subtask + "/attempts/" + attempt + "/events";
+        String path = "/v1/coordinators/" + encode(coordinator) + "/subtasks/" + subtask + "/attempts/" + attempt + "/events";
         JsonNode reply = post(path, body, Duration.ofSeconds(10), 60.0, true, event.path("type").asText());
         JsonNode events = reply.get("events");
         if (events == null || !events.isArray()) {
             throw new BatchTaskError("coordinator " + coordinator + " answered without an events array");
         }
         return events;
+    }
+
+    /** {@code GET /v1/coordinators/{name}}: a coordinator's progress (its live attempts). */
+    JsonNode progress(String coordinator) {
+        return send(HttpRequest.newBuilder(URI.create(endpoint + "/v1/coordinators/" + encode(coordinator)))
+            .timeout(Duration.ofSeconds(10)).GET(), 60.0, true, "progress");
+    }
+
+    /** A path segment or query value, percent-encoded as Python's quote(..., safe='') does. */
+    static String encode(String text) {
+        return URLEncoder.encode(text, StandardCharsets.UTF_8).replace("+", "%20");
     }
 
     private JsonNode post(String path, ObjectNode body, Duration timeout, double patience,
@@ -61,12 +71,15 @@ final class DriverCalls {
         } catch (IOException error) {
             throw new BatchTaskError("cannot encode " + what + ": " + error);
         }
-        HttpRequest request = HttpRequest.newBuilder(URI.create(endpoint + path))
-            .timeout(timeout)
+        return send(HttpRequest.newBuilder(URI.create(endpoint + path)).timeout(timeout)
+            .header("Content-Type", "application/json")
+            .POST(HttpRequest.BodyPublishers.ofByteArray(data)), patience, retryServerErrors, what);
+    }
+
+    private JsonNode send(HttpRequest.Builder builder, double patience, boolean retryServerErrors, String what) {
+        HttpRequest request = builder
             .header("Authorization", "Bearer " + token)
             .header("Accept", "application/json")
-            .header("Content-Type", "application/json")
-            .POST(HttpRequest.BodyPublishers.ofByteArray(data))
             .build();
         long giveUpAt = System.nanoTime() + (long) (patience * 1e9);
         long delayMillis = 200;

@@ -22,6 +22,7 @@ import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.execution.datasources.FileFormat;
 import org.apache.spark.sql.execution.datasources.FileFormat$;
 import org.apache.spark.sql.execution.datasources.PartitionedFile;
@@ -84,7 +85,7 @@ public final class FilesRead implements TableProvider {
 
         @Override
         public Set<TableCapability> capabilities() {
-            return EnumSet.of(TableCapability.BATCH_READ);
+            return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ);
         }
 
         @Override
@@ -158,20 +159,30 @@ public final class FilesRead implements TableProvider {
 
         @Override
         public PartitionReaderFactory createReaderFactory() {
-            SparkSession spark = SparkSession.active();
-            Map<String, String> readerOptions = new HashMap<>(options.sparkOptions);
-            // Rows, not columnar batches: the slot reader hands Spark one row at a time.
-            readerOptions.put(FileFormat$.MODULE$.OPTION_RETURNING_BATCH(), "false");
-            scala.collection.immutable.Map<String, String> scalaOptions = immutable(readerOptions);
-            Configuration hadoopConf = spark.sessionState().newHadoopConfWithOptions(scalaOptions);
-            @SuppressWarnings("unchecked")
-            scala.collection.immutable.Seq<Filter> noFilters =
-                (scala.collection.immutable.Seq<Filter>) (Object) scala.collection.immutable.Nil$.MODULE$;
-            Function1<PartitionedFile, scala.collection.Iterator<InternalRow>> reader =
-                fileFormat(options.format).buildReaderWithPartitionValues(spark, options.dataSchema,
-                    options.partitionSchema(), requiredData, noFilters, scalaOptions, hadoopConf);
-            return new SlotReader.Factory(options, new SplitReader(options, reader));
+            return new SlotReader.Factory(options, splitReader(options, requiredData));
         }
+
+        @Override
+        public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+            return new FilesStream(options, requiredData, splitReader(options, requiredData), readSchema());
+        }
+    }
+
+    /** Spark's format reader for the source, built in the driver as Spark's file scan builds it. */
+    static SplitReader splitReader(ReadOptions options, StructType requiredData) {
+        SparkSession spark = SparkSession.active();
+        Map<String, String> readerOptions = new HashMap<>(options.sparkOptions);
+        // Rows, not columnar batches: the readers hand Spark one row at a time.
+        readerOptions.put(FileFormat$.MODULE$.OPTION_RETURNING_BATCH(), "false");
+        scala.collection.immutable.Map<String, String> scalaOptions = immutable(readerOptions);
+        Configuration hadoopConf = spark.sessionState().newHadoopConfWithOptions(scalaOptions);
+        @SuppressWarnings("unchecked")
+        scala.collection.immutable.Seq<Filter> noFilters =
+            (scala.collection.immutable.Seq<Filter>) (Object) scala.collection.immutable.Nil$.MODULE$;
+        Function1<PartitionedFile, scala.collection.Iterator<InternalRow>> reader =
+            fileFormat(options.format).buildReaderWithPartitionValues(spark, options.dataSchema,
+                options.partitionSchema(), requiredData, noFilters, scalaOptions, hadoopConf);
+        return new SplitReader(options, reader);
     }
 
     static FileFormat fileFormat(String format) {

@@ -37,14 +37,27 @@ final class ReadOptions implements Serializable {
     final StructType dataSchema;
     final List<String> partitionColumns;
     final Map<String, String> sparkOptions;
+    /** Streaming: the pinned run attempt (-1: the one the driver made ready), the batch limits. */
+    final int attempt;
+    final int maxSplitsPerBatch;
+    final long maxPartitionWeight;
+    final long openCost;
+    final int minPartitions;
+    final long splitSize;
 
     private ReadOptions(Map<String, String> options) {
-        name = required(options, "name");
-        read = required(options, "read");
-        slots = Integer.parseInt(required(options, "slots"));
+        coordinator = required(options, "coordinator");
+        name = options.getOrDefault("name", "finishable_stream__" + coordinator);
+        read = options.getOrDefault("read", coordinator);
+        slots = Integer.parseInt(options.getOrDefault("slots", "0"));
+        attempt = Integer.parseInt(options.getOrDefault("attempt", "-1"));
+        maxSplitsPerBatch = Integer.parseInt(options.getOrDefault("maxSplitsPerBatch", "256"));
+        maxPartitionWeight = Long.parseLong(options.getOrDefault("maxPartitionWeight", "134217728"));
+        openCost = Long.parseLong(options.getOrDefault("openCost", "4194304"));
+        minPartitions = Integer.parseInt(options.getOrDefault("minPartitions", "1"));
+        splitSize = Long.parseLong(options.getOrDefault("splitSize", "0"));
         endpoint = required(options, "endpoint");
         token = required(options, "token");
-        coordinator = required(options, "coordinator");
         format = required(options, "format");
         root = required(options, "root");
         skipUnreadable = Boolean.parseBoolean(options.getOrDefault("skipUnreadable", "false"));
@@ -70,7 +83,8 @@ final class ReadOptions implements Serializable {
     static ReadOptions of(Map<String, String> options) {
         Map<String, String> copy = new HashMap<>();
         for (String key : new String[] {"name", "read", "slots", "endpoint", "token", "coordinator",
-                "format", "root", "skipUnreadable", "schema", "partitionColumns", "sparkOptions"}) {
+                "format", "root", "skipUnreadable", "schema", "partitionColumns", "sparkOptions", "attempt",
+                "maxSplitsPerBatch", "maxPartitionWeight", "openCost", "minPartitions", "splitSize"}) {
             String value = options.get(key);
             if (value == null) {
                 value = options.get(key.toLowerCase(java.util.Locale.ROOT));
@@ -83,10 +97,14 @@ final class ReadOptions implements Serializable {
     }
 
     private static String required(Map<String, String> options, String key) {
+        return required(options, key, "the finishable read source (declare reads with job.read())");
+    }
+
+    /** An option the Python side always sets; its absence is a bug, named. */
+    static String required(Map<String, String> options, String key, String what) {
         String value = options.get(key);
         if (value == null) {
-            throw new IllegalArgumentException(
-                "the finishable read source needs the option '" + key + "': declare reads with job.read()");
+            throw new IllegalArgumentException(what + " needs the option '" + key + "'");
         }
         return value;
     }

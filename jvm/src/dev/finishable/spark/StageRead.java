@@ -6,8 +6,6 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.HttpURLConnection;
-import java.net.URI;
-import java.net.URLEncoder;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.security.DigestInputStream;
@@ -66,11 +64,7 @@ public final class StageRead implements TableProvider {
     }
 
     private static String required(Map<String, String> options, String key) {
-        String value = options.get(key);
-        if (value == null) {
-            throw new IllegalArgumentException("a finishable stage read needs the option '" + key + "'");
-        }
-        return value;
+        return ReadOptions.required(options, key, "a finishable stage read");
     }
 
     private static final class Settings implements java.io.Serializable {
@@ -269,13 +263,7 @@ public final class StageRead implements TableProvider {
 
         /** The partition in a local file, its sha256 checked against the server's. */
         private File fetch(String server) throws IOException {
-            String path = "/v1/partitions/" + URLEncoder.encode(settings.dataset, StandardCharsets.UTF_8)
-                .replace("+", "%20") + "/" + slot;
-            HttpURLConnection connection =
-                (HttpURLConnection) URI.create(server.replaceAll("/+$", "") + path).toURL().openConnection();
-            connection.setConnectTimeout(10_000);
-            connection.setReadTimeout(300_000);
-            connection.setRequestProperty("Authorization", "Bearer " + settings.token);
+            HttpURLConnection connection = ShuffleCalls.connect(server, settings.dataset, slot, "", settings.token);
             int status = connection.getResponseCode();
             if (status != 200) {
                 InputStream error = connection.getErrorStream();

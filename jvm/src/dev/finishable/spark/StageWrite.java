@@ -5,8 +5,6 @@ import java.io.InputStream;
 import java.io.OutputStream;
 import java.io.Serializable;
 import java.net.HttpURLConnection;
-import java.net.URI;
-import java.net.URLEncoder;
 import java.nio.charset.StandardCharsets;
 import java.util.EnumSet;
 import java.util.Map;
@@ -76,16 +74,10 @@ public final class StageWrite implements TableProvider {
         }
 
         static Settings of(Map<String, String> options) {
-            return new Settings(required(options, "endpoint"), required(options, "token"),
-                required(options, "dataset"), Boolean.parseBoolean(required(options, "slotted")));
-        }
-
-        private static String required(Map<String, String> options, String key) {
-            String value = options.get(key);
-            if (value == null) {
-                throw new IllegalArgumentException("a finishable stage write needs the option '" + key + "'");
-            }
-            return value;
+            String what = "a finishable stage write";
+            return new Settings(ReadOptions.required(options, "endpoint", what),
+                ReadOptions.required(options, "token", what), ReadOptions.required(options, "dataset", what),
+                Boolean.parseBoolean(ReadOptions.required(options, "slotted", what)));
         }
     }
 
@@ -283,18 +275,12 @@ public final class StageWrite implements TableProvider {
             String label = "a" + round.path("attempt").asInt() + "-r" + round.path("round").asInt()
                 + "-t" + context.attemptNumber();
             String epoch = round.path("run").asInt(1) + "." + round.path("attempt").asInt();
-            String path = "/v1/partitions/" + URLEncoder.encode(settings.dataset, StandardCharsets.UTF_8)
-                .replace("+", "%20") + "/" + task + "?attempt=" + URLEncoder.encode(label, StandardCharsets.UTF_8)
-                + "&epoch=" + URLEncoder.encode(epoch, StandardCharsets.UTF_8);
-            connection = (HttpURLConnection) URI.create(server.replaceAll("/+$", "") + path).toURL().openConnection();
+            String query = "attempt=" + DriverCalls.encode(label) + "&epoch=" + DriverCalls.encode(epoch);
+            connection = ShuffleCalls.connect(server, settings.dataset, task, query, settings.token);
             connection.setRequestMethod("PUT");
             connection.setDoOutput(true);
             connection.setChunkedStreamingMode(1 << 20);
-            connection.setConnectTimeout(10_000);
-            connection.setReadTimeout(300_000);
-            connection.setRequestProperty("Authorization", "Bearer " + settings.token);
             connection.setRequestProperty("Content-Type", "application/vnd.apache.arrow.stream");
-            connection.setRequestProperty("Accept", "application/json");
             body = new java.io.BufferedOutputStream(connection.getOutputStream(), 1 << 20);
             // Spark's timestamps are UTC instants; the zone is a label (the stage readers want UTC).
             arrow = ArrowWriter.create(schema, "UTC", true, false);

@@ -1,4 +1,4 @@
-"""The pure decisions of the JVM data path (connectors/batch/jvm.py): which path a job and a
+"""The pure decisions of the JVM data path (connectors/jvm.py): which path a job and a
 read take, and the options the project's jar is handed (ReadOptions.java reads them)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from finishable.connectors.batch.datasources import format_name
-from finishable.connectors.batch.jvm import (
+from finishable.connectors.jvm import (
     DataPathError,
     chosen_path,
     jvm_read_options,

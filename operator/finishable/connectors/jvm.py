@@ -1,4 +1,5 @@
-"""The JVM data path of Batch jobs (``jvm/``: the JVM twins of ``connectors.batch.datasources``).
+"""The JVM data path (``jvm/``: the JVM twins of ``connectors.batch.datasources`` and of the
+streaming source, ``connectors.streaming.source``).
 
 The rows of a Python data source or writer cross from the JVM to a Python worker and back (the
 batch benchmark's floor: 2.7x plain Spark on JSON). The project's jar keeps them in the JVM:
@@ -33,7 +34,9 @@ JVM_SOURCE = "dev.finishable.spark.FilesRead"
 JVM_STAGE_WRITE = "dev.finishable.spark.StageWrite"
 JVM_STAGE_READ = "dev.finishable.spark.StageRead"
 DATA_PATH_CONF = "spark.finishable.dataPath"
-"""``jvm`` (the default: the JVM where a read or stage allows it) or ``python``."""
+"""Batch jobs: ``jvm`` (the default: the JVM where a read or stage allows it) or ``python``."""
+STREAMING_DATA_PATH_CONF = "spark.finishable.dataPath.streaming"
+"""Streaming queries: ``python`` (the default, for now) or ``jvm`` (``FilesStream``)."""
 DATA_PATHS = ("jvm", "python")
 _NOT_PASSED = frozenset({"ignoreCorruptFiles", "ignoreMissingFiles"})
 """Handled by the slot reader (a skipped split is reported to the coordinator), not by Spark's
@@ -44,14 +47,12 @@ class DataPathError(ValueError):
     """``spark.finishable.dataPath`` has a value it cannot have."""
 
 
-def chosen_path(value: str | None) -> str:
-    """The data path ``spark.finishable.dataPath`` asks for (``jvm`` when unset)."""
-    path = (value or "jvm").strip().lower()
+def chosen_path(value: str | None, *, conf: str = DATA_PATH_CONF, default: str = "jvm") -> str:
+    """The data path a setting (``spark.finishable.dataPath`` by default) asks for."""
+    path = (value or default).strip().lower()
     if path not in DATA_PATHS:
         accepted = ", ".join(DATA_PATHS)
-        raise DataPathError(
-            f"spark conf {DATA_PATH_CONF}={value!r} is not accepted: use one of {accepted}"
-        )
+        raise DataPathError(f"spark conf {conf}={value!r} is not accepted: use one of {accepted}")
     return path
 
 
@@ -114,6 +115,37 @@ def typed(frame: DataFrame, schema: StructType, partitions: list[str]) -> DataFr
             for f in schema.fields
         ]
     )
+
+
+def jvm_stream_options(
+    source: Files,
+    *,
+    coordinator: str,
+    endpoint: str,
+    token: str,
+    attempt: int | None,
+    min_partitions: int,
+    partitions: list[str],
+) -> dict[str, str]:
+    """The options of a streaming read's ``FilesRead`` (its ``FilesStream``)."""
+    spark_options = {k: v for k, v in source.options.options.items() if k not in _NOT_PASSED}
+    return {
+        "coordinator": coordinator,
+        "endpoint": endpoint,
+        "token": token,
+        "format": source.format,
+        "root": source.url,
+        "skipUnreadable": str(source.on_error == "skip" or source.options.skip_unreadable).lower(),
+        "schema": source.schema.json(),
+        "partitionColumns": json.dumps(partitions),
+        "sparkOptions": json.dumps(spark_options, sort_keys=True),
+        "attempt": str(-1 if attempt is None else attempt),
+        "maxSplitsPerBatch": str(source.max_splits_per_batch),
+        "maxPartitionWeight": str(source.max_partition_bytes),
+        "openCost": str(source.open_cost),
+        "minPartitions": str(min_partitions),
+        "splitSize": str(source.split_size or 0),
+    }
 
 
 def stage_write_options(

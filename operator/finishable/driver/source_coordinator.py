@@ -54,7 +54,7 @@ from finishable.connectors.streaming.source import SplitOffset, batch_splits, in
 from finishable.coordinator.contract import NO_CHECKPOINT
 from finishable.coordinator.enumerator import AdoptResult, SourceControlState, SplitEnumerator
 from finishable.coordinator.events import SplitFinished
-from finishable.coordinator.files import FileSplitEnumerator
+from finishable.coordinator.files import FileSplitEnumerator, list_files
 from finishable.coordinator.host import CoordinatorHost
 from finishable.coordinator.splits import SentinelSplit, Split
 from finishable.driver.checkpoint_log import CheckpointLog
@@ -224,9 +224,17 @@ class SourceCoordinator:
         if reason is not None:
             logger.info("source %r: read by Python: %s", self._name, reason)
             return None
-        # Partition columns are decided from the files listed so far (a key=value directory that
-        # first appears later is read as a data column).
-        partitions = partition_columns(source.schema, source.url, self.file_urls())
+        # Partition columns are decided from the files there now (a key=value directory that
+        # first appears later is read as a data column). The coordinator may not have listed
+        # yet (a job declares its streams before it starts them): list here, once.
+        listed = list_files(
+            source.url,
+            bounded=False,
+            pattern=source.pattern,
+            recursive=source.options.recursive,
+            name_glob=source.options.name_glob,
+        )
+        partitions = partition_columns(source.schema, source.url, (f.url for f in listed))
         options = jvm_stream_options(
             source,
             coordinator=self._name,

@@ -25,6 +25,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from finishable.connectors.jvm import STREAMING_DATA_PATH_CONF
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.streaming.savepoints import decode_savepoint
 from finishable.state import LocalDirBackend, SnapshotKind, SnapshotStore
@@ -106,7 +107,14 @@ def published(output: Path) -> Counter[tuple[datetime, str]]:
 class Job:
     """One job run by `finishable run` in a subprocess, observed through its local files."""
 
-    def __init__(self, tmp: Path, name: str, *args: str, max_attempts: int = 8) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        name: str,
+        *args: str,
+        max_attempts: int = 8,
+        data_path: str = "python",
+    ) -> None:
         self.name = name
         self.input = tmp / "input"
         self.output = tmp / "output"
@@ -124,7 +132,10 @@ class Job:
                         "application": {
                             "file": str(PROGRAM),
                             "args": [f"--input={self.input}", f"--output={self.output}", *args],
-                            "sparkConf": {"spark.sql.shuffle.partitions": "2"},
+                            "sparkConf": {
+                                "spark.sql.shuffle.partitions": "2",
+                                STREAMING_DATA_PATH_CONF: data_path,
+                            },
                         },
                         "checkpointing": {"interval": "500ms", "retained": 3},
                         "recovery": {"maxAttempts": max_attempts},
@@ -250,10 +261,11 @@ def cleanup() -> Iterator[list[Job]]:
 # -- the tests ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("data_path", ["python", "jvm"])
 def test_stop_with_savepoint_keeps_windows_pending_and_drain_fires_them(
-    tmp_path: Path, cleanup: list[Job]
+    tmp_path: Path, cleanup: list[Job], data_path: str
 ) -> None:
-    job = Job(tmp_path, "stopdrain")
+    job = Job(tmp_path, "stopdrain", data_path=data_path)
     cleanup.append(job)
     for index in range(5):
         write_clicks(job.input, index)
@@ -358,11 +370,12 @@ def test_a_driver_asked_to_leave_takes_a_savepoint_and_costs_no_restart(
     assert published(job.output) == Counter(ground_truth(job.input))
 
 
+@pytest.mark.parametrize("data_path", ["python", "jvm"])
 def test_driver_killed_at_random_moments_is_exactly_once(
-    tmp_path: Path, cleanup: list[Job]
+    tmp_path: Path, cleanup: list[Job], data_path: str
 ) -> None:
     rng = random.Random(7)
-    job = Job(tmp_path, "crashes", "--seed-rows=6000")
+    job = Job(tmp_path, "crashes", "--seed-rows=6000", data_path=data_path)
     cleanup.append(job)
     files = 3
     for index in range(files):

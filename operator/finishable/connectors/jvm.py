@@ -36,7 +36,8 @@ JVM_STAGE_READ = "dev.finishable.spark.StageRead"
 DATA_PATH_CONF = "spark.finishable.dataPath"
 """Batch jobs: ``jvm`` (the default: the JVM where a read or stage allows it) or ``python``."""
 STREAMING_DATA_PATH_CONF = "spark.finishable.dataPath.streaming"
-"""Streaming queries: ``python`` (the default, for now) or ``jvm`` (``FilesStream``)."""
+"""Streaming queries: ``jvm`` (the default: ``FilesStream`` where a source allows it) or
+``python``."""
 DATA_PATHS = ("jvm", "python")
 _NOT_PASSED = frozenset({"ignoreCorruptFiles", "ignoreMissingFiles"})
 """Handled by the slot reader (a skipped split is reported to the coordinator), not by Spark's
@@ -47,9 +48,10 @@ class DataPathError(ValueError):
     """``spark.finishable.dataPath`` has a value it cannot have."""
 
 
-def chosen_path(value: str | None, *, conf: str = DATA_PATH_CONF, default: str = "jvm") -> str:
-    """The data path a setting (``spark.finishable.dataPath`` by default) asks for."""
-    path = (value or default).strip().lower()
+def chosen_path(value: str | None, *, conf: str = DATA_PATH_CONF) -> str:
+    """The data path a setting (``spark.finishable.dataPath`` by default) asks for: ``jvm``
+    when it is not set."""
+    path = (value or "jvm").strip().lower()
     if path not in DATA_PATHS:
         accepted = ", ".join(DATA_PATHS)
         raise DataPathError(f"spark conf {conf}={value!r} is not accepted: use one of {accepted}")

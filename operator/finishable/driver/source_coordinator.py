@@ -181,8 +181,8 @@ class SourceCoordinator:
         sentinel_column: bool = False,
     ) -> DataFrame:
         """The source's streaming DataFrame, reading through this coordinator: by Spark's own
-        file readers when ``spark.finishable.dataPath.streaming`` is ``jvm`` and the source allows
-        it (``connectors.jvm``), else by the source's Python data source."""
+        file readers where the source allows it and ``spark.finishable.dataPath.streaming`` is not
+        ``python`` (``connectors.jvm``), else by the source's Python data source."""
         jvm = self._jvm_stream(
             spark,
             endpoint_url,
@@ -215,7 +215,7 @@ class SourceCoordinator:
     ) -> DataFrame | None:
         source = self._source
         value = spark.conf.get(STREAMING_DATA_PATH_CONF, None)
-        path = chosen_path(value, conf=STREAMING_DATA_PATH_CONF, default="python")
+        path = chosen_path(value, conf=STREAMING_DATA_PATH_CONF)
         if path == "python" or not isinstance(source, Files) or sentinel_column:
             return None
         reason = why_not_jvm(source)

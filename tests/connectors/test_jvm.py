@@ -13,6 +13,7 @@ from finishable.connectors.jvm import (
     DataPathError,
     chosen_path,
     jvm_read_options,
+    jvm_stream_options,
     partition_columns,
     stage_read_options,
     stage_write_options,
@@ -91,3 +92,22 @@ def test_stage_options_name_the_dataset_as_the_python_data_sources_do() -> None:
     assert read["name"] == format_name("stage", "paid")
     assert read["slots"] == "4"
     assert StructType.fromJson(json.loads(read["schema"])) == SCHEMA
+
+
+def test_a_streams_options_carry_the_batch_limits_and_the_pinned_attempt() -> None:
+    source = Files("/data/clicks", "json", SCHEMA, max_splits_per_batch=4, split_size="1Mi")
+    options = jvm_stream_options(
+        source,
+        coordinator="clicks",
+        endpoint="http://driver:7070",
+        token="t",
+        attempt=None,
+        min_partitions=2,
+        partitions=[],
+    )
+    assert options["attempt"] == "-1"  # the one the driver makes ready for each run
+    assert options["maxSplitsPerBatch"] == "4"
+    assert options["splitSize"] == str(1024 * 1024)
+    assert options["minPartitions"] == "2"
+    assert options["coordinator"] == "clicks"
+    assert "slots" not in options  # a stream has no reader slots

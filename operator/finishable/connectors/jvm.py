@@ -86,12 +86,22 @@ def jvm_read_options(
     slots: int,
     partitions: list[str],
 ) -> dict[str, str]:
-    """The options of one read's ``FilesRead`` (ReadOptions.java reads them)."""
-    spark_options = {k: v for k, v in source.options.options.items() if k not in _NOT_PASSED}
+    """The options of one Batch read's ``FilesRead`` (ReadOptions.java reads them)."""
     return {
         "name": format_name("read", read),
         "read": read,
         "slots": str(slots),
+        **_source_options(source, coordinator, endpoint, token, partitions),
+    }
+
+
+def _source_options(
+    source: Files, coordinator: str, endpoint: str, token: str, partitions: list[str]
+) -> dict[str, str]:
+    """What every read of ``source`` tells ``FilesRead``: where its splits come from and how
+    Spark's format reader reads them."""
+    spark_options = {k: v for k, v in source.options.options.items() if k not in _NOT_PASSED}
+    return {
         "endpoint": endpoint,
         "token": token,
         "coordinator": coordinator,
@@ -130,17 +140,8 @@ def jvm_stream_options(
     partitions: list[str],
 ) -> dict[str, str]:
     """The options of a streaming read's ``FilesRead`` (its ``FilesStream``)."""
-    spark_options = {k: v for k, v in source.options.options.items() if k not in _NOT_PASSED}
     return {
-        "coordinator": coordinator,
-        "endpoint": endpoint,
-        "token": token,
-        "format": source.format,
-        "root": source.url,
-        "skipUnreadable": str(source.on_error == "skip" or source.options.skip_unreadable).lower(),
-        "schema": source.schema.json(),
-        "partitionColumns": json.dumps(partitions),
-        "sparkOptions": json.dumps(spark_options, sort_keys=True),
+        **_source_options(source, coordinator, endpoint, token, partitions),
         "attempt": str(-1 if attempt is None else attempt),
         "maxSplitsPerBatch": str(source.max_splits_per_batch),
         "maxPartitionWeight": str(source.max_partition_bytes),

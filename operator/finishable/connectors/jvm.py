@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from finishable.connectors.batch.datasources import format_name
 from finishable.connectors.sources import Files, Source
-from finishable.coordinator.files import partition_values
+from finishable.coordinator.files import list_files, partition_values
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -149,6 +149,56 @@ def jvm_stream_options(
         "minPartitions": str(min_partitions),
         "splitSize": str(source.split_size or 0),
     }
+
+
+def jvm_stream(
+    spark: SparkSession,
+    source: Source,
+    *,
+    coordinator: str,
+    endpoint: str,
+    token: str,
+    attempt: int | None,
+    min_partitions: int | None,
+    sentinel_column: bool,
+) -> DataFrame | None:
+    """``source``'s streaming DataFrame read by Spark's own file readers (``FilesStream``), or
+    None where the Python reader reads it: ``spark.finishable.dataPath.streaming: python``, a
+    source that is not local files, a drain marker column asked for, or no jar."""
+    path = chosen_path(
+        spark.conf.get(STREAMING_DATA_PATH_CONF, None), conf=STREAMING_DATA_PATH_CONF
+    )
+    if path == "python" or not isinstance(source, Files) or sentinel_column:
+        return None
+    reason = why_not_jvm(source)
+    if reason is None and not jvm_source_loadable(spark):
+        reason = f"{JVM_SOURCE} is not on Spark's classpath"
+    if reason is not None:
+        log.info("source %r: read by Python: %s", coordinator, reason)
+        return None
+    # Partition columns are decided from the files there now (a key=value directory that first
+    # appears later is read as a data column). The coordinator may not have listed yet (a job
+    # declares its streams before it starts them): list here, once.
+    listed = list_files(
+        source.url,
+        bounded=False,
+        pattern=source.pattern,
+        recursive=source.options.recursive,
+        name_glob=source.options.name_glob,
+    )
+    partitions = partition_columns(source.schema, source.url, (f.url for f in listed))
+    options = jvm_stream_options(
+        source,
+        coordinator=coordinator,
+        endpoint=endpoint,
+        token=token,
+        attempt=attempt,
+        min_partitions=min_partitions or max(1, int(spark.sparkContext.defaultParallelism)),
+        partitions=partitions,
+    )
+    log.info("source %r: Spark's %s reader under the coordinator", coordinator, source.format)
+    frame = spark.readStream.format(JVM_SOURCE).options(**options).load()
+    return typed(frame, source.schema, partitions)
 
 
 def stage_write_options(

@@ -38,23 +38,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from finishable.connectors.jvm import (
-    JVM_SOURCE,
-    STREAMING_DATA_PATH_CONF,
-    chosen_path,
-    jvm_source_loadable,
-    jvm_stream_options,
-    partition_columns,
-    typed,
-    why_not_jvm,
-)
+from finishable.connectors.jvm import jvm_stream
 from finishable.connectors.reading import READER_SUBTASK
 from finishable.connectors.sources import Files, Source, sentinel_row
 from finishable.connectors.streaming.source import SplitOffset, batch_splits, initial_offset
 from finishable.coordinator.contract import NO_CHECKPOINT
 from finishable.coordinator.enumerator import AdoptResult, SourceControlState, SplitEnumerator
 from finishable.coordinator.events import SplitFinished
-from finishable.coordinator.files import FileSplitEnumerator, list_files
+from finishable.coordinator.files import FileSplitEnumerator
 from finishable.coordinator.host import CoordinatorHost
 from finishable.coordinator.splits import SentinelSplit, Split
 from finishable.driver.checkpoint_log import CheckpointLog
@@ -183,10 +174,12 @@ class SourceCoordinator:
         """The source's streaming DataFrame, reading through this coordinator: by Spark's own
         file readers where the source allows it and ``spark.finishable.dataPath.streaming`` is not
         ``python`` (``connectors.jvm``), else by the source's Python data source."""
-        jvm = self._jvm_stream(
+        jvm = jvm_stream(
             spark,
-            endpoint_url,
-            token,
+            self._source,
+            coordinator=self._name,
+            endpoint=endpoint_url,
+            token=token,
             attempt=attempt,
             min_partitions=min_partitions,
             sentinel_column=sentinel_column,
@@ -202,51 +195,6 @@ class SourceCoordinator:
             min_partitions=min_partitions,
             sentinel_column=sentinel_column,
         )
-
-    def _jvm_stream(
-        self,
-        spark: SparkSession,
-        endpoint_url: str,
-        token: str,
-        *,
-        attempt: int | None,
-        min_partitions: int | None,
-        sentinel_column: bool,
-    ) -> DataFrame | None:
-        source = self._source
-        value = spark.conf.get(STREAMING_DATA_PATH_CONF, None)
-        path = chosen_path(value, conf=STREAMING_DATA_PATH_CONF)
-        if path == "python" or not isinstance(source, Files) or sentinel_column:
-            return None
-        reason = why_not_jvm(source)
-        if reason is None and not jvm_source_loadable(spark):
-            reason = f"{JVM_SOURCE} is not on Spark's classpath"
-        if reason is not None:
-            logger.info("source %r: read by Python: %s", self._name, reason)
-            return None
-        # Partition columns are decided from the files there now (a key=value directory that
-        # first appears later is read as a data column). The coordinator may not have listed
-        # yet (a job declares its streams before it starts them): list here, once.
-        listed = list_files(
-            source.url,
-            bounded=False,
-            pattern=source.pattern,
-            recursive=source.options.recursive,
-            name_glob=source.options.name_glob,
-        )
-        partitions = partition_columns(source.schema, source.url, (f.url for f in listed))
-        options = jvm_stream_options(
-            source,
-            coordinator=self._name,
-            endpoint=endpoint_url,
-            token=token,
-            attempt=attempt,
-            min_partitions=min_partitions or max(1, int(spark.sparkContext.defaultParallelism)),
-            partitions=partitions,
-        )
-        logger.info("source %r: Spark's %s reader under the coordinator", self._name, source.format)
-        frame = spark.readStream.format(JVM_SOURCE).options(**options).load()
-        return typed(frame, source.schema, partitions)
 
     # ------------------------------------------------------------------ query runs
 

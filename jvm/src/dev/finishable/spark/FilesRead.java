@@ -164,7 +164,7 @@ public final class FilesRead implements TableProvider {
 
         @Override
         public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-            return new FilesStream(options, requiredData, splitReader(options, requiredData), readSchema());
+            return new FilesStream(options, splitReader(options, requiredData), readSchema());
         }
     }
 

@@ -55,15 +55,13 @@ final class FilesStream implements MicroBatchStream, SupportsAdmissionControl, S
     private static final int READER_SUBTASK = 0;
 
     private final ReadOptions options;
-    private final StructType requiredData;
     private final SplitReader splitReader;
     private final StructType readSchema;
     private final DriverCalls driver;
     private Integer attempt;
 
-    FilesStream(ReadOptions options, StructType requiredData, SplitReader splitReader, StructType readSchema) {
+    FilesStream(ReadOptions options, SplitReader splitReader, StructType readSchema) {
         this.options = options;
-        this.requiredData = requiredData;
         this.splitReader = splitReader;
         this.readSchema = readSchema;
         this.driver = new DriverCalls(options.endpoint, options.token);

@@ -3,13 +3,13 @@ streaming source, ``connectors.streaming.source``).
 
 The rows of a Python data source or writer cross from the JVM to a Python worker and back (the
 batch benchmark's floor: 2.7x plain Spark on JSON). The project's jar keeps them in the JVM:
-``dev.finishable.spark.FilesRead`` is the reader slots of a ``sources.Files`` read, with each
-split the coordinator hands out read by the format reader ``spark.read`` would use, and
-``dev.finishable.spark.StageWrite`` the stage writers, streaming each task's rows as Arrow to a
-shuffle server, and ``dev.finishable.spark.StageRead`` the staged datasets' readers; all keep the
-round property and the driver calls of the Python ones. What is
-decided here is pure: whether a read or stage can take that path, and the options that tell the
-JVM what to do.
+``dev.finishable.spark.FilesRead`` is a Batch read's reader slots and, as ``FilesStream``, a
+streaming read of a ``sources.Files`` source, each split the coordinator hands out read by the
+format reader ``spark.read`` would use; ``StageWrite`` and ``StageRead`` are a Batch stage's
+writers and the next stage's readers, Arrow to and from the shuffle servers. All keep the round
+property, offsets and driver calls of the Python ones. The decisions here are pure functions
+(which path, and the options that tell the JVM what to do); ``jvm_stream`` and
+``jvm_source_loadable`` are the edges that ask Spark and list files.
 """
 
 from __future__ import annotations

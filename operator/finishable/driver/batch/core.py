@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
@@ -168,9 +169,11 @@ class RuntimeCore:
     _recovery: Recovery
     _heartbeat: threading.Thread
 
+    @cached_property
     def _jvm_refused(self) -> str | None:
-        """Why this job's data path is Python rather than the JVM's (``connectors.jvm``);
-        None: the JVM's, where a read or stage allows it. A bad value fails the job."""
+        """Why this attempt's data path is Python rather than the JVM's (``connectors.jvm``);
+        None: the JVM's, where a read or stage allows it. Decided once per attempt (every read,
+        stage and round asks); a bad value fails the job."""
         try:
             path = chosen_path(self.spark.conf.get(DATA_PATH_CONF, None))
         except DataPathError as error:

@@ -94,7 +94,7 @@ class RoundsMixin(RuntimeCore):
         context.setLocalProperty(ROUND_PROPERTY, plan.to_property())
         context.setJobDescription(f"{self.config.name}: stage {stage.name} round {plan.round}")
         try:
-            if stage.kind is StageKind.SINK or self._jvm_refused() is not None:
+            if stage.kind is StageKind.SINK or self._jvm_refused is not None:
                 stage.dataframe.mapInArrow(self._python_writer(stage), SUMMARY_SCHEMA).collect()
             else:
                 options = stage_write_options(

@@ -209,7 +209,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
 
     def _jvm_reads(self, source: Files, name: str) -> bool:
         """Whether read ``name`` goes through Spark's own file readers (connectors.jvm)."""
-        reason = self._jvm_refused() or why_not_jvm(source)
+        reason = self._jvm_refused or why_not_jvm(source)
         if reason is not None:
             log.info("read %r: Python reader slots: %s", name, reason)
             return False
@@ -253,7 +253,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
             require_storage(self.config, name)
         stage = self._declare(name, dataframe, StageKind.STAGE)
         stage.promote = promote
-        if self._jvm_refused() is None:
+        if self._jvm_refused is None:
             options = stage_read_options(
                 dataset=name,
                 slots=stage.parallelism,

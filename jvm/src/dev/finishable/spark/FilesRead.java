@@ -111,9 +111,10 @@ public final class FilesRead implements TableProvider {
         @Override
         public Scan build() {
             // Only data columns are pruned; partition columns come from the paths and cost nothing.
+            Set<String> wanted = new java.util.HashSet<>(List.of(required.fieldNames()));
             List<StructField> data = new ArrayList<>();
             for (StructField field : options.dataSchema.fields()) {
-                if (List.of(required.fieldNames()).contains(field.name())) {
+                if (wanted.contains(field.name())) {
                     data.add(field);
                 }
             }
@@ -132,9 +133,7 @@ public final class FilesRead implements TableProvider {
 
         @Override
         public StructType readSchema() {
-            List<StructField> fields = new ArrayList<>(List.of(requiredData.fields()));
-            fields.addAll(List.of(options.partitionSchema().fields()));
-            return new StructType(fields.toArray(new StructField[0]));
+            return options.withPartitions(requiredData);
         }
 
         @Override

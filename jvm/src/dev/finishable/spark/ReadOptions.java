@@ -121,7 +121,12 @@ final class ReadOptions implements Serializable {
 
     /** Data columns, then partition columns. */
     StructType outputSchema() {
-        List<StructField> fields = new ArrayList<>(List.of(dataSchema.fields()));
+        return withPartitions(dataSchema);
+    }
+
+    /** {@code data}'s columns, then the partition columns: the rows the format reader gives. */
+    StructType withPartitions(StructType data) {
+        List<StructField> fields = new ArrayList<>(List.of(data.fields()));
         fields.addAll(List.of(partitionSchema().fields()));
         return new StructType(fields.toArray(new StructField[0]));
     }

@@ -3,7 +3,8 @@
 1. Shuffle I/O: a real ``finishable shuffle-server`` process on loopback; one Arrow partition of
    ``--mb`` MB is put (streamed, checksummed, committed) and got back (checksum verified), next to
    writing the same IPC bytes to a local file (with fsync, as a commit does) and reading them.
-2. A driver crash at 50%: the batch example (``examples/batch/aggregate.py``) run by
+2. A driver crash at 50%: the batch example (``examples/batch/aggregate.py``, on ``--crash-files``
+   files: on Spark's own readers 96 files end before a standby is warm) run by
    ``finishable run`` from the command line, uninterrupted, and again with the driver SIGKILLed
    when half the splits are finished. Both totals are divided by the uninterrupted run; "rerun from
    scratch" is what the crash would cost without recovery (the time until the crash plus a whole
@@ -30,7 +31,7 @@ rounds, commit; the tasks' input and output seconds), read back from the driver 
 the job object in session; plain PySpark's planning and job.
 
     .venv/bin/python benchmarks/batch.py [--files 96] [--rows 40000] [--mb 128] [--rounds 3]
-                                         [--larger 10] [--staged-only]
+                                         [--larger 10] [--crash-files 384] [--staged-only]
 """
 
 from __future__ import annotations
@@ -597,6 +598,12 @@ def main() -> None:
         help="also compare staged, floors and plain on this many times the input (0: not)",
     )
     parser.add_argument(
+        "--crash-files",
+        type=int,
+        default=384,
+        help="input files of the crash runs (part 2): a run must outlast a standby's warm-up",
+    )
+    parser.add_argument(
         "--staged-only",
         action="store_true",
         help="only part 3, staged vs plain (minutes instead of most of an hour)",
@@ -611,7 +618,12 @@ def main() -> None:
         phases: dict[str, Any] = {}
         if not args.staged_only:
             result.update(shuffle_io(work, args.mb, args.rounds))
-            result.update(crash_figures(work, inputs, args.files, args.rows, phases))
+            # The standby runs kill the driver once half the input is read and the standby is
+            # warm (a JVM and a Spark session, ~10-20 s here): the job must outlast that.
+            crash_inputs = work / "input-crash"
+            write_files(crash_inputs, args.crash_files, args.rows)
+            result["crash_files"] = args.crash_files
+            result.update(crash_figures(work, crash_inputs, args.crash_files, args.rows, phases))
         result.update(staged_figures(work, inputs, args.rounds, phases))
         if args.larger > 1:  # fixed costs hide per-row costs at the default size
             larger = work / f"input-x{args.larger}"

@@ -12,6 +12,7 @@ from finishable.connectors.batch.datasources import format_name
 from finishable.connectors.jvm import (
     DataPathError,
     chosen_path,
+    hadoop_settings,
     jvm_read_options,
     jvm_stream_options,
     partition_columns,
@@ -39,10 +40,41 @@ def test_the_data_path_is_the_jvm_unless_python_is_asked_and_nothing_else_is_acc
         chosen_path("arrow")
 
 
-def test_local_files_take_the_jvm_and_the_rest_say_why_not() -> None:
+def test_local_files_and_s3_take_the_jvm_and_the_rest_say_why_not() -> None:
     assert why_not_jvm(Files("/data/orders", "json", SCHEMA)) is None
-    assert "s3://" in (why_not_jvm(Files("s3://bucket/orders/", "json", SCHEMA)) or "")
+    assert why_not_jvm(Files("s3://bucket/orders/", "json", SCHEMA)) is None
+    assert "gs://" in (why_not_jvm(Files("gs://bucket/orders/", "json", SCHEMA)) or "")
     assert "Range" in (why_not_jvm(Range(0, 10)) or "")
+
+
+def test_an_s3_urls_store_and_keys_become_that_buckets_s3a_settings() -> None:
+    url = "s3://AK:s%2Fk@orders/in?endpoint_override=minio:9000&scheme=http&region=eu-west-1"
+    assert hadoop_settings(url, {"AWS_ENDPOINT_URL": "https://elsewhere"}) == {
+        "fs.s3a.bucket.orders.endpoint": "http://minio:9000",
+        "fs.s3a.bucket.orders.path.style.access": "true",
+        "fs.s3a.bucket.orders.connection.ssl.enabled": "false",
+        "fs.s3a.bucket.orders.endpoint.region": "eu-west-1",
+        "fs.s3a.bucket.orders.access.key": "AK",
+        "fs.s3a.bucket.orders.secret.key": "s/k",
+        "fs.s3a.bucket.orders.aws.credentials.provider": (
+            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        ),
+    }
+
+
+def test_without_them_in_the_url_the_store_is_the_secret_refs_and_the_keys_the_connectors() -> None:
+    environ = {"AWS_ENDPOINT_URL": "https://ceph.internal", "AWS_ACCESS_KEY_ID": "AK"}
+    assert hadoop_settings("s3://orders/in", environ) == {
+        "fs.s3a.bucket.orders.endpoint": "https://ceph.internal",
+        "fs.s3a.bucket.orders.path.style.access": "true",
+        "fs.s3a.bucket.orders.connection.ssl.enabled": "true",
+        "fs.s3a.bucket.orders.endpoint.region": "us-east-1",
+    }
+    # AWS itself: the region at most, keys from the connector's chain (AWS_*, instance roles)
+    assert hadoop_settings("s3://orders/in", {"AWS_REGION": "eu-north-1"}) == {
+        "fs.s3a.bucket.orders.endpoint.region": "eu-north-1"
+    }
+    assert hadoop_settings("file:///data/orders", environ) == {}
 
 
 def test_partition_columns_are_the_declared_ones_a_directory_names_in_schema_order() -> None:
@@ -72,6 +104,7 @@ def test_a_reads_options_carry_the_schema_the_spark_options_and_where_the_splits
         token="t",
         slots=8,
         partitions=["year"],
+        environ={},
     )
     assert options["name"] == format_name("read", "orders")  # what the job graph looks for
     assert options["slots"] == "8"
@@ -81,6 +114,7 @@ def test_a_reads_options_carry_the_schema_the_spark_options_and_where_the_splits
     assert json.loads(options["sparkOptions"]) == {"header": "true"}
     assert options["skipUnreadable"] == "true"
     assert options["root"] == source.url
+    assert json.loads(options["hadoopConf"]) == {}  # local files need no store settings
 
 
 def test_stage_options_name_the_dataset_as_the_python_data_sources_do() -> None:
@@ -104,6 +138,7 @@ def test_a_streams_options_carry_the_batch_limits_and_the_pinned_attempt() -> No
         attempt=None,
         min_partitions=2,
         partitions=[],
+        environ={},
     )
     assert options["attempt"] == "-1"  # the one the driver makes ready for each run
     assert options["maxSplitsPerBatch"] == "4"

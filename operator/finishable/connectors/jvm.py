@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from finishable.connectors.batch.datasources import format_name
 from finishable.connectors.sources import Files, Source
@@ -58,14 +59,59 @@ def chosen_path(value: str | None, *, conf: str = DATA_PATH_CONF) -> str:
     return path
 
 
+JVM_SCHEMES = ("file", "s3")
+"""Where Spark's own readers reach a source's files: local (or mounted) files, and S3 through
+Hadoop's S3 connector (``s3a``, docker/spark-jars.txt). ``gs://`` and ``hdfs://`` need
+connectors the image does not carry: pyarrow reads them."""
+
+
 def why_not_jvm(source: Source) -> str | None:
     """Why Spark's own readers cannot read ``source`` here (None: they can)."""
     if not isinstance(source, Files):
         return f"{type(source).__name__} sources are read by Python"
     scheme = urlsplit(source.url).scheme
-    if scheme != "file":
+    if scheme not in JVM_SCHEMES:
         return f"{scheme}:// inputs are read by Python (pyarrow's file systems)"
     return None
+
+
+def hadoop_settings(url: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """The Hadoop settings that let Spark's S3 connector read what pyarrow reads at ``url``.
+
+    A source URL says where its store is as pyarrow does (``s3://KEY:SECRET@bucket/prefix?
+    endpoint_override=host:port&scheme=http&region=..``; without them the ``AWS_*`` variables a
+    ``secretRef`` sets). The JVM reads ``s3a://bucket/key`` (SplitReader.hadoopUrl), with the same
+    store given to that bucket alone (``fs.s3a.bucket.NAME.*``), so two sources on two stores do
+    not meet. Keys in neither place are left to the connector's own chain (instance roles).
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "s3":
+        return {}
+    bucket = parts.hostname or ""
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    endpoint = (
+        query.get("endpoint_override")
+        or environ.get("AWS_ENDPOINT_URL_S3")
+        or environ.get("AWS_ENDPOINT_URL")
+    )
+    region = query.get("region") or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    settings: dict[str, str] = {}
+    if endpoint:
+        if "://" not in endpoint:
+            endpoint = f"{query.get('scheme', 'https')}://{endpoint}"
+        settings["endpoint"] = endpoint
+        settings["path.style.access"] = "true"  # MinIO, Ceph and moto serve buckets as paths
+        settings["connection.ssl.enabled"] = str(endpoint.startswith("https://")).lower()
+        region = region or "us-east-1"
+    if region:
+        settings["endpoint.region"] = region
+    if parts.username is not None:
+        settings["access.key"] = unquote(parts.username)
+        settings["secret.key"] = unquote(parts.password or "")
+        settings["aws.credentials.provider"] = (
+            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        )
+    return {f"fs.s3a.bucket.{bucket}.{key}": value for key, value in settings.items()}
 
 
 def partition_columns(schema: StructType, root: str, urls: Iterable[str]) -> list[str]:
@@ -85,18 +131,32 @@ def jvm_read_options(
     token: str,
     slots: int,
     partitions: list[str],
+    environ: Mapping[str, str],
 ) -> dict[str, str]:
     """The options of one Batch read's ``FilesRead`` (ReadOptions.java reads them)."""
     return {
         "name": format_name("read", read),
         "read": read,
         "slots": str(slots),
-        **_source_options(source, coordinator, endpoint, token, partitions),
+        **_source_options(
+            source,
+            coordinator=coordinator,
+            endpoint=endpoint,
+            token=token,
+            partitions=partitions,
+            environ=environ,
+        ),
     }
 
 
 def _source_options(
-    source: Files, coordinator: str, endpoint: str, token: str, partitions: list[str]
+    source: Files,
+    *,
+    coordinator: str,
+    endpoint: str,
+    token: str,
+    partitions: list[str],
+    environ: Mapping[str, str],
 ) -> dict[str, str]:
     """What every read of ``source`` tells ``FilesRead``: where its splits come from and how
     Spark's format reader reads them."""
@@ -111,6 +171,7 @@ def _source_options(
         "schema": source.schema.json(),
         "partitionColumns": json.dumps(partitions),
         "sparkOptions": json.dumps(spark_options, sort_keys=True),
+        "hadoopConf": json.dumps(hadoop_settings(source.url, environ), sort_keys=True),
     }
 
 
@@ -138,10 +199,18 @@ def jvm_stream_options(
     attempt: int | None,
     min_partitions: int,
     partitions: list[str],
+    environ: Mapping[str, str],
 ) -> dict[str, str]:
     """The options of a streaming read's ``FilesRead`` (its ``FilesStream``)."""
     return {
-        **_source_options(source, coordinator, endpoint, token, partitions),
+        **_source_options(
+            source,
+            coordinator=coordinator,
+            endpoint=endpoint,
+            token=token,
+            partitions=partitions,
+            environ=environ,
+        ),
         "attempt": str(-1 if attempt is None else attempt),
         "maxSplitsPerBatch": str(source.max_splits_per_batch),
         "maxPartitionWeight": str(source.max_partition_bytes),
@@ -164,7 +233,7 @@ def jvm_stream(
 ) -> DataFrame | None:
     """``source``'s streaming DataFrame read by Spark's own file readers (``FilesStream``), or
     None where the Python reader reads it: ``spark.finishable.dataPath.streaming: python``, a
-    source that is not local files, a drain marker column asked for, or no jar."""
+    source that is not local files or S3, a drain marker column asked for, or no jar."""
     path = chosen_path(
         spark.conf.get(STREAMING_DATA_PATH_CONF, None), conf=STREAMING_DATA_PATH_CONF
     )
@@ -195,6 +264,7 @@ def jvm_stream(
         attempt=attempt,
         min_partitions=min_partitions or max(1, int(spark.sparkContext.defaultParallelism)),
         partitions=partitions,
+        environ=os.environ,
     )
     log.info("source %r: Spark's %s reader under the coordinator", coordinator, source.format)
     frame = spark.readStream.format(JVM_SOURCE).options(**options).load()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import re
 import threading
 import time
@@ -196,6 +197,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
                 token=self.token,
                 slots=parallelism,
                 partitions=partitions,
+                environ=os.environ,
             )
             frame = self.spark.read.format(JVM_SOURCE).options(**options).load()
             return typed(frame, source.schema, partitions)

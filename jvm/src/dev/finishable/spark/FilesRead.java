@@ -175,6 +175,7 @@ public final class FilesRead implements TableProvider {
         readerOptions.put(FileFormat$.MODULE$.OPTION_RETURNING_BATCH(), "false");
         scala.collection.immutable.Map<String, String> scalaOptions = immutable(readerOptions);
         Configuration hadoopConf = spark.sessionState().newHadoopConfWithOptions(scalaOptions);
+        options.hadoopConf.forEach(hadoopConf::set);
         @SuppressWarnings("unchecked")
         scala.collection.immutable.Seq<Filter> noFilters =
             (scala.collection.immutable.Seq<Filter>) (Object) scala.collection.immutable.Nil$.MODULE$;

@@ -37,6 +37,8 @@ final class ReadOptions implements Serializable {
     final StructType dataSchema;
     final List<String> partitionColumns;
     final Map<String, String> sparkOptions;
+    /** Hadoop settings for the source's store (S3's endpoint and keys; connectors/jvm.py). */
+    final Map<String, String> hadoopConf;
     /** Streaming: the pinned run attempt (-1: the one the driver made ready), the batch limits. */
     final int attempt;
     final int maxSplitsPerBatch;
@@ -66,6 +68,8 @@ final class ReadOptions implements Serializable {
                 required(options, "partitionColumns"), new TypeReference<List<String>>() {}));
             sparkOptions = Collections.unmodifiableMap(JSON.readValue(
                 required(options, "sparkOptions"), new TypeReference<LinkedHashMap<String, String>>() {}));
+            hadoopConf = Collections.unmodifiableMap(JSON.readValue(
+                options.getOrDefault("hadoopConf", "{}"), new TypeReference<LinkedHashMap<String, String>>() {}));
         } catch (java.io.IOException error) {
             throw new IllegalArgumentException("finishable read " + read + ": bad options: " + error, error);
         }
@@ -83,7 +87,7 @@ final class ReadOptions implements Serializable {
     static ReadOptions of(Map<String, String> options) {
         Map<String, String> copy = new HashMap<>();
         for (String key : new String[] {"name", "read", "slots", "endpoint", "token", "coordinator",
-                "format", "root", "skipUnreadable", "schema", "partitionColumns", "sparkOptions", "attempt",
+                "format", "root", "skipUnreadable", "schema", "partitionColumns", "sparkOptions", "hadoopConf", "attempt",
                 "maxSplitsPerBatch", "maxPartitionWeight", "openCost", "minPartitions", "splitSize"}) {
             String value = options.get(key);
             if (value == null) {

@@ -45,12 +45,13 @@ final class SplitReader implements Serializable {
     /** The split's rows; {@code skipped(splitId, reason)} is called for a split skipped. */
     Iterator<InternalRow> rows(JsonNode split, BiConsumer<String, String> skipped) {
         String url = split.path("url").asText();
+        String hadoopUrl = hadoopUrl(url);
         long start = split.path("start").asLong();
         long length = split.path("length").asLong();
         long size = split.path("file_size").asLong();
-        String described = start == 0 && length == size ? url
-            : url + " bytes [" + start + ", " + (start + length) + ")";
-        PartitionedFile file = PartitionedFile.apply(partitionValues(url), SparkPath.fromUrlString(url),
+        String described = start == 0 && length == size ? hadoopUrl
+            : hadoopUrl + " bytes [" + start + ", " + (start + length) + ")";
+        PartitionedFile file = PartitionedFile.apply(partitionValues(url), SparkPath.fromUrlString(hadoopUrl),
             start, length, new String[0], 0L, size, PartitionedFile.apply$default$8());
         try {
             Iterator<InternalRow> opened = new Failing(open(file, described), described);
@@ -136,6 +137,20 @@ final class SplitReader implements Serializable {
                 throw failure(described, error);
             }
         }
+    }
+
+    /** Where Hadoop finds a split's file: an {@code s3://KEY:SECRET@bucket/key?endpoint_override=..}
+     * URL (pyarrow's, as the coordinator lists it) is {@code s3a://bucket/key}, its store and keys
+     * given to that bucket's settings (ReadOptions.hadoopConf); other URLs are Hadoop's already. */
+    static String hadoopUrl(String url) {
+        if (!url.startsWith("s3://")) {
+            return url;
+        }
+        String rest = url.substring("s3://".length()).split("\\?", 2)[0];
+        int slash = rest.indexOf('/');
+        String authority = slash < 0 ? rest : rest.substring(0, slash);
+        String path = slash < 0 ? "" : rest.substring(slash);
+        return "s3a://" + authority.substring(authority.lastIndexOf('@') + 1) + path;
     }
 
     /** The {@code key=value} directories between the source's URL and the file, as Spark

@@ -13,10 +13,13 @@ from finishable.connectors.batch.datasources import (
     coordinator_attempt,
     format_name,
     shuffle_server_for,
+)
+from finishable.connectors.staging import (
+    StagedPart,
+    TaskIdentity,
     staged_from_json,
     staged_to_json,
 )
-from finishable.connectors.staging import StagedPart, TaskIdentity
 from finishable.coordinator.endpoint import CoordinatorEndpoint
 from finishable.local.shuffle import LocalShuffle
 

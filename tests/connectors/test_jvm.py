@@ -4,6 +4,7 @@ read take, and the options the project's jar is handed (ReadOptions.java reads t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
@@ -13,13 +14,17 @@ from finishable.connectors.jvm import (
     DataPathError,
     chosen_path,
     hadoop_settings,
+    hadoop_url,
     jvm_read_options,
     jvm_stream_options,
     partition_columns,
+    sink_write_options,
     stage_read_options,
     stage_write_options,
     why_not_jvm,
+    why_not_jvm_sink,
 )
+from finishable.connectors.sinks import TransactionalCallback, TransactionalFiles
 from finishable.connectors.sources import Files, Range
 
 pytestmark = pytest.mark.quick
@@ -146,3 +151,30 @@ def test_a_streams_options_carry_the_batch_limits_and_the_pinned_attempt() -> No
     assert options["minPartitions"] == "2"
     assert options["coordinator"] == "clicks"
     assert "slots" not in options  # a stream has no reader slots
+
+
+def test_parquet_sinks_on_local_files_and_s3_take_spark_writers_and_the_rest_say_why_not(
+    tmp_path: Path,
+) -> None:
+    assert why_not_jvm_sink(TransactionalFiles(str(tmp_path), name="out")) is None
+    on_s3 = "s3://bucket/out?region=us-east-1&endpoint_override=127.0.0.1:9&scheme=http"
+    assert why_not_jvm_sink(TransactionalFiles(on_s3, name="out")) is None
+    json_files = TransactionalFiles(str(tmp_path), format="json", name="out")
+    assert "json files are written by Python" in (why_not_jvm_sink(json_files) or "")
+    on_gcs = TransactionalFiles("gs://bucket/out", name="out")
+    assert "gs://" in (why_not_jvm_sink(on_gcs) or "")
+    callback = TransactionalCallback(
+        lambda batch, table: None, name="cb", staging_url=str(tmp_path)
+    )
+    assert "TransactionalCallback" in (why_not_jvm_sink(callback) or "")
+
+
+def test_a_sink_writes_options_say_where_hadoop_finds_its_directory(tmp_path: Path) -> None:
+    sink = TransactionalFiles(str(tmp_path / "out dir"), name="totals")
+    batch = sink_write_options(sink, endpoint="http://d", token="t", batch_id=7, environ={})
+    assert batch["sinkUrl"] == f"file:{tmp_path}/out dir/totals"
+    assert batch["batchId"] == "7"
+    assert (batch["sink"], batch["format"]) == ("totals", "parquet")
+    streaming = sink_write_options(sink, endpoint="http://d", token="t", batch_id=None, environ={})
+    assert "batchId" not in streaming  # each micro-batch stages under its own id
+    assert hadoop_url(sink.store, "_staging/x") == f"file:{tmp_path}/out dir/totals/_staging/x"

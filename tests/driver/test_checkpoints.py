@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -199,10 +200,10 @@ def test_a_run_continuing_its_own_checkpoint_is_never_refused(
 def test_the_batch_hook_route_needs_the_token_and_reaches_the_hook() -> None:
     calls: list[tuple[str, int, str]] = []
 
-    def hook(stage: str, batch: int, sink: str) -> dict[str, object]:
+    def hook(stage: str, batch: int, body: dict[str, Any]) -> dict[str, object]:
         if batch == 13:
             raise RuntimeError("cannot store checkpoint 12")
-        calls.append((stage, batch, sink))
+        calls.append((stage, batch, body["sink"]))
         return {"ok": True}
 
     with CoordinatorEndpoint("right-token") as endpoint:

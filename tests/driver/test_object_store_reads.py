@@ -1,10 +1,12 @@
 """``sources.Files`` on ``s3://``, read by Spark's own readers (Hadoop's S3 connector, ``s3a``)
-and by the Python readers, against moto's S3 server on loopback.
+and by the Python readers, and ``sinks.TransactionalFiles`` on ``s3://`` staged by Spark's own
+writers or by Python's, against moto's S3 server on loopback.
 
 The objects are written by pyarrow, in ``key=value`` directories and cut into byte ranges; what
-a Batch job publishes and what a streaming query reads are compared with the rows written, not
-with another Spark read. The URL carries the store and the keys as pyarrow takes them; the JVM
-is handed them as that bucket's ``fs.s3a`` settings (connectors/jvm.py ``hadoop_settings``).
+a Batch job publishes (read back by pyarrow through its manifests) and what a streaming query
+reads are compared with the rows written, not with another Spark read. The URL carries the store
+and the keys as pyarrow takes them; the JVM is handed them as that bucket's ``fs.s3a`` settings
+(connectors/jvm.py ``hadoop_settings``).
 """
 
 from __future__ import annotations
@@ -89,12 +91,15 @@ def test_a_batch_job_reads_s3_objects_by_byte_range_with_their_partition_values(
     written = _orders_as_json(s3_server, prefix)
     job = make_job(spark, tmp_path, shuffle)
     source = sources.Files(_url(s3_server, prefix), "json", SCHEMA, split_size="4Ki")
-    sink = sinks.TransactionalFiles(str(tmp_path / "out"), name="orders")
-    with caplog.at_level(logging.INFO, logger="finishable.driver.batch.runtime"):
+    sink = sinks.TransactionalFiles(_url(s3_server, f"{prefix}-out"), name="orders")
+    with caplog.at_level(logging.INFO, logger="finishable.driver.batch"):
         job.write(job.stage("orders", job.read(source, name="orders")), sink)
         job.run()
-    said = "Spark's" if reader == "jvm" else "Python reader slots"
-    assert any(said in record.getMessage() for record in caplog.records), reader
+    said = [record.getMessage() for record in caplog.records]
+    read = "Spark's" if reader == "jvm" else "Python reader slots"
+    assert any(read in line for line in said), said
+    written_by = "Spark's own writers" if reader == "jvm" else "Python writers"
+    assert any(f"stage orders: written by {written_by}" in line for line in said), said
     published = sink.read_committed().to_pylist()
     got = Counter((r["id"], r["customer"], r["cents"], r["region"]) for r in published)
     assert got == written

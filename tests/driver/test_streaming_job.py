@@ -303,6 +303,9 @@ def test_stop_with_savepoint_keeps_windows_pending_and_drain_fires_them(
     assert status["savepoint"]["drained"] is True
     assert published(job.output) == Counter(ground_truth(job.input))
     assert pending <= set(published(job.output))
+    writers = "Spark's own parquet writer" if data_path == "jvm" else "written by Python"
+    logs = "".join(p.read_text() for p in (job.state / job.name).glob("driver-*.log"))
+    assert f"sink 'counts': {writers}" in logs
 
     # A new job from the drained savepoint is refused with the reason (event time is at its end).
     again = Job(tmp_path / "again", "again")

@@ -22,11 +22,14 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from finishable.connectors.batch.datasources import format_name
+from finishable.connectors.sink_store import SinkStore
+from finishable.connectors.sinks import TransactionalFiles, TransactionalSink
 from finishable.connectors.sources import Files, Source
 from finishable.coordinator.files import list_files, partition_values
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,7 @@ log = logging.getLogger(__name__)
 JVM_SOURCE = "dev.finishable.spark.FilesRead"
 JVM_STAGE_WRITE = "dev.finishable.spark.StageWrite"
 JVM_STAGE_READ = "dev.finishable.spark.StageRead"
+JVM_SINK_WRITE = "dev.finishable.spark.SinkWrite"
 DATA_PATH_CONF = "spark.finishable.dataPath"
 """Batch jobs: ``jvm`` (the default: the JVM where a read or stage allows it) or ``python``."""
 STREAMING_DATA_PATH_CONF = "spark.finishable.dataPath.streaming"
@@ -73,6 +77,79 @@ def why_not_jvm(source: Source) -> str | None:
     if scheme not in JVM_SCHEMES:
         return f"{scheme}:// inputs are read by Python (pyarrow's file systems)"
     return None
+
+
+JVM_SINK_FORMATS = ("parquet",)
+"""What Spark's own writers write for ``TransactionalFiles``. JSON stays Python's: Spark's JSON
+writer spells decimals as numbers and times with its own pattern, not what ``read_committed``
+and earlier output read."""
+
+
+def why_not_jvm_sink(sink: TransactionalSink) -> str | None:
+    """Why Spark's own writers cannot stage ``sink``'s files in a Batch job (None: they can)."""
+    if not isinstance(sink, TransactionalFiles):
+        return f"{type(sink).__name__} sinks are staged by Python"
+    if sink.format not in JVM_SINK_FORMATS:
+        return f"{sink.format} files are written by Python"
+    scheme = urlsplit(sink.url).scheme or "file"
+    if scheme not in JVM_SCHEMES:
+        return f"{scheme}:// sinks are written by Python (pyarrow's file systems)"
+    return None
+
+
+def hadoop_url(store: SinkStore, relative: str) -> str:
+    """Where Hadoop finds a path of a sink on local files or S3 (``why_not_jvm_sink``)."""
+    path = store.path(relative) if relative else store.root
+    return f"s3a://{path}" if store.fs.type_name == "s3" else f"file:{path}"
+
+
+def sink_write_options(
+    sink: TransactionalFiles,
+    *,
+    endpoint: str,
+    token: str,
+    batch_id: int | None,
+    environ: Mapping[str, str],
+) -> dict[str, str]:
+    """The options of a ``SinkWrite`` (SinkWrite.Settings reads them): a Batch sink stage's,
+    publishing as ``batch_id``, or a streaming query's (``None``: each micro-batch's own)."""
+    store = sink.store
+    options = {
+        "endpoint": endpoint,
+        "token": token,
+        "sink": sink.sink_name,
+        "format": sink.format,
+        "sinkUrl": hadoop_url(store, "").rstrip("/"),
+        "hadoopConf": json.dumps(hadoop_settings(store.url, environ), sort_keys=True),
+    }
+    if batch_id is not None:
+        options["batchId"] = str(batch_id)
+    return options
+
+
+def jvm_sink_stream(
+    sink: TransactionalSink, frame: DataFrame, *, endpoint: str, token: str
+) -> DataStreamWriter | None:
+    """``frame``'s stream writer into ``sink`` by Spark's own writers (``SinkWrite``: each
+    micro-batch published by the driver through ``endpoint``), or None where the Python writer
+    writes it: ``spark.finishable.dataPath.streaming: python``, a sink they cannot write, or no
+    jar."""
+    spark = frame.sparkSession
+    path = chosen_path(
+        spark.conf.get(STREAMING_DATA_PATH_CONF, None), conf=STREAMING_DATA_PATH_CONF
+    )
+    reason = "python" if path == "python" else why_not_jvm_sink(sink)
+    if reason is None and not jvm_source_loadable(spark):
+        reason = f"{JVM_SINK_WRITE} is not on Spark's classpath"
+    if reason is not None:
+        log.info("sink %r: written by Python: %s", sink.sink_name, reason)
+        return None
+    assert isinstance(sink, TransactionalFiles)  # why_not_jvm_sink said so
+    options = sink_write_options(
+        sink, endpoint=endpoint, token=token, batch_id=None, environ=os.environ
+    )
+    log.info("sink %r: Spark's own %s writer, published by the driver", sink.sink_name, sink.format)
+    return frame.writeStream.format(JVM_SINK_WRITE).options(**options)
 
 
 def hadoop_settings(url: str, environ: Mapping[str, str]) -> dict[str, str]:

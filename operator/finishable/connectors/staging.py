@@ -13,11 +13,12 @@ This module has no PySpark in it: the publish algorithm is tested without a Spar
 
 from __future__ import annotations
 
+import base64
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -68,6 +69,30 @@ class StagedPart:
     sentinels: int
     schema: bytes | None
     """The staged data's Arrow schema (serialized), ``None`` if the task saw no batch at all."""
+
+
+def staged_to_json(part: StagedPart) -> dict[str, Any]:
+    """A staged part as JSON: what a Batch task reports, and what the JVM writers send."""
+    return {
+        "task": asdict(part.task),
+        "path": part.path,
+        "rows": part.rows,
+        "size": part.size,
+        "sentinels": part.sentinels,
+        "schema": None if part.schema is None else base64.b64encode(part.schema).decode("ascii"),
+    }
+
+
+def staged_from_json(data: dict[str, Any]) -> StagedPart:
+    schema = data.get("schema")
+    return StagedPart(
+        task=TaskIdentity(**data["task"]),
+        path=data.get("path"),
+        rows=int(data["rows"]),
+        size=int(data["size"]),
+        sentinels=int(data.get("sentinels", 0)),
+        schema=None if schema is None else base64.b64decode(schema),
+    )
 
 
 class HasStagedPart(Protocol):

@@ -17,6 +17,8 @@ API (JSON bodies; every route but ``/v1/health`` needs ``Authorization: Bearer <
          -> {"events": [...]}   the events the coordinator sent back to that attempt
     POST /v1/batches/{batch}/{stage}                   {"sink"}  a sink's commit of a micro-batch
          reached ``stage`` (prepare, published): the runtime's batch hook runs it
+    POST /v1/batches/{batch}/publish    {"sink", "parts", "schema", "overwrite"}  the JVM sink
+         writer's commit: the runtime publishes the parts its tasks staged, between both stages
 
 Errors: 400 malformed request (the message names the field), 401 missing or wrong token
 (nothing is changed), 404 unknown coordinator or route, 409 order violation or rejected event
@@ -62,8 +64,9 @@ T = TypeVar("T")
 REALM = "finishable-coordinator"
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
-BatchHook = Callable[[str, int, str], dict[str, Any]]
-"""``hook(stage, batch_id, sink) -> reply``: a sink's commit reached ``stage`` for a batch."""
+BatchHook = Callable[[str, int, dict[str, Any]], dict[str, Any]]
+"""``hook(stage, batch_id, body) -> reply``: a sink's commit (``body["sink"]``) reached ``stage``
+for a batch. A ``ValueError`` is the call's fault (400)."""
 RuntimeHook = Callable[[str, dict[str, Any]], dict[str, Any]]
 """``hook(action, body) -> reply``: a Batch job's tasks talk to its driver (``/v1/runtime/...``)."""
 
@@ -389,10 +392,10 @@ class CoordinatorEndpoint:
         batch = self._index(request, "batch")
         body = await json_object(request)
         try:
-            sink = get_optional_str(body, "sink", "body") or ""
+            body["sink"] = get_optional_str(body, "sink", "body") or ""
         except JsonFieldError as error:
             raise Refusal(400, str(error)) from None
-        reply = await _hooked(request, hook, stage, batch, sink)
+        reply = await _hooked(request, hook, stage, batch, body, refused=ValueError)
         return json_response(200, reply)
 
     async def _runtime(self, request: web.Request) -> web.Response:

@@ -8,7 +8,7 @@ from typing import Any
 from finishable.serving import COUNT, STRING, openapi, operation
 
 MAX_REQUEST_ID_LENGTH = 200
-BATCH_STAGES = ("prepare", "published")
+BATCH_STAGES = ("prepare", "published", "publish")
 """What a sink's commit tells the runtime about a batch (``POST /v1/batches/{batch}/{stage}``)."""
 
 _ATTEMPT = "/v1/coordinators/{name}/subtasks/{subtask}/attempts/{attempt}"
@@ -72,8 +72,20 @@ OPENAPI = openapi(
             "post": operation(
                 "A sink's commit reached a stage of a batch",
                 path={"batch": COUNT, "stage": {"type": "string", "enum": list(BATCH_STAGES)}},
-                body={"type": "object", "properties": {"sink": STRING}},
-                responses={"200": "the runtime's reply", "404": "no job runtime here"},
+                body={
+                    "type": "object",
+                    "properties": {
+                        "sink": STRING,
+                        "parts": {"type": "array", "items": {"type": ["object", "null"]}},
+                        "schema": STRING,
+                        "overwrite": {"type": "boolean"},
+                    },
+                },
+                responses={
+                    "200": "the runtime's reply",
+                    "400": "a publish without its parts",
+                    "404": "no job runtime here",
+                },
             )
         },
         "/v1/runtime/{action}": {

@@ -24,7 +24,6 @@ writes nothing, so re-running three tasks of a stage costs three tasks.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -48,7 +47,7 @@ from finishable.connectors.reading import (
     read_partition,
 )
 from finishable.connectors.sink_store import SinkStore
-from finishable.connectors.staging import StagedPart, TaskIdentity, stage_batches
+from finishable.connectors.staging import TaskIdentity, stage_batches, staged_to_json
 from finishable.coordinator.events import AddSplits, NoMoreSplits
 from finishable.coordinator.splits import SentinelSplit
 from finishable.shuffle.client import ShuffleClient
@@ -451,26 +450,3 @@ def sink_writer(
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield first
     yield from rest
-
-
-def staged_to_json(part: StagedPart) -> dict[str, Any]:
-    return {
-        "task": asdict(part.task),
-        "path": part.path,
-        "rows": part.rows,
-        "size": part.size,
-        "sentinels": part.sentinels,
-        "schema": None if part.schema is None else base64.b64encode(part.schema).decode("ascii"),
-    }
-
-
-def staged_from_json(data: dict[str, Any]) -> StagedPart:
-    schema = data.get("schema")
-    return StagedPart(
-        task=TaskIdentity(**data["task"]),
-        path=data.get("path"),
-        rows=int(data["rows"]),
-        size=int(data["size"]),
-        sentinels=int(data.get("sentinels", 0)),
-        schema=None if schema is None else base64.b64decode(schema),
-    )

@@ -21,6 +21,7 @@ by the sink declarations (``connectors.sinks``), which build their options.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from finishable.connectors.staging import (
     publish_files,
     read_staged_parts,
     stage_batches,
+    staged_from_json,
 )
 from finishable.connectors.streaming.commit_hook import HOOK_OPTION, BatchHookClient
 
@@ -198,6 +200,33 @@ class FilesStreamWriter(_StagingWriter):
             overwrite=self.overwrite,
         )
         self.notify("published", batch_id)
+
+
+def publish_jvm_batch(
+    sink_url: str, sink_name: str, file_format: str, batch_id: int, body: Mapping[str, Any]
+) -> None:
+    """Publish a micro-batch that Spark's own writers staged (``dev.finishable.spark.SinkWrite``):
+    its commit sends the tasks' staged parts, the query's schema and whether the batch replaces
+    the sink's rows (``{"parts", "schema", "overwrite"}``) to the driver, which publishes them
+    here as ``FilesStreamWriter.commit`` would. A malformed body is a ValueError naming it."""
+    from pyspark.sql.types import StructType  # noqa: PLC0415
+
+    parts = body.get("parts")
+    if not isinstance(parts, list):
+        raise ValueError(f"publish of batch {batch_id}: 'parts' must be a list, not {parts!r}")
+    try:
+        messages: list[StagedMessage | None] = [
+            None if part is None else StagedMessage(staged_from_json(part)) for part in parts
+        ]
+        schema = StructType.fromJson(json.loads(str(body.get("schema"))))
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"publish of batch {batch_id}: malformed parts or schema: {error}"
+        ) from None
+    writer = FilesStreamWriter(
+        sink_url, sink_name, file_format, schema, bool(body.get("overwrite", False))
+    )
+    writer.commit(list(messages), batch_id)
 
 
 CommitFunction = Callable[[int, pa.Table], None]

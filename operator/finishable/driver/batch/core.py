@@ -165,6 +165,8 @@ class RuntimeCore:
     """(stage, task) -> (round, attempt) whose output this driver attempt committed."""
     _read_to_the_end: set[tuple[str, int, int]]
     """(stage, task, attempt) of the reader tasks that read their whole share."""
+    _writers_logged: set[str]
+    """Stages whose writers (the JVM's or Python's) this attempt has logged."""
     _log: JobLog
     _recovery: Recovery
     _heartbeat: threading.Thread

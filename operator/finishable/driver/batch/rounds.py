@@ -10,6 +10,7 @@ sink by sink.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from finishable.connectors.batch.datasources import (
@@ -19,12 +20,22 @@ from finishable.connectors.batch.datasources import (
     Round,
     sink_writer,
     stage_writer,
-    staged_from_json,
 )
-from finishable.connectors.jvm import JVM_STAGE_WRITE, stage_write_options
+from finishable.connectors.jvm import (
+    JVM_SINK_WRITE,
+    JVM_STAGE_WRITE,
+    sink_write_options,
+    stage_write_options,
+    why_not_jvm_sink,
+)
 from finishable.connectors.reading import arrow_schema_of
 from finishable.connectors.sinks import Iceberg, TransactionalFiles
-from finishable.connectors.staging import publish_files, read_staged_parts, retire_replaced
+from finishable.connectors.staging import (
+    publish_files,
+    read_staged_parts,
+    retire_replaced,
+    staged_from_json,
+)
 from finishable.connectors.streaming.sink import StagedMessage, _output_schema
 from finishable.driver.batch.core import DeclaredStage, JobSuspended, RuntimeCore
 from finishable.driver.batch.plan import OutputCommitted, StageInitialized, StageKind
@@ -94,20 +105,49 @@ class RoundsMixin(RuntimeCore):
         context.setLocalProperty(ROUND_PROPERTY, plan.to_property())
         context.setJobDescription(f"{self.config.name}: stage {stage.name} round {plan.round}")
         try:
-            if stage.kind is StageKind.SINK or self._jvm_refused is not None:
-                stage.dataframe.mapInArrow(self._python_writer(stage), SUMMARY_SCHEMA).collect()
+            if self._jvm_writes(stage):
+                self._jvm_write(stage)
             else:
-                options = stage_write_options(
-                    endpoint=self.endpoint.url,
-                    token=self.token,
-                    dataset=stage.name,
-                    slotted=stage.read is not None,
-                )
-                writer = stage.dataframe.write.format(JVM_STAGE_WRITE).options(**options)
-                writer.mode("append").save()
+                stage.dataframe.mapInArrow(self._python_writer(stage), SUMMARY_SCHEMA).collect()
         finally:
             context.setLocalProperty(ROUND_PROPERTY, None)  # type: ignore[arg-type]
         self._check_finished(stage, plan)
+
+    def _jvm_writes(self, stage: DeclaredStage) -> bool:
+        """Whether Spark's own writers write ``stage``'s tasks (``StageWrite``, ``SinkWrite``);
+        the first round of each stage logs which writers and why."""
+        reason = self._jvm_refused
+        if reason is None and stage.kind is StageKind.SINK:
+            assert stage.sink is not None
+            reason = why_not_jvm_sink(stage.sink)
+        if stage.name not in self._writers_logged:
+            self._writers_logged.add(stage.name)
+            if reason is None:
+                log.info("stage %s: written by Spark's own writers", stage.name)
+            else:
+                log.info("stage %s: written by Python writers: %s", stage.name, reason)
+        return reason is None
+
+    def _jvm_write(self, stage: DeclaredStage) -> None:
+        if stage.kind is StageKind.SINK:
+            assert isinstance(stage.sink, TransactionalFiles)
+            source = JVM_SINK_WRITE
+            options = sink_write_options(
+                stage.sink,
+                endpoint=self.endpoint.url,
+                token=self.token,
+                batch_id=stage.output_batch,
+                environ=os.environ,
+            )
+        else:
+            source = JVM_STAGE_WRITE
+            options = stage_write_options(
+                endpoint=self.endpoint.url,
+                token=self.token,
+                dataset=stage.name,
+                slotted=stage.read is not None,
+            )
+        stage.dataframe.write.format(source).options(**options).mode("append").save()
 
     def _python_writer(self, stage: DeclaredStage) -> ArrowFunction:
         """The ``mapInArrow`` function that writes a task of ``stage``: a sink writer, or a stage

@@ -125,6 +125,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         self.timings = timings or PhaseTimings()
         self._lock = threading.RLock()
         self._reads = {}
+        self._writers_logged = set()
         self._stages = []
         self._round = 0
         self._servers = []

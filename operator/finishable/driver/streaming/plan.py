@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from finishable.api.jobconfig import PREFLIGHT_REFUSED_EXIT_CODE
+from finishable.connectors.jvm import jvm_sink_stream
 from finishable.connectors.streaming.commit_hook import HOOK_OPTION, BatchHookClient
 from finishable.driver.failures import PermanentFailure, ProgramError
 from finishable.driver.source_coordinator import SourceCoordinator
@@ -206,11 +207,13 @@ class QueryPlan:
                 timings=timings,
                 pending_key=self.pending[output.name],
             )
-            hook = BatchHookClient(hook_url, token, output.sink.sink_name)
+            writer = jvm_sink_stream(
+                output.sink, output.dataframe, endpoint=hook_url, token=token
+            ) or output.sink.write_stream(output.dataframe).option(
+                HOOK_OPTION, BatchHookClient(hook_url, token, output.sink.sink_name).to_option()
+            )
             writer = (
-                output.sink.write_stream(output.dataframe)
-                .option(HOOK_OPTION, hook.to_option())
-                .option("checkpointLocation", str(directory))
+                writer.option("checkpointLocation", str(directory))
                 .outputMode(output.output_mode)
                 .queryName(self._job if index == 0 else f"{self._job}-{output.name}")
                 .trigger(processingTime=f"{int(interval_seconds * 1000)} milliseconds")

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import pyspark
 
 from finishable.api.status import CheckpointStatus, QueryStatus
-from finishable.connectors.sinks import TransactionalSink
+from finishable.connectors.sinks import TransactionalFiles, TransactionalSink
+from finishable.connectors.streaming.sink import publish_jvm_batch
 from finishable.driver.checkpoint_log import CheckpointLog
 from finishable.driver.failures import ProgramError
 from finishable.driver.source_coordinator import SourceCoordinator
@@ -198,7 +199,7 @@ class QuerySet:
         self._job = job
         self._lineage = lineage
         self._fingerprints = fingerprints
-        self._by_sink = {q.sink.sink_name: q.keeper for q in self.queries}
+        self._by_sink = {q.sink.sink_name: q for q in self.queries}
 
     @property
     def single(self) -> bool:
@@ -226,12 +227,21 @@ class QuerySet:
     def coordinators(self) -> list[SourceCoordinator]:
         return [c for q in self.queries for c in q.coordinators]
 
-    def hook(self, stage: str, batch_id: int, sink: str) -> dict[str, Any]:
-        """For ``CoordinatorEndpoint.set_batch_hook``: the keeper of the query writing ``sink``."""
-        keeper = self._by_sink.get(sink)
-        if keeper is None:
+    def hook(self, stage: str, batch_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        """For ``CoordinatorEndpoint.set_batch_hook``: the keeper of the query writing
+        ``body["sink"]``; a ``publish`` (Spark's own sink writers') runs both of its stages around
+        the publish, as a Python sink writer's commit calls them around its own."""
+        sink = str(body.get("sink", ""))
+        query = self._by_sink.get(sink)
+        if query is None:
             raise ValueError(f"no query of this job writes to the sink {sink!r}")
-        return keeper.hook(stage, batch_id, sink)
+        if stage != "publish":
+            return query.keeper.hook(stage, batch_id, sink)
+        if not isinstance(query.sink, TransactionalFiles):
+            raise ValueError(f"sink {sink!r} is not published by the driver")
+        query.keeper.hook("prepare", batch_id, sink)
+        publish_jvm_batch(query.sink.url, sink, query.sink.format, batch_id, body)
+        return query.keeper.hook("published", batch_id, sink)
 
     @property
     def latest(self) -> StoredCheckpoint | None:

@@ -38,6 +38,13 @@ final class DriverCalls {
         return post("/v1/runtime/" + action, body, Duration.ofSeconds(300), 60.0, false, action);
     }
 
+    /** {@code POST /v1/batches/{batch}/publish}: a streaming sink's micro-batch, staged by every
+     * task, published by the driver between the runtime's prepare and published steps. */
+    JsonNode publish(long batchId, ObjectNode body) {
+        return post("/v1/batches/" + batchId + "/publish", body, Duration.ofSeconds(600), 60.0, false,
+            "the publish of batch " + batchId);
+    }
+
     /** Send a reader event to a coordinator; the events it sends back. */
     JsonNode coordinatorEvent(String coordinator, int subtask, int attempt, ObjectNode event) {
         ObjectNode body = ReadOptions.JSON.createObjectNode();

@@ -1,6 +1,11 @@
 """The sinks under real Structured Streaming (local[2]): output equals a ground truth computed from
 the input files, Spark's own replay of a batch publishes nothing twice, the callback survives a
-crash of its commit, and errors name what is wrong."""
+crash of its commit, and errors name what is wrong.
+
+The files sink's exactly-once tests run with both writers: the Python sink writer (its commit
+publishes in a Python worker) and Spark's own parquet writer (``dev.finishable.spark.SinkWrite``,
+whose commit asks the driver's runtime to publish: here an endpoint whose batch hook publishes as
+the job runtime's does, ``connectors.streaming.sink.publish_jvm_batch``)."""
 
 from __future__ import annotations
 
@@ -8,12 +13,14 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from finishable.connectors.jvm import JVM_SINK_WRITE, sink_write_options
 from finishable.connectors.sink_store import SinkStore
 from finishable.connectors.sinks import (
     SENTINEL_COLUMN,
@@ -22,6 +29,8 @@ from finishable.connectors.sinks import (
     TransactionalCallback,
     TransactionalFiles,
 )
+from finishable.connectors.streaming.sink import publish_jvm_batch
+from finishable.coordinator.endpoint import CoordinatorEndpoint
 from tests.connectors.test_sinks_units import s3_url, staged_files, start_moto
 
 pytestmark = pytest.mark.quick
@@ -85,6 +94,42 @@ def stream(spark: Any, source: Path) -> Any:
     )
 
 
+class Writers:
+    """The stream writers of a files sink: Python's, or Spark's own behind a driver endpoint."""
+
+    def __init__(self, kind: str, endpoint: CoordinatorEndpoint) -> None:
+        self.kind = kind
+        self.endpoint = endpoint
+        self.sinks: dict[str, TransactionalFiles] = {}
+        self.published: list[int] = []
+        endpoint.set_batch_hook(self._hook)
+
+    def _hook(self, stage: str, batch_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        assert stage == "publish", stage  # the JVM writer's one call
+        sink = self.sinks[body["sink"]]
+        publish_jvm_batch(sink.url, sink.sink_name, sink.format, batch_id, body)
+        self.published.append(batch_id)
+        return {}
+
+    def of(self, sink: TransactionalFiles, frame: Any) -> Any:
+        if self.kind == "python":
+            return sink.write_stream(frame)
+        self.sinks[sink.sink_name] = sink
+        options = sink_write_options(
+            sink, endpoint=self.endpoint.url, token=TOKEN, batch_id=None, environ={}
+        )
+        return frame.writeStream.format(JVM_SINK_WRITE).options(**options)
+
+
+TOKEN = "sink-token"
+
+
+@pytest.fixture(params=["python", "jvm"])
+def writers(request: pytest.FixtureRequest) -> Iterator[Writers]:
+    with CoordinatorEndpoint(TOKEN) as endpoint:
+        yield Writers(str(request.param), endpoint)
+
+
 def run_available_now(writer: Any, checkpoint: Path) -> Any:
     query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
     query.awaitTermination()
@@ -97,7 +142,9 @@ def forget_commit(checkpoint: Path, batch_id: int) -> None:
         (checkpoint / "commits" / name).unlink(missing_ok=True)
 
 
-def test_files_sink_is_exactly_once_across_replay_and_restart(spark: Any, tmp_path: Path) -> None:
+def test_files_sink_is_exactly_once_across_replay_and_restart(
+    spark: Any, tmp_path: Path, writers: Writers
+) -> None:
     source, checkpoint = tmp_path / "in", tmp_path / "cp"
     put_input(source, 0, list(range(7)))
     put_input(source, 1, [])  # a batch with zero rows
@@ -105,7 +152,7 @@ def test_files_sink_is_exactly_once_across_replay_and_restart(spark: Any, tmp_pa
     put_input(source, 3, list(range(7, 13)), sentinel=True)
     sink = TransactionalFiles(str(tmp_path / "out"), format="parquet", name="clicks")
 
-    run_available_now(sink.write_stream(stream(spark, source)), checkpoint)
+    run_available_now(writers.of(sink, stream(spark, source)), checkpoint)
     assert sink.committed_batches() == [0, 1, 2, 3]
     assert as_truth(sink.read_committed()) == sorted(ground_truth(source))
     assert sink.read_committed().column_names == ["id", "ts", "name"]
@@ -117,7 +164,7 @@ def test_files_sink_is_exactly_once_across_replay_and_restart(spark: Any, tmp_pa
     # Spark lost the commit-log entry of batch 3 after the sink published it: on restart it
     # re-runs batch 3, whose commit must publish nothing and clean what the replay staged.
     forget_commit(checkpoint, 3)
-    query = run_available_now(sink.write_stream(stream(spark, source)), checkpoint)
+    query = run_available_now(writers.of(sink, stream(spark, source)), checkpoint)
     assert query.lastProgress["batchId"] == 3
     assert query.lastProgress["numInputRows"] == 7  # six rows and the sentinel, re-read
     assert (checkpoint / "commits" / "3").exists()
@@ -127,20 +174,23 @@ def test_files_sink_is_exactly_once_across_replay_and_restart(spark: Any, tmp_pa
 
     # A later run on the same checkpoint adds only the new file.
     put_input(source, 4, list(range(13, 20)))
-    run_available_now(sink.write_stream(stream(spark, source)), checkpoint)
+    run_available_now(writers.of(sink, stream(spark, source)), checkpoint)
     assert sink.committed_batches() == [0, 1, 2, 3, 4]
     assert as_truth(sink.read_committed()) == sorted(ground_truth(source))
     files = sink.committed_files()
     assert spark.read.parquet(*files).count() == len(ground_truth(source))
+    assert writers.published == ([] if writers.kind == "python" else [0, 1, 2, 3, 3, 4])
 
 
-def test_stop_mid_stream_then_restart_publishes_everything_once(spark: Any, tmp_path: Path) -> None:
+def test_stop_mid_stream_then_restart_publishes_everything_once(
+    spark: Any, tmp_path: Path, writers: Writers
+) -> None:
     source, checkpoint = tmp_path / "in", tmp_path / "cp"
     for index in range(8):
         put_input(source, index, list(range(index * 10, index * 10 + 10)), sentinel=index == 5)
     sink = TransactionalFiles(str(tmp_path / "out"), name="stopped")
     query = (
-        sink.write_stream(stream(spark, source))
+        writers.of(sink, stream(spark, source))
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="0 seconds")
         .start()
@@ -151,10 +201,36 @@ def test_stop_mid_stream_then_restart_publishes_everything_once(spark: Any, tmp_
     query.stop()  # cancels whatever micro-batch is running
     assert 2 <= len(sink.committed_batches()) < 8
 
-    run_available_now(sink.write_stream(stream(spark, source)), checkpoint)
+    run_available_now(writers.of(sink, stream(spark, source)), checkpoint)
     assert sink.committed_batches() == list(range(8))
     assert as_truth(sink.read_committed()) == sorted(ground_truth(source))
     assert staged_files(sink.store) == []
+
+
+def test_complete_mode_publishes_each_batch_as_the_whole_result(
+    spark: Any, tmp_path: Path, writers: Writers
+) -> None:
+    source = tmp_path / "in"
+    for index in range(3):
+        put_input(source, index, list(range(index * 5, index * 5 + 12)))
+    counts = stream(spark, source).groupBy("name").count()
+    sink = TransactionalFiles(str(tmp_path / "out"), name="counts")
+    writer = writers.of(sink, counts).outputMode("complete")
+    run_available_now(writer, tmp_path / "cp")
+    assert sink.committed_batches() == [0, 1, 2]
+    assert all(m is not None and m.overwrite for m in map(sink.manifest, range(3)))
+    rows = sink.read_committed().to_pylist()  # the last batch's rows alone
+    assert sorted((r["name"], r["count"]) for r in rows) == sorted(_count_names(source).items())
+
+
+def _count_names(directory: Path) -> dict[str, int]:
+    """Rows per name in the input files (ids repeat across files: every row counts)."""
+    counted: dict[str, int] = {}
+    for path in directory.glob("*.json"):
+        for line in path.read_text().splitlines():
+            name = json.loads(line)["name"]
+            counted[name] = counted.get(name, 0) + 1
+    return counted
 
 
 def test_json_sink_keeps_every_type(spark: Any, tmp_path: Path) -> None:

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.fs
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
@@ -28,6 +27,7 @@ from finishable import sinks, sources
 from finishable.connectors.jvm import DATA_PATH_CONF, STREAMING_DATA_PATH_CONF
 from finishable.local.shuffle import LocalShuffle
 from tests.connectors.test_source_conformance import _read_with_source
+from tests.connectors.test_spark_s3a import object_store
 from tests.driver.test_batch_program import close_jobs, make_job, shuffle, spark
 from tests.state.conftest import BUCKET, S3Server, s3_server
 
@@ -39,16 +39,6 @@ REGIONS = ("eu", "us", "ap")
 SCHEMA = "id long, customer string, cents long, region string"
 
 
-def _store(server: S3Server) -> pyarrow.fs.S3FileSystem:
-    return pyarrow.fs.S3FileSystem(
-        access_key="testing",
-        secret_key="testing",
-        endpoint_override=server.endpoint,
-        scheme="http",
-        region="us-east-1",
-    )
-
-
 def _url(server: S3Server, prefix: str) -> str:
     """The source's URL with its store and keys in it, as a user writes it for MinIO or Ceph."""
     return f"s3://testing:testing@{server.url(prefix).removeprefix('s3://')}"
@@ -56,7 +46,7 @@ def _url(server: S3Server, prefix: str) -> str:
 
 def _orders_as_json(server: S3Server, prefix: str) -> Counter[tuple[object, ...]]:
     """Three ``region=`` directories of JSON lines; the rows written, as the job must give them."""
-    store = _store(server)
+    store = object_store(server)
     written: Counter[tuple[object, ...]] = Counter()
     for index, region in enumerate(REGIONS):
         rows = [
@@ -115,7 +105,7 @@ def test_a_stream_reads_s3_parquet_objects_once_each(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     prefix = f"clicks-{uuid.uuid4().hex[:8]}"
-    store = _store(s3_server)
+    store = object_store(s3_server)
     written: Counter[tuple[object, ...]] = Counter()
     for index in range(4):
         ids = list(range(index * 500, index * 500 + 500))

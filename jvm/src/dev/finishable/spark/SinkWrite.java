@@ -6,7 +6,6 @@ import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.Map;
-import java.util.Set;
 import java.util.UUID;
 
 import com.fasterxml.jackson.core.type.TypeReference;
@@ -23,7 +22,6 @@ import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
 import org.apache.spark.TaskContext;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.catalog.TableProvider;
@@ -125,30 +123,13 @@ public final class SinkWrite implements TableProvider {
         }
     }
 
-    private static final class SinkTable implements Table, SupportsWrite {
-        private final StructType schema;
+    private static final class SinkTable extends WriteTable {
         private final Settings settings;
 
         SinkTable(StructType schema, Settings settings) {
-            this.schema = schema;
+            super("finishable_sink_write__" + settings.sink, schema, EnumSet.of(
+                TableCapability.BATCH_WRITE, TableCapability.STREAMING_WRITE, TableCapability.ACCEPT_ANY_SCHEMA));
             this.settings = settings;
-        }
-
-        @Override
-        public String name() {
-            return "finishable_sink_write__" + settings.sink;
-        }
-
-        @Override
-        @SuppressWarnings("deprecation")  // columns() derives from it; Spark 4 still calls it
-        public StructType schema() {
-            return schema;
-        }
-
-        @Override
-        public Set<TableCapability> capabilities() {
-            return EnumSet.of(TableCapability.BATCH_WRITE, TableCapability.STREAMING_WRITE,
-                TableCapability.ACCEPT_ANY_SCHEMA);
         }
 
         @Override

@@ -8,7 +8,6 @@ import java.net.HttpURLConnection;
 import java.nio.charset.StandardCharsets;
 import java.util.EnumSet;
 import java.util.Map;
-import java.util.Set;
 import java.util.zip.CRC32;
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -16,7 +15,6 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import org.apache.arrow.vector.ipc.ArrowStreamWriter;
 import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.catalog.TableProvider;
@@ -81,29 +79,13 @@ public final class StageWrite implements TableProvider {
         }
     }
 
-    private static final class StageTable implements Table, SupportsWrite {
-        private final StructType schema;
+    private static final class StageTable extends WriteTable {
         private final Settings settings;
 
         StageTable(StructType schema, Settings settings) {
-            this.schema = schema;
+            super("finishable_stage_write__" + settings.dataset, schema,
+                EnumSet.of(TableCapability.BATCH_WRITE, TableCapability.ACCEPT_ANY_SCHEMA));
             this.settings = settings;
-        }
-
-        @Override
-        public String name() {
-            return "finishable_stage_write__" + settings.dataset;
-        }
-
-        @Override
-        @SuppressWarnings("deprecation")  // columns() derives from it; Spark 4 still calls it
-        public StructType schema() {
-            return schema;
-        }
-
-        @Override
-        public Set<TableCapability> capabilities() {
-            return EnumSet.of(TableCapability.BATCH_WRITE, TableCapability.ACCEPT_ANY_SCHEMA);
         }
 
         @Override

@@ -11,7 +11,8 @@ three ways:
   to and from Python workers);
 * *runtime*: ``FinishableJob`` with ``sources.Files`` and ``sinks.TransactionalFiles``
   (coordinator requests, a stored checkpoint per batch, the sink's two-phase commit);
-  *runtime_jvm* the same with the source read by Spark's own reader (``FilesStream``).
+  *runtime_jvm* the same on the JVM data path: the source read by Spark's own reader
+  (``FilesStream``) and the sink's files written by Spark's own parquet writer (``SinkWrite``).
 
 All read the same number of files per micro-batch with the same trigger; rows/s is counted from the
 query's own progress events until every row was read, over the whole run (``*_rows_per_s``: the
@@ -375,6 +376,31 @@ class RuntimeRun:
 
 
 def runtime(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: int) -> Run:
+    """The runtime on the Python data path (``spark.finishable.dataPath.streaming: python``):
+    the source's rows read in Python workers, the sink's files written by Python writers."""
+    return on_path(spark, "python", runtime_run, inputs, work, total, per_batch)
+
+
+def runtime_jvm(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: int) -> Run:
+    """The runtime on the JVM data path (the default): the source read by Spark's own JSON
+    reader (``FilesStream``), the sink's files written by Spark's own parquet writer."""
+    return on_path(spark, "jvm", runtime_run, inputs, work, total, per_batch)
+
+
+def on_path(
+    spark: SparkSession,
+    path: str,
+    measured: Callable[[SparkSession, Path, Path, int, int], Run],
+    *args: Any,
+) -> Run:
+    spark.conf.set(STREAMING_DATA_PATH_CONF, path)
+    try:
+        return measured(spark, *args)
+    finally:
+        spark.conf.unset(STREAMING_DATA_PATH_CONF)
+
+
+def runtime_run(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: int) -> Run:
     created = time.perf_counter()
     run = RuntimeRun(spark, work, "throughput", inputs, per_batch=per_batch, transform=pipeline)
     elapsed: list[float] = []
@@ -403,16 +429,6 @@ def runtime(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch
         },
     }
     return total / elapsed[0], phases
-
-
-def runtime_jvm(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: int) -> Run:
-    """The runtime with its source read by Spark's own JSON reader (``FilesStream``, the JVM
-    data path, ``spark.finishable.dataPath.streaming: jvm``)."""
-    spark.conf.set(STREAMING_DATA_PATH_CONF, "jvm")
-    try:
-        return runtime(spark, inputs, work, total, per_batch)
-    finally:
-        spark.conf.unset(STREAMING_DATA_PATH_CONF)
 
 
 def stop_latency(

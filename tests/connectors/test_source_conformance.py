@@ -249,7 +249,38 @@ def _cases() -> dict[str, Case]:
             },
             {"mode": "DROPMALFORMED", "allowSingleQuotes": True, "allowComments": True},
         ),
+        "orc-stripes-nulls-and-a-missing-column": Case(
+            "orc",
+            "id long, name string, price decimal(10,2), day date, flags array<boolean>, extra int",
+            _orc_files(),
+            split_size=64,  # ignored: ORC files are read whole
+        ),
     }
+
+
+def _orc_files() -> dict[str, bytes]:
+    """Two ORC files: one of several small stripes with nulls, one without a declared column."""
+    import datetime as dt
+    import io
+    from decimal import Decimal
+
+    from pyarrow import orc
+
+    many = pa.table(
+        {
+            "id": pa.array(range(3000), pa.int64()),
+            "name": [None if i % 7 == 0 else f"n{i} ✓" for i in range(3000)],
+            "price": pa.array([Decimal(i) / 4 for i in range(3000)], pa.decimal128(10, 2)),
+            "day": [dt.date(2024, 1, 1) + dt.timedelta(days=i % 400) for i in range(3000)],
+            "flags": [[i % 2 == 0, None] if i % 3 else None for i in range(3000)],
+        }
+    )
+    files = {}
+    for name, table, stripe in (("a.orc", many, 4096), ("b.orc", many.select(["id"]), 64 << 20)):
+        out = io.BytesIO()
+        orc.write_table(table, out, stripe_size=stripe)
+        files[name] = out.getvalue()
+    return files
 
 
 def _parquet_case(root: Path) -> None:

@@ -105,7 +105,7 @@ def test_the_check_passes_the_same_sources_and_refuses_a_changed_program(
     assert broken.returncode == 1, broken.stderr[-3000:]
     assert last_line(broken) == (
         "upgrade check failed: ValueError: unknown source format 'nosuch' (known: json, csv, "
-        "parquet)"
+        "parquet, orc)"
     )
 
     assert state_files(job) == before, "a check writes nothing to the job's state"

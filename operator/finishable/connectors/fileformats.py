@@ -34,8 +34,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-Format = Literal["json", "csv", "parquet"]
-FORMATS: tuple[str, ...] = ("json", "csv", "parquet")
+Format = Literal["json", "csv", "parquet", "orc"]
+FORMATS: tuple[str, ...] = ("json", "csv", "parquet", "orc")
 TEXT_FORMATS: frozenset[str] = frozenset({"json", "csv"})
 
 RECORD_COLUMN = "__finishable_record"
@@ -92,11 +92,13 @@ _INFERENCE: dict[str, tuple[str, ...]] = {
     "csv": ("inferSchema", "samplingRatio", "enforceSchema", "preferDate"),
     "json": ("samplingRatio", "primitivesAsString", "prefersDecimal", "dropFieldIfAllNull"),
     "parquet": ("mergeSchema",),
+    "orc": ("mergeSchema",),
 }
 KNOWN_OPTIONS: dict[str, tuple[str, ...]] = {
     "csv": (*_CSV_PARSER, "header", "comment", *_TEXT_FILE, *_LISTING, *_INFERENCE["csv"]),
     "json": (*_JSON_PARSER, *_TEXT_FILE, *_LISTING, *_INFERENCE["json"]),
     "parquet": (*_LISTING, *_INFERENCE["parquet"]),
+    "orc": (*_LISTING, *_INFERENCE["orc"]),
 }
 _BOOLEAN = frozenset(
     {

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
+import pyarrow.orc as pa_orc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -285,15 +286,26 @@ def _read_parquet(
         return table
 
 
+def _read_orc(filesystem: pafs.FileSystem, path: str, target: pa.Schema) -> pa.Table:
+    """A whole ORC file (``sources.Files`` never cuts one), the target's columns it has."""
+    with filesystem.open_input_file(path) as handle:
+        orc = pa_orc.ORCFile(handle)
+        present = set(orc.schema.names)
+        table: pa.Table = orc.read(columns=[name for name in target.names if name in present])
+        return table
+
+
 def read_file_split(
     split: FileSplit, options: FileOptions, target: pa.Schema, *, root: str | None = None
 ) -> pa.Table:
     """Read one file split into a table of the reader's ``target`` schema (raises on any
-    problem): parquet rows, or the text of CSV and JSON records for Spark to parse. Columns
+    problem): parquet or ORC rows, or the text of CSV and JSON records for Spark to parse. Columns
     named by a ``key=value`` directory below ``root`` hold that value, as in Spark."""
     filesystem, path = pafs.FileSystem.from_uri(split.url)
     if options.format == "parquet":
         table = conform(_read_parquet(split, filesystem, path, target), target)
+    elif options.format == "orc":
+        table = conform(_read_orc(filesystem, path, target), target)
     elif options.text:
         table = _records_table(_read_records(split, filesystem, path, options), target)
     else:

@@ -42,6 +42,7 @@ from finishable.api.units import Duration, Quantity
 from finishable.connectors.fileformats import (
     FORMATS,
     FileOptions,
+    Format,
     SourceOptionError,
     parse_records,
     reader_schema,
@@ -265,7 +266,7 @@ def _parse_schema(schema: StructType | str) -> StructType:
 
 
 class Files(Source):
-    """JSON, CSV or parquet files under a ``pyarrow.fs`` URL (or a local path), read as
+    """JSON, CSV, parquet or ORC files under a ``pyarrow.fs`` URL (or a local path), read as
     ``spark.read.options(**options).schema(schema).format(format).load(url)`` reads them.
 
     ``options`` are Spark's reader options, with Spark's names and defaults (``header`` is false,
@@ -322,6 +323,8 @@ class Files(Source):
             raise ValueError("discovery_interval must be positive")
         self.discovery_interval = interval
         self.split_size = None if split_size is None else int(Quantity.parse(split_size))
+        if format == "orc":  # read whole: pyarrow cannot tell where a byte range's stripes are
+            self.split_size = None
         if self.split_size is not None and self.split_size < 1:
             raise ValueError("split_size must be at least one byte")
         self.max_splits_per_batch = max_splits_per_batch
@@ -380,7 +383,7 @@ class Files(Source):
             kind="files",
             schema_json=schema.jsonValue(),
             attempt=attempt,
-            format=cast(Literal["json", "csv", "parquet"], self.format),
+            format=cast(Format, self.format),
             on_error=cast(Literal["fail", "skip"], self.on_error),
             options=dict(self.options.options),
             root=self.url,

@@ -39,16 +39,19 @@ def test_the_metrics_agree_with_every_jobs_status(
         key = frozenset({("namespace", cluster.namespace), ("job_name", job)})
         return scraped.get((name, key), 0.0)
 
+    # A counter holds what this operator process saw (Prometheus counters restart at zero with
+    # the process, and increase() knows it); the status holds every restart since the job began.
+    # e2e/test_disruptions.py replaces the operator's pod mid-stop, so jobs that recovered before
+    # that have more in their status than in the counters: never the other way round.
     for job in jobs:
         name, status = job["metadata"]["name"], job["status"]
         recovery = status.get("recovery") or {}
-        assert per_job("finishable_driver_restarts_total", name) == status.get("restarts", 0)
-        assert per_job("finishable_recovery_tasks_skipped_total", name) == recovery.get(
-            "tasksSkipped", 0
-        )
-        assert per_job("finishable_recovery_tasks_rerun_total", name) == recovery.get(
-            "tasksRerun", 0
-        )
+        for metric, total in (
+            ("finishable_driver_restarts_total", status.get("restarts", 0)),
+            ("finishable_recovery_tasks_skipped_total", recovery.get("tasksSkipped", 0)),
+            ("finishable_recovery_tasks_rerun_total", recovery.get("tasksRerun", 0)),
+        ):
+            assert per_job(metric, name) <= total, (metric, name)
     drained = [job for job in jobs if (job["status"].get("savepoint") or {}).get("drained")]
     if drained:
         stops = scraped[("finishable_stop_duration_seconds_count", frozenset({("drain", "true")}))]

@@ -83,12 +83,18 @@ final class ReadOptions implements Serializable {
         dataSchema = new StructType(data.toArray(new StructField[0]));
     }
 
-    /** Options as Spark hands them to a provider (its map may ignore case: copy the keys we know). */
+    /** Options as Spark hands them to a provider. */
     static ReadOptions of(Map<String, String> options) {
+        return new ReadOptions(known(options, "name", "read", "slots", "endpoint", "token", "coordinator",
+            "format", "root", "skipUnreadable", "schema", "partitionColumns", "sparkOptions", "hadoopConf",
+            "attempt", "maxSplitsPerBatch", "maxPartitionWeight", "openCost", "minPartitions", "splitSize"));
+    }
+
+    /** The {@code keys} given in {@code options}, spelt as here: Spark's map may ignore case, or
+     * hand the keys lower-cased. */
+    static Map<String, String> known(Map<String, String> options, String... keys) {
         Map<String, String> copy = new HashMap<>();
-        for (String key : new String[] {"name", "read", "slots", "endpoint", "token", "coordinator",
-                "format", "root", "skipUnreadable", "schema", "partitionColumns", "sparkOptions", "hadoopConf", "attempt",
-                "maxSplitsPerBatch", "maxPartitionWeight", "openCost", "minPartitions", "splitSize"}) {
+        for (String key : keys) {
             String value = options.get(key);
             if (value == null) {
                 value = options.get(key.toLowerCase(java.util.Locale.ROOT));
@@ -97,7 +103,7 @@ final class ReadOptions implements Serializable {
                 copy.put(key, value);
             }
         }
-        return new ReadOptions(copy);
+        return copy;
     }
 
     private static String required(Map<String, String> options, String key) {

@@ -112,14 +112,8 @@ public final class SinkWrite implements TableProvider {
         }
 
         static Settings of(Map<String, String> options) {
-            Map<String, String> copy = new HashMap<>();
-            for (String key : new String[] {"endpoint", "token", "sink", "format", "sinkUrl",
-                    "batchId", "hadoopConf"}) {
-                String value = options.get(key);
-                copy.put(key, value != null ? value : options.get(key.toLowerCase(java.util.Locale.ROOT)));
-            }
-            copy.values().removeIf(java.util.Objects::isNull);
-            return new Settings(copy);
+            return new Settings(ReadOptions.known(options, "endpoint", "token", "sink", "format",
+                "sinkUrl", "batchId", "hadoopConf"));
         }
     }
 
@@ -173,7 +167,7 @@ public final class SinkWrite implements TableProvider {
     }
 
     /** The driver's commit is the final checkpoint's publish, from task-finished's reports. */
-    private static final class SinkBatchWrite implements BatchWrite {
+    private static final class SinkBatchWrite extends TaskCommittedWrite {
         private final StructType schema;
         private final Settings settings;
 
@@ -185,19 +179,6 @@ public final class SinkWrite implements TableProvider {
         @Override
         public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
             return new BatchFactory(prepare(schema, settings), settings);
-        }
-
-        @Override
-        public boolean useCommitCoordinator() {
-            return false;
-        }
-
-        @Override
-        public void commit(WriterCommitMessage[] messages) {
-        }
-
-        @Override
-        public void abort(WriterCommitMessage[] messages) {
         }
     }
 

@@ -106,7 +106,7 @@ public final class StageWrite implements TableProvider {
     }
 
     /** The driver's commit is task-finished's, per task: nothing is left to do for the job. */
-    private static final class StageBatchWrite implements BatchWrite {
+    private static final class StageBatchWrite extends TaskCommittedWrite {
         private final StructType schema;
         private final Settings settings;
 
@@ -118,19 +118,6 @@ public final class StageWrite implements TableProvider {
         @Override
         public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
             return new Factory(schema, settings);
-        }
-
-        @Override
-        public boolean useCommitCoordinator() {
-            return false;
-        }
-
-        @Override
-        public void commit(WriterCommitMessage[] messages) {
-        }
-
-        @Override
-        public void abort(WriterCommitMessage[] messages) {
         }
     }
 

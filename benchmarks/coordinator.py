@@ -1,4 +1,4 @@
-"""Split requests per second through the coordinator endpoint, against the in-process rate.
+"""Split requests per second through the driver endpoint, against the in-process rate.
 
 Readers are separate processes (spawned, so they share no GIL with the driver-side server), each
 a ``CoordinatorClient`` over a keep-alive connection doing ``RequestSplit`` one at a time, as a
@@ -29,7 +29,7 @@ from finishable.coordinator import (
     CoordinatorHost,
     RequestSplit,
 )
-from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.coordinator.endpoint import DriverEndpoint
 from finishable.coordinator.ranges import RangeSplitEnumerator
 
 TOKEN = "benchmark-token"
@@ -138,7 +138,7 @@ def main() -> None:
 
     host = CoordinatorHost(NAME, RangeSplitEnumerator.provider(split_size=1000))
     host.start().result()
-    endpoint = CoordinatorEndpoint(TOKEN)
+    endpoint = DriverEndpoint(TOKEN)
     endpoint.add(host)
     url = endpoint.start()
     try:

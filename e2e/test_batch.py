@@ -11,7 +11,7 @@ import pytest
 
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.batch.core import event_log_prefix, logged_runs
-from finishable.driver.batch.plan import TaskFinished, decode_event
+from finishable.driver.batch.joblog import TaskFinished, decode_event
 from finishable.state.eventlog import read_events
 from testcluster.batchlog import durable_at_crash
 from testcluster.client import ROOT, E2ECluster, batch_example, wait_for

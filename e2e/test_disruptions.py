@@ -19,8 +19,8 @@ import pytest
 
 from e2e.clickcounts import assert_prefix_of_input, committed
 from finishable.api.snapshot import SNAPSHOT_PLURAL
-from finishable.controller.kube import MERGE_PATCH
-from finishable.controller.snapshots import SNAPSHOT_API_VERSION as SNAPSHOT_API
+from finishable.controller.apicalls import MERGE_PATCH
+from finishable.controller.snapshot.objects import SNAPSHOT_API_VERSION as SNAPSHOT_API
 from finishable.kube.api import KubeResponse
 from testcluster.client import E2ECluster, batch_example, example, wait_for
 
@@ -198,7 +198,6 @@ def test_a_drain_waits_for_a_running_batch_job_s_shuffle_pods(cluster: E2ECluste
     )
     assert budget["spec"]["maxUnavailable"] == 0
     selector = f"finishable.dev/job={name},finishable.dev/component=shuffle"
-
 
     def running() -> list[str] | None:
         pods = cluster.objects("pods", selector)

@@ -19,7 +19,7 @@ import pytest
 
 from e2e.clickcounts import assert_closed_windows_exact, assert_prefix_of_input, committed
 from finishable.api.snapshot import SNAPSHOT_PLURAL
-from finishable.controller.snapshots import SNAPSHOT_API_VERSION as SNAPSHOT_API
+from finishable.controller.snapshot.objects import SNAPSHOT_API_VERSION as SNAPSHOT_API
 from testcluster.client import DATA_MOUNT, E2ECluster, example, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.full]

@@ -15,9 +15,9 @@ import pytest
 from e2e.clickcounts import Counts, assert_prefix_of_input
 from e2e.clickcounts import committed as committed_counts
 from finishable.api.snapshot import SNAPSHOT_PLURAL
-from finishable.controller.kube import MERGE_PATCH
+from finishable.controller.apicalls import MERGE_PATCH
 from finishable.controller.naming import FINALIZER
-from finishable.controller.snapshots import SNAPSHOT_API_VERSION as SNAPSHOT_API
+from finishable.controller.snapshot.objects import SNAPSHOT_API_VERSION as SNAPSHOT_API
 from finishable.state.savepointfiles import configmap_files
 from testcluster.client import E2ECluster, example, wait_for
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from finishable.driver.batch.plan import CoordinatorSnapshot, TaskFinished
+from finishable.driver.batch.joblog import CoordinatorSnapshot, TaskFinished
 
 
 def before_attempt_2(events: list[tuple[int, object]]) -> list[tuple[int, object]]:

@@ -49,6 +49,11 @@ driver add to them."""
 TREES = ("tests", "e2e", "benchmarks", "testcluster")
 """The test trees: each may import itself, the test cluster and ``finishable``, no other tree."""
 
+SUB_RANKS: dict[str, dict[str, int]] = {"controller": {"snapshot": 0, "job": 1}}
+"""Where one sub-package builds on a sibling, their order: the job's controller records savepoints
+as snapshot resources and serves the snapshots created by hand, so ``controller/job`` may import
+``controller/snapshot``; never the other way. Siblings not listed share nothing."""
+
 LONG_MODULE_LINES = 500
 """Beyond this a module must say in its docstring why it is one thing (``one cohesive``)."""
 
@@ -108,6 +113,9 @@ def _sideways_imports(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
         return []
     room, part = parts[0], parts[1]
     siblings = {d.name for d in (root / room).iterdir() if (d / "__init__.py").exists()} - {part}
+    order = SUB_RANKS.get(room, {})
+    if part in order:
+        siblings -= {other for other, rank in order.items() if rank < order[part]}
     found = []
     for line, name in _imports(path):
         names = name.split(".")
@@ -136,6 +144,20 @@ def test_a_sideways_import_is_found(tmp_path: Path) -> None:
         "from finishable.connectors.batch import y\n"
     )
     assert _sideways_imports(module, tmp_path) == [(1, "finishable.connectors.streaming.sink.x")]
+
+
+def test_a_sub_package_imports_only_the_siblings_ranked_below_it(tmp_path: Path) -> None:
+    for part in ("job", "snapshot"):
+        (tmp_path / "controller" / part).mkdir(parents=True)
+        (tmp_path / "controller" / part / "__init__.py").touch()
+    job = tmp_path / "controller" / "job" / "reconcile.py"
+    job.write_text("from finishable.controller.snapshot import store\n")
+    snapshot = tmp_path / "controller" / "snapshot" / "store.py"
+    snapshot.write_text("from finishable.controller.job.reconcile import JobLoop\n")
+    assert _sideways_imports(job, tmp_path) == []
+    assert _sideways_imports(snapshot, tmp_path) == [
+        (1, "finishable.controller.job.reconcile.JobLoop")
+    ]
 
 
 @pytest.mark.parametrize("leaf", sorted(LEAVES))

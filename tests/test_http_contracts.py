@@ -1,5 +1,5 @@
 """Our three HTTP servers fuzzed from their own OpenAPI documents (schemathesis): the driver's
-coordinator endpoint, a shuffle server and the cluster partition service, each real and on
+driver endpoint, a shuffle server and the cluster partition service, each real and on
 loopback. Whatever a request holds, the answer is never a 500 (our bug), an error is JSON that
 says what was wrong, and every route but the public ones refuses a request without the token."""
 
@@ -19,7 +19,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
 from finishable.coordinator import CoordinatorHost
-from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.coordinator.endpoint import DriverEndpoint
 from finishable.coordinator.ranges import RangeSplitEnumerator
 from tests.partitions.test_service import TOKENS, Service
 from tests.shuffle.conftest import ServerProcess
@@ -72,7 +72,7 @@ class Served:
 def coordinator_endpoint() -> Iterator[Served]:
     host = CoordinatorHost("clicks", RangeSplitEnumerator.provider(end=30, split_size=10))
     host.start().result(30)
-    endpoint = CoordinatorEndpoint(TOKEN)
+    endpoint = DriverEndpoint(TOKEN)
     endpoint.start()
     endpoint.add(host)
     try:

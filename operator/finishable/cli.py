@@ -21,7 +21,7 @@ from finishable import __version__
 from finishable.api.models import DesiredState, JobMode, Phase, dump
 from finishable.api.status import FinishableSparkJobStatus
 from finishable.api.validation import InvalidManifest, load_documents, load_job, parse_manifest
-from finishable.controller.driverconf import default_master
+from finishable.controller.job.driverconf import default_master
 from finishable.controller.naming import KUBERNETES_MASTER
 from finishable.local.jobdir import (
     DEFAULT_STATE_DIR,
@@ -302,7 +302,7 @@ def _operator(args: argparse.Namespace, out: TextIO) -> int:
 def _driver(args: argparse.Namespace, out: TextIO) -> int:
     """Start the job's program in a driver pod (the operator's pods run this)."""
     from finishable.api.jobconfig import JobConfigError  # noqa: PLC0415
-    from finishable.controller.driver import DriverError, run_driver  # noqa: PLC0415
+    from finishable.driver.main import DriverError, run_driver  # noqa: PLC0415
 
     try:
         run_driver()

@@ -1,6 +1,6 @@
 """What every HTTP server of ours shares: JSON answers, refusals, request ids, our own failures.
 
-The coordinator endpoint, the shuffle server and the cluster partition service each answer every
+The driver endpoint, the shuffle server and the cluster partition service each answer every
 request in JSON, an error too: ``{"error": <what was wrong>, "kind": <a word for it>,
 "retryable": <whether the same request may succeed later>}`` (plus what the server adds). A
 handler refuses a request by raising :class:`Refusal`; a server names the answers to its own

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from finishable.controller import builders
+from finishable.controller.job import builders
 from finishable.kube.objects import JobRef
 
 ROOT = Path(__file__).resolve().parents[2]

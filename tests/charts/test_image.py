@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.controller import builders
+from finishable.controller.job import builders
 from finishable.kube.objects import JobRef
 from testcluster.image import IMAGE, BuildFailed, build
 

@@ -20,7 +20,7 @@ from finishable.connectors.staging import (
     staged_from_json,
     staged_to_json,
 )
-from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.coordinator.endpoint import DriverEndpoint
 from finishable.local.shuffle import LocalShuffle
 
 pytestmark = pytest.mark.quick
@@ -76,7 +76,7 @@ def test_the_runtime_route_needs_a_hook_and_the_token_and_maps_mistakes_to_400()
         seen.append((action, body))
         return {"ok": True}
 
-    with CoordinatorEndpoint("token") as endpoint:
+    with DriverEndpoint("token") as endpoint:
         client = RuntimeClient(endpoint.url, "token", connect_retries=1)
         with pytest.raises(BatchTaskError, match="404"):
             client.call("task-finished", {})

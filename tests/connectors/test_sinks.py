@@ -30,7 +30,7 @@ from finishable.connectors.sinks import (
     TransactionalFiles,
 )
 from finishable.connectors.streaming.sink import publish_jvm_batch
-from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.coordinator.endpoint import DriverEndpoint
 from tests.connectors.test_sinks_units import s3_url, staged_files, start_moto
 
 pytestmark = pytest.mark.quick
@@ -97,7 +97,7 @@ def stream(spark: Any, source: Path) -> Any:
 class Writers:
     """The stream writers of a files sink: Python's, or Spark's own behind a driver endpoint."""
 
-    def __init__(self, kind: str, endpoint: CoordinatorEndpoint) -> None:
+    def __init__(self, kind: str, endpoint: DriverEndpoint) -> None:
         self.kind = kind
         self.endpoint = endpoint
         self.sinks: dict[str, TransactionalFiles] = {}
@@ -126,7 +126,7 @@ TOKEN = "sink-token"
 
 @pytest.fixture(params=["python", "jvm"])
 def writers(request: pytest.FixtureRequest) -> Iterator[Writers]:
-    with CoordinatorEndpoint(TOKEN) as endpoint:
+    with DriverEndpoint(TOKEN) as endpoint:
         yield Writers(str(request.param), endpoint)
 
 

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from finishable.connectors.jvm import STREAMING_DATA_PATH_CONF
 from finishable.connectors.sources import Files
-from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.coordinator.endpoint import DriverEndpoint
 from finishable.driver.source_coordinator import SourceCoordinator
 
 pytestmark = pytest.mark.full
@@ -307,7 +307,7 @@ Rows = Counter[tuple[Any, ...]]
 
 def _read_with_source(spark: SparkSession, source: Files, checkpoint: Path) -> tuple[Fields, Rows]:
     """The source's columns and rows, read once through its coordinator (``availableNow``)."""
-    endpoint = CoordinatorEndpoint(TOKEN)
+    endpoint = DriverEndpoint(TOKEN)
     endpoint.start()
     coordinator = SourceCoordinator("conformance", source)
     coordinator.start(None)

@@ -28,7 +28,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from finishable.connectors.sinks import SENTINEL_EVENT_TIME
 from finishable.connectors.sources import Files, Range, Source
 from finishable.connectors.streaming.source import data_source_name
-from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.coordinator.endpoint import DriverEndpoint
 from finishable.driver.checkpoint_log import CheckpointLog
 from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
 from finishable.driver.streaming.boundary import await_batch_boundary
@@ -63,7 +63,7 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 300.0) -
 class Driver(StreamingQueryListener):
     """Plays the runtime: coordinators on an endpoint, commits reported from the listener."""
 
-    def __init__(self, spark: SparkSession, endpoint: CoordinatorEndpoint) -> None:
+    def __init__(self, spark: SparkSession, endpoint: DriverEndpoint) -> None:
         self.spark = spark
         self.endpoint = endpoint
         self.coordinators: dict[str, SourceCoordinator] = {}
@@ -124,7 +124,7 @@ class Driver(StreamingQueryListener):
 
 @pytest.fixture
 def driver(spark: SparkSession) -> Iterator[Driver]:
-    endpoint = CoordinatorEndpoint(TOKEN)
+    endpoint = DriverEndpoint(TOKEN)
     endpoint.start()
     played = Driver(spark, endpoint)
     spark.streams.addListener(played)

@@ -10,8 +10,9 @@ import pytest
 
 from finishable.api.jobconfig import JobConfig
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.controller import builders, driverconf, naming
-from finishable.controller.observe import DriverPod, current_driver
+from finishable.controller import naming
+from finishable.controller.job import builders, driverconf
+from finishable.controller.job.observe import DriverPod, current_driver
 from finishable.kube.objects import JobRef
 from finishable.lifecycle.decisions import PodPhase
 

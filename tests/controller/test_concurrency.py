@@ -15,10 +15,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from finishable.api.control import DriverReport, DriverState
-from finishable.controller.kube import Kube
+from finishable.controller.apicalls import Kube
+from finishable.controller.job.observe import DriverPod
+from finishable.controller.job.reconcile import Controller, JobLoop
 from finishable.controller.metrics import Metrics
-from finishable.controller.observe import DriverPod
-from finishable.controller.reconcile import Controller, JobLoop
 from finishable.kube.api import KubeApi
 from finishable.lifecycle.decisions import Event, PodPhase
 from testcluster.apiserver.emulator import EmulatorServer

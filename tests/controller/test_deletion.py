@@ -12,7 +12,8 @@ import pytest
 
 from finishable.api.models import RetainOnDelete
 from finishable.controller import naming
-from finishable.controller.deletion import (
+from finishable.controller.apicalls import Kube
+from finishable.controller.job.deletion import (
     STOP_MARGIN,
     PodsStopping,
     dispose_state,
@@ -20,7 +21,6 @@ from finishable.controller.deletion import (
     retain_on_delete,
     still_stopping,
 )
-from finishable.controller.kube import Kube
 from finishable.kube.api import KubeApi
 from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, JobRef, job_label_value
 from testcluster.apiserver.emulator import EmulatorServer

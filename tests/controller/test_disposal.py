@@ -15,8 +15,8 @@ from finishable.api.control import DriverState
 from finishable.api.status import SavepointStatus
 from finishable.cli import main
 from finishable.state.backends import open_backend
+from finishable.state.checkpointstore import CheckpointStore
 from finishable.state.configmap import ConfigMapBackend
-from finishable.state.snapshots import SnapshotStore
 from testcluster.apiserver.emulator import EmulatorServer
 from tests.controller.cluster import JOBS, Cluster, OperatorProcess, install, wait_for
 
@@ -92,7 +92,7 @@ def test_a_configmap_savepoint_is_kept_while_held_then_its_configmaps_are_delete
 ) -> None:
     k8s.start_running("held", STREAMING)
     backend = ConfigMapBackend(k8s.api, "held", namespace=NAMESPACE, chunk_bytes=64)
-    store = SnapshotStore(backend)
+    store = CheckpointStore(backend)
     store.put_checkpoint(2, b"c")
     location = store.put_savepoint(7, b"s" * 200).location  # split into parts
     assert location == "configmap://jobs/held-snapshots.sp-000000000007.blob"
@@ -119,7 +119,7 @@ def test_an_object_storage_savepoint_is_disposed_of_by_a_pod_of_the_job(
 ) -> None:
     url = (tmp_path / "bucket").as_uri()
     with open_backend(url) as storage:
-        location = SnapshotStore(storage).put_savepoint(3, b"state").location
+        location = CheckpointStore(storage).put_savepoint(3, b"state").location
     storage_spec = {"type": "ObjectStore", "url": url, "secretRef": "storage-keys"}
     spec = {**STREAMING, "checkpointing": {"storage": storage_spec}}
     k8s.start_running("files", spec)
@@ -157,7 +157,7 @@ def test_an_object_storage_savepoint_is_disposed_of_by_a_pod_of_the_job(
 def test_an_object_storage_savepoint_of_a_deleted_job_is_kept(k8s: Cluster, tmp_path: Path) -> None:
     url = (tmp_path / "bucket").as_uri()
     with open_backend(url) as storage:
-        location = SnapshotStore(storage).put_savepoint(5, b"state").location
+        location = CheckpointStore(storage).put_savepoint(5, b"state").location
     spec = {**STREAMING, "checkpointing": {"storage": {"type": "ObjectStore", "url": url}}}
     k8s.start_running("gone", spec)
     name = take_savepoint(k8s, "gone", 5, location)["metadata"]["name"]

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.controller import builders
-from finishable.controller.disposalplan import (
+from finishable.controller.job import builders
+from finishable.controller.snapshot.disposalplan import (
     Action,
     PodOutcome,
     decide,

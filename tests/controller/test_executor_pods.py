@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.controller import builders, driverconf, naming, podparts
+from finishable.controller import naming, podparts
+from finishable.controller.job import builders, driverconf
 from finishable.kube.objects import JobRef
 
 pytestmark = pytest.mark.quick

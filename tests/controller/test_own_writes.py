@@ -19,10 +19,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from finishable.api.control import DriverState, SavepointStatus
-from finishable.controller.kube import Kube
+from finishable.controller.apicalls import Kube
+from finishable.controller.job.observe import WRITES_UNSEEN_FOR, DriverPod, OwnPodWrites
+from finishable.controller.job.reconcile import Controller, JobLoop
 from finishable.controller.metrics import Metrics
-from finishable.controller.observe import WRITES_UNSEEN_FOR, DriverPod, OwnPodWrites
-from finishable.controller.reconcile import Controller, JobLoop
 from finishable.kube.api import KubeApi
 from finishable.lifecycle.decisions import PodPhase
 from testcluster.apiserver.emulator import CALLS_PATH, EmulatorServer

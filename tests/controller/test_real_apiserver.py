@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.controller import builders, disposalplan, podparts, upgradecheck
+from finishable.controller import podparts
+from finishable.controller.job import builders, upgradecheck
+from finishable.controller.snapshot import disposalplan
 from finishable.kube.api import KubeApi, KubeResponse
 from finishable.kube.objects import JobRef
 from testcluster.controlplane.audit import AuditLog

@@ -14,7 +14,7 @@ from finishable.api.models import Phase, RequestAction, SavepointTrigger
 from finishable.api.savepointspec import SavepointHistorySpec
 from finishable.api.snapshot import FinishableSparkSnapshotStatus
 from finishable.api.status import ControlRequest, SavepointStatus
-from finishable.controller.snapshots import (
+from finishable.controller.snapshot.objects import (
     SnapshotUnusable,
     completed_status,
     holders,

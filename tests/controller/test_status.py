@@ -18,9 +18,9 @@ from finishable.api.status import (
     FinishableSparkJobStatus,
     SavepointStatus,
 )
+from finishable.controller.job.observe import driver_pod_of, parse_report, refine_departure
+from finishable.controller.job.reconcile import StatusUnreadable, read_spec, read_status
 from finishable.controller.metrics import Metrics
-from finishable.controller.observe import driver_pod_of, parse_report, refine_departure
-from finishable.controller.reconcile import StatusUnreadable, read_spec, read_status
 from finishable.controller.status import merge_patch
 from finishable.lifecycle.decisions import Observation, PodPhase
 from finishable.lifecycle.phases import next_status, request_deadline

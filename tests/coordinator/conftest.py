@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from finishable.coordinator import CoordinatorHost, CoordinatorProvider
-from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.coordinator.endpoint import DriverEndpoint
 
 from ._helpers import TIMEOUT, TOKEN
 
@@ -34,9 +34,9 @@ def make_host() -> Iterator[HostFactory]:
 
 
 @pytest.fixture
-def endpoint() -> Iterator[CoordinatorEndpoint]:
+def endpoint() -> Iterator[DriverEndpoint]:
     """A started endpoint on a free port, stopped after the test."""
-    served = CoordinatorEndpoint(TOKEN)
+    served = DriverEndpoint(TOKEN)
     served.start()
     yield served
     served.stop()

@@ -18,7 +18,7 @@ from finishable.coordinator import (
     RangeSplit,
     RequestSplit,
 )
-from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.coordinator.endpoint import DriverEndpoint
 from finishable.coordinator.ranges import RangeSplitEnumerator
 
 from ._helpers import TIMEOUT, TOKEN
@@ -76,7 +76,7 @@ class LossyProxy:
 
 
 @pytest.fixture
-def source(make_host: HostFactory, endpoint: CoordinatorEndpoint) -> CoordinatorHost:
+def source(make_host: HostFactory, endpoint: DriverEndpoint) -> CoordinatorHost:
     host = make_host(RangeSplitEnumerator.provider(end=100, split_size=10), "src")
     endpoint.add(host)
     return host
@@ -89,7 +89,7 @@ def assigned(host: CoordinatorHost) -> int:
 
 
 def test_a_retried_request_id_is_answered_identically(
-    source: CoordinatorHost, endpoint: CoordinatorEndpoint
+    source: CoordinatorHost, endpoint: DriverEndpoint
 ) -> None:
     client = CoordinatorClient(endpoint.url, TOKEN)
     client.attempt_ready("src", 0, 0)
@@ -100,7 +100,7 @@ def test_a_retried_request_id_is_answered_identically(
 
 
 def test_a_lost_response_is_retried_without_a_second_assignment(
-    source: CoordinatorHost, endpoint: CoordinatorEndpoint
+    source: CoordinatorHost, endpoint: DriverEndpoint
 ) -> None:
     CoordinatorClient(endpoint.url, TOKEN).attempt_ready("src", 0, 0)
     proxy = LossyProxy(endpoint.port, drops=1)
@@ -116,14 +116,14 @@ def test_a_lost_response_is_retried_without_a_second_assignment(
 
 
 def test_the_client_rides_out_an_endpoint_restart_on_the_same_port(
-    source: CoordinatorHost, endpoint: CoordinatorEndpoint
+    source: CoordinatorHost, endpoint: DriverEndpoint
 ) -> None:
     client = CoordinatorClient(endpoint.url, TOKEN, backoff=0.05, max_backoff=0.2)
     client.attempt_ready("src", 0, 0)
     assert client.request_splits("src", 0, 0) == [AddSplits((RangeSplit(0, 10),))]
     port = endpoint.port
     endpoint.stop()  # the client still holds a keep-alive connection to it
-    replacement = CoordinatorEndpoint(TOKEN, port=port)
+    replacement = DriverEndpoint(TOKEN, port=port)
     replacement.add(source)
 
     restarted_at: list[float] = []
@@ -157,7 +157,7 @@ def test_the_client_gives_up_after_its_retries(make_host: HostFactory) -> None:
 
 
 def test_a_stalled_server_times_out_and_the_retry_is_still_safe(
-    source: CoordinatorHost, endpoint: CoordinatorEndpoint
+    source: CoordinatorHost, endpoint: DriverEndpoint
 ) -> None:
     client = CoordinatorClient(endpoint.url, TOKEN, timeout=0.2, backoff=0.01)
     client.attempt_ready("src", 0, 0)
@@ -177,7 +177,7 @@ def test_a_stalled_server_times_out_and_the_retry_is_still_safe(
 
 
 def test_the_client_pickles_without_its_connection(
-    source: CoordinatorHost, endpoint: CoordinatorEndpoint
+    source: CoordinatorHost, endpoint: DriverEndpoint
 ) -> None:
     client = CoordinatorClient(endpoint.url, TOKEN)
     client.attempt_ready("src", 0, 0)
@@ -186,7 +186,7 @@ def test_the_client_pickles_without_its_connection(
 
 
 def test_the_client_is_safe_to_share_between_threads(
-    source: CoordinatorHost, endpoint: CoordinatorEndpoint
+    source: CoordinatorHost, endpoint: DriverEndpoint
 ) -> None:
     client = CoordinatorClient(endpoint.url, TOKEN)
     got: list[str] = []

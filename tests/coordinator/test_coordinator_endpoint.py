@@ -17,7 +17,7 @@ from finishable.coordinator import (
     RangeSplit,
     RequestSplit,
 )
-from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.coordinator.endpoint import DriverEndpoint
 from finishable.coordinator.ranges import RangeSplitEnumerator
 
 from ._helpers import TIMEOUT, TOKEN
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.quick
 
 
 @pytest.fixture
-def served(make_host: HostFactory, endpoint: CoordinatorEndpoint) -> CoordinatorHost:
+def served(make_host: HostFactory, endpoint: DriverEndpoint) -> CoordinatorHost:
     host = make_host(RangeSplitEnumerator.provider(end=30, split_size=10), "clicks")
     endpoint.add(host)
     endpoint.add(make_host(RangeSplitEnumerator.provider(split_size=5), "views"))
@@ -35,7 +35,7 @@ def served(make_host: HostFactory, endpoint: CoordinatorEndpoint) -> Coordinator
 
 
 def raw(
-    endpoint: CoordinatorEndpoint,
+    endpoint: DriverEndpoint,
     method: str,
     path: str,
     body: bytes | dict[str, Any] | None = None,
@@ -57,7 +57,7 @@ EVENTS = "/v1/coordinators/clicks/subtasks/0/attempts/0/events"
 READY = "/v1/coordinators/clicks/subtasks/0/attempts/0/ready"
 
 
-def test_a_reader_flow_end_to_end(served: CoordinatorHost, endpoint: CoordinatorEndpoint) -> None:
+def test_a_reader_flow_end_to_end(served: CoordinatorHost, endpoint: DriverEndpoint) -> None:
     client = CoordinatorClient(endpoint.url, TOKEN)
     client.attempt_ready("clicks", 0, 0)
     client.attempt_ready("clicks", 1, 0)
@@ -97,7 +97,7 @@ def test_a_reader_flow_end_to_end(served: CoordinatorHost, endpoint: Coordinator
 )
 def test_a_missing_or_wrong_token_gets_401_and_changes_nothing(
     served: CoordinatorHost,
-    endpoint: CoordinatorEndpoint,
+    endpoint: DriverEndpoint,
     token: str | None,
     call: tuple[str, str, dict[str, Any] | None],
 ) -> None:
@@ -111,7 +111,7 @@ def test_a_missing_or_wrong_token_gets_401_and_changes_nothing(
 
 
 def test_a_token_with_another_scheme_is_refused(
-    served: CoordinatorHost, endpoint: CoordinatorEndpoint
+    served: CoordinatorHost, endpoint: DriverEndpoint
 ) -> None:
     connection = http.client.HTTPConnection("127.0.0.1", endpoint.port, timeout=TIMEOUT)
     connection.request("POST", READY, body=b"{}", headers={"Authorization": f"Basic {TOKEN}"})
@@ -119,12 +119,12 @@ def test_a_token_with_another_scheme_is_refused(
     assert served.live_attempts().result(TIMEOUT) == {}
 
 
-def test_health_needs_no_token(endpoint: CoordinatorEndpoint) -> None:
+def test_health_needs_no_token(endpoint: DriverEndpoint) -> None:
     assert raw(endpoint, "GET", "/v1/health", token=None)[:2] == (200, {"status": "ok"})
 
 
 def test_an_unknown_coordinator_is_404_with_the_served_names(
-    served: CoordinatorHost, endpoint: CoordinatorEndpoint
+    served: CoordinatorHost, endpoint: DriverEndpoint
 ) -> None:
     status, payload, _ = raw(endpoint, "POST", READY.replace("clicks", "orders"), {})
     assert status == 404 and payload["kind"] == "unknown-coordinator"
@@ -168,7 +168,7 @@ def test_an_unknown_coordinator_is_404_with_the_served_names(
 )
 def test_a_malformed_request_is_400_naming_the_problem(
     served: CoordinatorHost,
-    endpoint: CoordinatorEndpoint,
+    endpoint: DriverEndpoint,
     path: str,
     body: bytes | dict[str, Any],
     fragment: str,
@@ -182,7 +182,7 @@ def test_a_malformed_request_is_400_naming_the_problem(
 
 
 def test_order_violations_are_409_with_rule_subtask_and_attempt(
-    served: CoordinatorHost, endpoint: CoordinatorEndpoint
+    served: CoordinatorHost, endpoint: DriverEndpoint
 ) -> None:
     client = CoordinatorClient(endpoint.url, TOKEN, retries=0)
     with pytest.raises(CoordinatorRequestError) as caught:
@@ -202,7 +202,7 @@ def test_order_violations_are_409_with_rule_subtask_and_attempt(
 
 
 def test_a_failed_coordinator_is_500_and_not_retried(
-    served: CoordinatorHost, endpoint: CoordinatorEndpoint
+    served: CoordinatorHost, endpoint: DriverEndpoint
 ) -> None:
     def explode(coordinator: object) -> None:
         coordinator.context.fail_job(RuntimeError("source gone"))  # type: ignore[attr-defined]
@@ -219,7 +219,7 @@ def test_a_failed_coordinator_is_500_and_not_retried(
 def test_the_endpoint_picks_a_free_port_and_serves_on_its_own_thread(
     make_host: HostFactory,
 ) -> None:
-    first, second = CoordinatorEndpoint(TOKEN), CoordinatorEndpoint(TOKEN)
+    first, second = DriverEndpoint(TOKEN), DriverEndpoint(TOKEN)
     try:
         assert first.start() != second.start()
         assert first.url.startswith("http://127.0.0.1:") and first.port > 0
@@ -230,9 +230,9 @@ def test_the_endpoint_picks_a_free_port_and_serves_on_its_own_thread(
         first.stop()
         second.stop()
     with pytest.raises(ValueError, match="non-empty token"):
-        CoordinatorEndpoint("")
+        DriverEndpoint("")
     host = make_host(RangeSplitEnumerator.provider(end=1, split_size=1), "dup")
-    with CoordinatorEndpoint(TOKEN) as served:
+    with DriverEndpoint(TOKEN) as served:
         served.add(host)
         with pytest.raises(ValueError, match="already served"):
             served.add(host)

@@ -12,9 +12,9 @@ from finishable.coordinator import (
     CoordinatorFailedError,
     CoordinatorHost,
     CoordinatorRejection,
+    EnumeratorStateError,
     NoMoreSplits,
     RangeSplit,
-    SnapshotFormatError,
     SplitFinished,
 )
 from finishable.coordinator.enumerator import AssignmentView, SplitEnumerator
@@ -296,7 +296,7 @@ def test_a_bad_snapshot_is_refused_with_a_clear_error(
     data = changed if isinstance(changed, bytes) else json.dumps(changed).encode()
     with pytest.raises(CoordinatorFailedError) as caught:
         bounded.global_failover(1, data).result(TIMEOUT)
-    assert isinstance(caught.value.cause, SnapshotFormatError)
+    assert isinstance(caught.value.cause, EnumeratorStateError)
     assert fragment in str(caught.value)
     # A good snapshot revives it.
     bounded.reset_to_checkpoint(1, json.dumps(document).encode()).result(TIMEOUT)

@@ -27,7 +27,7 @@ import yaml
 from finishable.connectors.batch.datasources import AUDIT_ENV
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.batch.core import event_log_prefix, logged_runs
-from finishable.driver.batch.plan import TaskFinished, decode_event
+from finishable.driver.batch.joblog import TaskFinished, decode_event
 from finishable.state import LocalDirBackend
 from finishable.state.eventlog import read_events
 from testcluster.batchlog import durable_at_crash, read_after_the_newest_snapshot

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 from finishable import FinishableJob, sinks, sources
 from finishable.api.jobconfig import JobConfig
 from finishable.driver.batch.core import event_log_prefix, logged_runs
-from finishable.driver.batch.plan import OutputCommitted, TaskFinished, decode_event
+from finishable.driver.batch.joblog import OutputCommitted, TaskFinished, decode_event
 from finishable.driver.batch.runtime import BatchRuntime
 from finishable.driver.failures import ProgramError
 from finishable.driver.outcome import JobFailed

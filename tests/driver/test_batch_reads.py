@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from finishable import sinks, sources
 from finishable.connectors.jvm import DATA_PATH_CONF
-from finishable.driver.batch.plan import CoordinatorSnapshot
+from finishable.driver.batch.joblog import CoordinatorSnapshot
 from finishable.driver.outcome import JobFailed
 from finishable.local.shuffle import LocalShuffle
 from tests.connectors.test_source_conformance import CASES, Case, _hashable, _write

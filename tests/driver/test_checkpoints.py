@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from finishable.connectors.streaming.commit_hook import BatchHookClient, BatchHookError
-from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.coordinator.endpoint import DriverEndpoint
 from finishable.driver.checkpoint_log import CheckpointLog
 from finishable.driver.streaming.checkpoints import (
     LINEAGE_KEY,
@@ -33,7 +33,7 @@ from finishable.driver.streaming.savepoints import (
     pack_checkpoint,
 )
 from finishable.kube.api import KubeApi
-from finishable.state import LocalDirBackend, SnapshotKind, SnapshotStore
+from finishable.state import CheckpointStore, LocalDirBackend, SnapshotKind
 from finishable.state.configmap import ConfigMapBackend
 from testcluster.apiserver.emulator import EmulatorServer
 from tests.conftest import TOKEN
@@ -58,12 +58,12 @@ def blob(checkpoint: Path, batch: int, *, drained: bool = False, sources: str = 
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SnapshotStore:
-    return SnapshotStore(LocalDirBackend(tmp_path / "store"), retained=5)
+def store(tmp_path: Path) -> CheckpointStore:
+    return CheckpointStore(LocalDirBackend(tmp_path / "store"), retained=5)
 
 
 def test_a_recovery_takes_the_newest_checkpoint_of_its_lineage_and_the_pending_offsets(
-    tmp_path: Path, store: SnapshotStore
+    tmp_path: Path, store: CheckpointStore
 ) -> None:
     source = fake_checkpoint(tmp_path / "ckpt")
     ours, theirs = lineage_of("j", ""), lineage_of("j", "file:///old/sp-1.blob")
@@ -87,7 +87,7 @@ def test_a_recovery_takes_the_newest_checkpoint_of_its_lineage_and_the_pending_o
 
 
 def test_a_damaged_newest_checkpoint_falls_back_and_stale_offsets_are_ignored(
-    tmp_path: Path, store: SnapshotStore
+    tmp_path: Path, store: CheckpointStore
 ) -> None:
     source = fake_checkpoint(tmp_path / "ckpt")
     ours = lineage_of("j", "")
@@ -104,7 +104,7 @@ def test_a_damaged_newest_checkpoint_falls_back_and_stale_offsets_are_ignored(
 
 
 def test_a_new_run_starts_from_its_savepoint_and_refuses_a_bad_one(
-    tmp_path: Path, store: SnapshotStore
+    tmp_path: Path, store: CheckpointStore
 ) -> None:
     source = fake_checkpoint(tmp_path / "ckpt")
     info = store.put_savepoint(1, blob(source, 2))
@@ -125,7 +125,7 @@ def test_a_new_run_starts_from_its_savepoint_and_refuses_a_bad_one(
 
     with pytest.raises(SavepointError, match="no savepoint at"):
         read_snapshot_location(str(tmp_path / "nowhere" / "sp-000000000009.blob"), store)
-    other = SnapshotStore(LocalDirBackend(tmp_path / "other"))
+    other = CheckpointStore(LocalDirBackend(tmp_path / "other"))
     changed = other.put_savepoint(1, blob(source, 2, sources="zzz"))
     # Permanent: no later attempt could start from it (the cause says why).
     with pytest.raises(UnrestorableSavepoint, match="the source 'clicks' changed") as refused:
@@ -153,7 +153,7 @@ def test_a_new_run_starts_from_its_savepoint_and_refuses_a_bad_one(
 
 
 def test_a_start_behind_what_the_sink_published_is_refused_naming_both_positions(
-    tmp_path: Path, store: SnapshotStore
+    tmp_path: Path, store: CheckpointStore
 ) -> None:
     source = fake_checkpoint(tmp_path / "ckpt")
     info = store.put_savepoint(1, blob(source, 2))
@@ -184,7 +184,7 @@ def test_a_start_behind_what_the_sink_published_is_refused_naming_both_positions
 
 
 def test_a_run_continuing_its_own_checkpoint_is_never_refused(
-    tmp_path: Path, store: SnapshotStore
+    tmp_path: Path, store: CheckpointStore
 ) -> None:
     """Within a lineage the pending offsets line the sink up: no refusal after a crash."""
     source = fake_checkpoint(tmp_path / "ckpt")
@@ -206,7 +206,7 @@ def test_the_batch_hook_route_needs_the_token_and_reaches_the_hook() -> None:
         calls.append((stage, batch, body["sink"]))
         return {"ok": True}
 
-    with CoordinatorEndpoint("right-token") as endpoint:
+    with DriverEndpoint("right-token") as endpoint:
         client = BatchHookClient(endpoint.url, "right-token", "counts", connect_retries=1)
         with pytest.raises(BatchHookError, match="404"):
             client.notify("prepare", 1)  # no job runtime behind the endpoint yet
@@ -227,11 +227,11 @@ def test_a_savepoint_in_the_jobs_configmaps_restores_from_its_reported_location(
 ) -> None:
     """``configmap://ns/<job>-snapshots.sp-N.blob``, as status reports it, is the job's own."""
     api = KubeApi.for_url(k8s_server.url, token=TOKEN, namespace="restore")
-    store = SnapshotStore(ConfigMapBackend(api, "clicks", namespace="restore"))
+    store = CheckpointStore(ConfigMapBackend(api, "clicks", namespace="restore"))
     info = store.put_savepoint(1, blob(fake_checkpoint(tmp_path / "ckpt"), 2))
     assert info.location == "configmap://restore/clicks-snapshots.sp-000000000001.blob"
     data, what = read_snapshot_location(info.location, store)
     assert what == "savepoint 1" and data == store.get(SnapshotKind.SAVEPOINT, 1).data
-    other = SnapshotStore(ConfigMapBackend(api, "other", namespace="restore"))
+    other = CheckpointStore(ConfigMapBackend(api, "other", namespace="restore"))
     with pytest.raises(SavepointError, match="in the ConfigMaps of another job"):
         read_snapshot_location(info.location, other)

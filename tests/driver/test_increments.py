@@ -16,7 +16,7 @@ from finishable.driver.streaming.savepoints import (
     encode_savepoint,
     pack_files,
 )
-from finishable.state import LocalDirBackend, SnapshotCorrupt, SnapshotStore
+from finishable.state import CheckpointCorrupt, CheckpointStore, LocalDirBackend
 from finishable.state.contents import ContentStore
 from tests.driver.test_checkpoints import PRINTS
 from tests.driver.test_cut import PARTITION, commit_batch, maintain
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.quick
 RUN = lineage_of("j", "")
 
 
-def checkpoint(store: SnapshotStore, increments: Increments, root: Path, batch: int) -> None:
+def checkpoint(store: CheckpointStore, increments: Increments, root: Path, batch: int) -> None:
     """What the checkpoint keeper does for one batch."""
     small, files = increments.upload(root, batch)
     manifest = SavepointManifest(
@@ -51,12 +51,12 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SnapshotStore:
-    return SnapshotStore(LocalDirBackend(tmp_path / "store"), retained=2)
+def store(tmp_path: Path) -> CheckpointStore:
+    return CheckpointStore(LocalDirBackend(tmp_path / "store"), retained=2)
 
 
 def test_a_checkpoint_uploads_what_changed_and_restores_whole(
-    tmp_path: Path, store: SnapshotStore
+    tmp_path: Path, store: CheckpointStore
 ) -> None:
     root = tmp_path / "live"
     big = "x" * 100_000
@@ -81,7 +81,7 @@ def test_a_checkpoint_uploads_what_changed_and_restores_whole(
 
 
 def test_files_no_retained_checkpoint_names_are_collected(
-    tmp_path: Path, store: SnapshotStore
+    tmp_path: Path, store: CheckpointStore
 ) -> None:
     root = tmp_path / "live"
     contents = ContentStore(store.backend, store.prefix)
@@ -105,7 +105,7 @@ def test_files_no_retained_checkpoint_names_are_collected(
 
 
 def test_a_new_attempt_collects_with_the_indexes_of_checkpoints_it_did_not_write(
-    tmp_path: Path, store: SnapshotStore
+    tmp_path: Path, store: CheckpointStore
 ) -> None:
     root = tmp_path / "live"
     for batch in range(2):
@@ -123,7 +123,7 @@ def test_a_new_attempt_collects_with_the_indexes_of_checkpoints_it_did_not_write
         contents.get(digest)  # every file checkpoint 1 needs is still there
 
 
-def test_a_damaged_content_file_is_named(tmp_path: Path, store: SnapshotStore) -> None:
+def test_a_damaged_content_file_is_named(tmp_path: Path, store: CheckpointStore) -> None:
     root = tmp_path / "live"
     commit_batch(root, 0)
     increments = Increments(store)
@@ -132,12 +132,12 @@ def test_a_damaged_content_file_is_named(tmp_path: Path, store: SnapshotStore) -
     digest = files["offsets/0"]
     blob = tmp_path / "store" / "snapshots" / "files" / f"{digest}.blob"
     blob.write_bytes(blob.read_bytes()[:-1] + b"!")
-    with pytest.raises(SnapshotCorrupt, match=f"checkpoint file {digest}"):
+    with pytest.raises(CheckpointCorrupt, match=f"checkpoint file {digest}"):
         ContentStore(store.backend, store.prefix).get(digest)
 
 
 def test_small_files_go_inside_the_checkpoint_and_large_ones_are_shared(
-    tmp_path: Path, store: SnapshotStore, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store: CheckpointStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(increments_module, "INLINE_BELOW", 1000)
     root = tmp_path / "live"

@@ -34,7 +34,7 @@ from finishable.driver.streaming.savepoints import (
     encode_savepoint,
     pack_checkpoint,
 )
-from finishable.state import LocalDirBackend, SnapshotKind, SnapshotStore
+from finishable.state import CheckpointStore, LocalDirBackend, SnapshotKind
 from tests.driver.test_savepoints import fake_checkpoint
 
 pytestmark = pytest.mark.quick
@@ -165,7 +165,7 @@ def test_each_query_restarts_from_its_own_checkpoint_else_its_part_of_the_savepo
     tmp_path: Path,
 ) -> None:
     root = fake_checkpoint(tmp_path / "ckpt")
-    store = SnapshotStore(LocalDirBackend(tmp_path / "store"), retained=3)
+    store = CheckpointStore(LocalDirBackend(tmp_path / "store"), retained=3)
     info = store.put_savepoint(1, encode_savepoint(composite(root)))
     lineage = lineage_of("j", info.location)
     stores = {name: query_store(store, name) for name in PROGRAM}

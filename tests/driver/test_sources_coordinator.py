@@ -27,7 +27,7 @@ from finishable.coordinator import (
     Split,
     SplitFinished,
 )
-from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.coordinator.endpoint import DriverEndpoint
 from finishable.coordinator.enumerator import SplitEnumerator
 from finishable.coordinator.files import FileSplitEnumerator
 from finishable.coordinator.ranges import RangeSplitEnumerator
@@ -205,7 +205,7 @@ def test_skip_mode_reports_the_unreadable_split_to_the_coordinator(
     good = tmp_path / "good.json"
     good.write_text('{"id": 1}\n{"id": 2}\n')
     host = started(hosts, FileSplitEnumerator.provider(str(tmp_path)), "files")
-    endpoint = CoordinatorEndpoint(TOKEN)
+    endpoint = DriverEndpoint(TOKEN)
     endpoint.add(host)
     endpoint.start()
     try:

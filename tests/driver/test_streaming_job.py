@@ -28,7 +28,7 @@ import yaml
 from finishable.connectors.jvm import STREAMING_DATA_PATH_CONF
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.streaming.savepoints import decode_savepoint
-from finishable.state import LocalDirBackend, SnapshotKind, SnapshotStore
+from finishable.state import CheckpointStore, LocalDirBackend, SnapshotKind
 from finishable.state.control import LocalControlChannel
 from testcluster.processes import ended, start_runner
 
@@ -232,8 +232,8 @@ class Job:
         logs = sorted((self.state / self.name).glob("driver-*.log"))
         return "".join(f"\n--- {p.name}\n{p.read_text()[-3000:]}" for p in logs)
 
-    def store(self) -> SnapshotStore:
-        return SnapshotStore(LocalDirBackend(self.state / self.name / "state"))
+    def store(self) -> CheckpointStore:
+        return CheckpointStore(LocalDirBackend(self.state / self.name / "state"))
 
 
 def finished_through_the_final_checkpoint(job: Job) -> None:

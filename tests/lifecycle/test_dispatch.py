@@ -9,7 +9,7 @@ import pytest
 
 from finishable.api.models import RequestAction
 from finishable.api.status import ControlRequest
-from finishable.controller.reconcile import ClusterEffects
+from finishable.controller.job.reconcile import ClusterEffects
 from finishable.lifecycle.decisions import Action, ActionKind
 from finishable.lifecycle.dispatch import ActionError, Effects, dispatch
 from finishable.local.runner import LocalEffects

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from finishable.api.models import API_GROUP, API_VERSION, KIND, PLURAL
-from finishable.controller import builders, naming
+from finishable.controller import naming
+from finishable.controller.job import builders
 from finishable.kube.api import KubeApi, KubeApiError
 from finishable.kube.objects import (
     LABEL_COMPONENT,
@@ -24,8 +25,8 @@ from finishable.kube.objects import (
 )
 from finishable.state import (
     BackendError,
-    SnapshotStore,
-    SnapshotTooLarge,
+    CheckpointStore,
+    CheckpointTooLarge,
     open_backend,
 )
 from finishable.state.configmap import (
@@ -61,7 +62,7 @@ def configmaps(api: KubeApi, job: str) -> dict[str, dict[str, object]]:
 def test_split_format_and_labels(api: KubeApi) -> None:
     backend = ConfigMapBackend(api, "split-job")
     payload = os.urandom(2 * MiB + 5)
-    SnapshotStore(backend).put_checkpoint(7, payload)
+    CheckpointStore(backend).put_checkpoint(7, payload)
     objects = configmaps(api, "split-job")
     head = "split-job-snapshots.chk-000000000007.blob"
     assert set(objects) == {
@@ -93,8 +94,8 @@ def test_split_format_and_labels(api: KubeApi) -> None:
 
 def test_too_large_is_refused_naming_the_limit_and_the_size(api: KubeApi) -> None:
     backend = ConfigMapBackend(api, "big-job", max_total_bytes=3 * MiB)
-    store = SnapshotStore(backend)
-    with pytest.raises(SnapshotTooLarge) as raised:
+    store = CheckpointStore(backend)
+    with pytest.raises(CheckpointTooLarge) as raised:
         store.put_checkpoint(1, b"x" * (4 * MiB))
     message = str(raised.value)
     assert "max_total_bytes=3145728" in message
@@ -117,7 +118,7 @@ def test_a_single_configmap_above_1mib_is_rejected_by_the_api(api: KubeApi) -> N
 
 
 def test_missing_part_falls_back_to_the_previous_snapshot(api: KubeApi) -> None:
-    store = SnapshotStore(ConfigMapBackend(api, "part-job"))
+    store = CheckpointStore(ConfigMapBackend(api, "part-job"))
     store.put_checkpoint(1, b"small and fine")
     store.put_checkpoint(2, os.urandom(int(1.5 * MiB)))
     head = "part-job-snapshots.chk-000000000002.blob"

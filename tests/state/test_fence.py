@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from finishable.state import JobEventStore, SnapshotKind, SnapshotStore, read_events
+from finishable.state import CheckpointStore, JobEventStore, SnapshotKind, read_events
 from finishable.state.errors import EventStoreError, Fenced
 from finishable.state.fence import Epoch, Fence, FencedBackend, fenced_cause
 
@@ -103,9 +103,9 @@ def test_a_superseded_event_store_fails_and_the_log_holds_only_the_live_writer(
 
 
 def test_a_superseded_attempt_stores_no_checkpoint(case: BackendCase) -> None:
-    zombie = SnapshotStore(claimed(case, 1, 1))
+    zombie = CheckpointStore(claimed(case, 1, 1))
     zombie.put_checkpoint(1, b"one")
     claimed(case, 1, 2)
     with pytest.raises(Fenced):
         zombie.put_checkpoint(2, b"two")
-    assert SnapshotStore(case.backend).ids(SnapshotKind.CHECKPOINT) == [1]
+    assert CheckpointStore(case.backend).ids(SnapshotKind.CHECKPOINT) == [1]

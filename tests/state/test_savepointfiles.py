@@ -9,6 +9,7 @@ import pytest
 
 from finishable.cli import main
 from finishable.state.backends import open_backend
+from finishable.state.checkpointstore import CheckpointStore, savepoint_meta_of
 from finishable.state.configmap import configmap_name
 from finishable.state.errors import StateError
 from finishable.state.savepointfiles import (
@@ -17,7 +18,6 @@ from finishable.state.savepointfiles import (
     dispose_savepoint,
     object_storage_files,
 )
-from finishable.state.snapshots import SnapshotStore, savepoint_meta_of
 from tests.state.conftest import S3Server
 
 pytestmark = pytest.mark.quick
@@ -68,7 +68,7 @@ def test_configmap_files_are_the_objects_of_the_job_backend() -> None:
 
 def _savepoint(url: str) -> str:
     with open_backend(url) as backend:
-        store = SnapshotStore(backend)
+        store = CheckpointStore(backend)
         store.put_checkpoint(3, b"checkpoint")
         return store.put_savepoint(7, b"state").location
 

@@ -1,4 +1,4 @@
-"""The SnapshotStore contract, run against every backend."""
+"""The CheckpointStore contract, run against every backend."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from finishable.state import (
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    CheckpointStore,
     LocalDirBackend,
-    SnapshotCorrupt,
     SnapshotKind,
-    SnapshotNotFound,
-    SnapshotStore,
 )
-from finishable.state.snapshots import encode_blob
+from finishable.state.checkpointstore import encode_blob
 
 from .conftest import BackendCase
 
@@ -32,7 +32,7 @@ def blob_name(kind: SnapshotKind, snapshot_id: int) -> str:
 
 
 def test_put_get_and_info(case: BackendCase) -> None:
-    store = SnapshotStore(case.backend)
+    store = CheckpointStore(case.backend)
     info = store.put_checkpoint(7, b"state-7", metadata={"batch": 7, "query": "q1"})
     assert (info.kind, info.id, info.size) == (CHK, 7, 7)
     assert info.sha256 == hashlib.sha256(b"state-7").hexdigest()
@@ -41,14 +41,14 @@ def test_put_get_and_info(case: BackendCase) -> None:
     assert snapshot.data == b"state-7"
     assert snapshot.info.metadata == {"batch": 7, "query": "q1"}
     assert snapshot.info.sha256 == info.sha256
-    with pytest.raises(SnapshotNotFound):
+    with pytest.raises(CheckpointNotFound):
         store.get_checkpoint(8)
-    with pytest.raises(SnapshotNotFound):
+    with pytest.raises(CheckpointNotFound):
         store.get_savepoint(7)  # kinds are separate namespaces
 
 
 def test_latest_and_list(case: BackendCase) -> None:
-    store = SnapshotStore(case.backend, retained=10)
+    store = CheckpointStore(case.backend, retained=10)
     assert store.latest_checkpoint() is None
     assert store.latest_savepoint() is None
     for checkpoint_id in (3, 1, 12, 5):
@@ -74,7 +74,7 @@ def test_latest_and_list(case: BackendCase) -> None:
 
 
 def test_retention_keeps_the_last_checkpoints_and_every_savepoint(case: BackendCase) -> None:
-    store = SnapshotStore(case.backend, retained=2)
+    store = CheckpointStore(case.backend, retained=2)
     store.put_savepoint(1, b"savepoint-1")
     for checkpoint_id in range(1, 6):
         store.put_checkpoint(checkpoint_id, f"c{checkpoint_id}".encode())
@@ -88,7 +88,7 @@ def test_retention_keeps_the_last_checkpoints_and_every_savepoint(case: BackendC
 
 
 def test_dispose(case: BackendCase) -> None:
-    store = SnapshotStore(case.backend)
+    store = CheckpointStore(case.backend)
     store.put_savepoint(9, b"sp9")
     store.put_checkpoint(9, b"c9")
     assert store.dispose(SP, 9) is True
@@ -101,16 +101,16 @@ def test_dispose(case: BackendCase) -> None:
 def test_corrupt_newest_falls_back_with_a_warning(
     case: BackendCase, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = SnapshotStore(case.backend, retained=3)
+    store = CheckpointStore(case.backend, retained=3)
     store.put_checkpoint(1, b"one")
     store.put_checkpoint(2, b"two")
     name = blob_name(CHK, 2)
     damaged = bytearray(case.backend.get(name))
     damaged[-1] ^= 0xFF  # flip a bit of the payload
     case.backend.put(name, bytes(damaged))
-    with pytest.raises(SnapshotCorrupt, match="sha256"):
+    with pytest.raises(CheckpointCorrupt, match="sha256"):
         store.get_checkpoint(2)
-    with caplog.at_level(logging.WARNING, logger="finishable.state.snapshots"):
+    with caplog.at_level(logging.WARNING, logger="finishable.state.checkpointstore"):
         latest = store.latest_checkpoint()
     assert latest is not None
     assert (latest.id, latest.data) == (1, b"one")
@@ -119,7 +119,7 @@ def test_corrupt_newest_falls_back_with_a_warning(
 
 
 def test_truncated_blob_falls_back(case: BackendCase) -> None:
-    store = SnapshotStore(case.backend)
+    store = CheckpointStore(case.backend)
     store.put_checkpoint(1, b"one")
     store.put_checkpoint(2, os.urandom(4096))
     case.backend.put(blob_name(CHK, 2), case.backend.get(blob_name(CHK, 2))[:100])
@@ -131,11 +131,11 @@ def test_truncated_blob_falls_back(case: BackendCase) -> None:
 def test_missing_newest_blob_falls_back(
     case: BackendCase, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = SnapshotStore(case.backend)
+    store = CheckpointStore(case.backend)
     store.put_savepoint(1, b"sp-one")
     store.put_savepoint(2, b"sp-two")
     case.backend.delete(blob_name(SP, 2))
-    with pytest.raises(SnapshotCorrupt, match="missing"):
+    with pytest.raises(CheckpointCorrupt, match="missing"):
         store.get_savepoint(2)
     with caplog.at_level(logging.WARNING):
         latest = store.latest_savepoint()
@@ -146,34 +146,34 @@ def test_missing_newest_blob_falls_back(
 
 def test_swapped_blob_is_detected(case: BackendCase) -> None:
     """A blob that is intact in itself but belongs to another snapshot fails the meta check."""
-    store = SnapshotStore(case.backend)
+    store = CheckpointStore(case.backend)
     store.put_checkpoint(1, b"one")
     store.put_checkpoint(2, b"two")
     case.backend.put(blob_name(CHK, 2), case.backend.get(blob_name(CHK, 1)))
-    with pytest.raises(SnapshotCorrupt, match="does not match its meta"):
+    with pytest.raises(CheckpointCorrupt, match="does not match its meta"):
         store.get_checkpoint(2)
 
 
 def test_every_snapshot_unreadable_is_an_error_not_a_fresh_start(case: BackendCase) -> None:
-    store = SnapshotStore(case.backend)
+    store = CheckpointStore(case.backend)
     store.put_checkpoint(1, b"one")
     store.put_checkpoint(2, b"two")
     case.backend.put(blob_name(CHK, 1), b"garbage")
     case.backend.delete(blob_name(CHK, 2))
-    with pytest.raises(SnapshotCorrupt, match="none of the 2 committed checkpoints"):
+    with pytest.raises(CheckpointCorrupt, match="none of the 2 committed checkpoints"):
         store.latest_checkpoint()
 
 
 def test_half_written_snapshot_is_invisible_and_collected(case: BackendCase) -> None:
     """A crash between blob and meta leaves a blob nobody sees; retention removes it later."""
-    store = SnapshotStore(case.backend, retained=2)
+    store = CheckpointStore(case.backend, retained=2)
     store.put_checkpoint(1, b"one")
     case.backend.put(blob_name(CHK, 2), encode_blob(b"two, never committed"))
     assert store.ids(CHK) == [1]
     latest = store.latest_checkpoint()
     assert latest is not None
     assert latest.id == 1
-    with pytest.raises(SnapshotNotFound):
+    with pytest.raises(CheckpointNotFound):
         store.get_checkpoint(2)
     store.put_checkpoint(3, b"three")
     store.put_checkpoint(4, b"four")  # oldest retained is now 3: the orphan 2 is garbage
@@ -182,7 +182,7 @@ def test_half_written_snapshot_is_invisible_and_collected(case: BackendCase) -> 
 
 
 def test_reput_replaces_a_snapshot(case: BackendCase) -> None:
-    store = SnapshotStore(case.backend)
+    store = CheckpointStore(case.backend)
     store.put_checkpoint(5, b"first attempt")
     store.put_checkpoint(5, b"second attempt")
     assert store.get_checkpoint(5).data == b"second attempt"
@@ -192,7 +192,7 @@ def test_reput_replaces_a_snapshot(case: BackendCase) -> None:
 def test_large_snapshot_round_trip(case: BackendCase) -> None:
     """Above the 1 MiB ConfigMap limit: split over several ConfigMaps there, plain elsewhere."""
     payload = os.urandom(2 * 1024 * 1024 + 123)
-    store = SnapshotStore(case.backend)
+    store = CheckpointStore(case.backend)
     store.put_checkpoint(1, payload)
     latest = store.latest_checkpoint()
     assert latest is not None
@@ -200,7 +200,7 @@ def test_large_snapshot_round_trip(case: BackendCase) -> None:
 
 
 def test_concurrent_puts_from_driver_threads(case: BackendCase) -> None:
-    store = SnapshotStore(case.backend, retained=3)
+    store = CheckpointStore(case.backend, retained=3)
     errors: list[BaseException] = []
 
     def put(first: int) -> None:
@@ -222,10 +222,10 @@ def test_concurrent_puts_from_driver_threads(case: BackendCase) -> None:
 
 def test_a_second_store_sees_committed_snapshots(case: BackendCase) -> None:
     """A new driver attempt opens the store afresh and restores from what the last one wrote."""
-    SnapshotStore(case.backend).put_checkpoint(41, b"forty-one")
+    CheckpointStore(case.backend).put_checkpoint(41, b"forty-one")
     backend = case.reopen()
     try:
-        latest = SnapshotStore(backend).latest_checkpoint()
+        latest = CheckpointStore(backend).latest_checkpoint()
         assert latest is not None
         assert (latest.id, latest.data) == (41, b"forty-one")
     finally:
@@ -234,7 +234,7 @@ def test_a_second_store_sees_committed_snapshots(case: BackendCase) -> None:
 
 def test_invalid_arguments(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="retained"):
-        SnapshotStore(LocalDirBackend(tmp_path), retained=0)
-    store = SnapshotStore(LocalDirBackend(tmp_path))
+        CheckpointStore(LocalDirBackend(tmp_path), retained=0)
+    store = CheckpointStore(LocalDirBackend(tmp_path))
     with pytest.raises(ValueError, match="non-negative"):
         store.put_checkpoint(-1, b"x")

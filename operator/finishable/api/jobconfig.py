@@ -46,9 +46,9 @@ state does not fit) or ``... failed: ...`` (the program did not get as far as th
 POD_IP_ENV = "FINISHABLE_POD_IP"
 """The driver pod's IP (the downward API's status.podIP): Spark's and the endpoint's address."""
 ENDPOINT_BIND_ENV = "FINISHABLE_ENDPOINT_BIND"
-"""Address the coordinator endpoint binds (default 127.0.0.1; 0.0.0.0 in a pod)."""
+"""Address the driver endpoint binds (default 127.0.0.1; 0.0.0.0 in a pod)."""
 ENDPOINT_HOST_ENV = "FINISHABLE_ENDPOINT_HOST"
-"""Host executors reach the coordinator endpoint at (the driver pod's IP in a cluster)."""
+"""Host executors reach the driver endpoint at (the driver pod's IP in a cluster)."""
 
 
 class ControlType(StrEnum):
@@ -70,7 +70,7 @@ class JobConfig(ApiModel):
     spec: FinishableSparkJobSpec = Field(description="The job's spec, defaults filled in.")
     state_url: str = Field(
         description=(
-            "The snapshot store: 'configmap:' (the job's namespace), an object store URL, or a "
+            "The checkpoint store: 'configmap:' (the job's namespace), an object store URL, or a "
             "local directory."
         )
     )

@@ -136,7 +136,7 @@ class RestoreSpec(ApiModel):
 
 
 class StorageSpec(ApiModel):
-    """The backend of the snapshot store."""
+    """The backend of the checkpoint store."""
 
     type: StorageType = Field(
         default=StorageType.CONFIG_MAP,

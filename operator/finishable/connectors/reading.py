@@ -120,7 +120,7 @@ class ReaderSettings:
         return FileOptions(self.format or "json", dict(self.options))
 
     def client(self, token: str) -> CoordinatorClient:
-        """A client of the driver's coordinator endpoint."""
+        """A client of the driver's driver endpoint."""
         return CoordinatorClient(
             self.endpoint, token, timeout=self.client_timeout, deadline=self.client_deadline
         )

@@ -1,1 +1,3 @@
-"""The kopf operator: thin handlers, pure child-object builders, the one status writer, metrics."""
+"""The kopf operator, by the resource it reconciles: the job (``job/``) and the snapshot resource
+(``snapshot/``); beside them what both share (names, pod parts, API calls, metrics, the status
+writer, settings) and the process that registers both (``handlers``, ``main``)."""

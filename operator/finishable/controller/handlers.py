@@ -5,11 +5,11 @@
   loop starts (kopf fills every index before it runs other handlers);
 * a change of a job, of one of its driver pods, its upgrade check pod or its report wakes that
   job's loop;
-* one daemon per job runs :class:`~finishable.controller.reconcile.JobLoop` (on creation, and
+* one daemon per job runs :class:`~finishable.controller.job.reconcile.JobLoop` (on creation, and
   for every existing job when the operator starts: kopf's resume);
 * the deletion handler (behind the finalizer) stops the driver and removes the children;
 * a snapshot with ``spec.disposeOnDelete`` gets a finalizer too: its deletion handler disposes
-  of the savepoint's files first (:mod:`finishable.controller.disposal`).
+  of the savepoint's files first (:mod:`finishable.controller.snapshot.disposal`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,16 @@ import kopf
 
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL
 from finishable.api.snapshot import SNAPSHOT_PLURAL
-from finishable.controller import disposal, naming, snapshots, upgradecheck
-from finishable.controller.deletion import PodsStopping, remove_children, retain_on_delete
+from finishable.controller import naming
+from finishable.controller.job import upgradecheck
+from finishable.controller.job.deletion import PodsStopping, remove_children, retain_on_delete
+from finishable.controller.job.observe import DriverPod, driver_pod_of
+from finishable.controller.job.reconcile import Controller, JobLoop, StatusUnreadable
 from finishable.controller.metrics import JobKey
-from finishable.controller.observe import DriverPod, driver_pod_of
-from finishable.controller.reconcile import Controller, JobLoop, StatusUnreadable
-from finishable.controller.requests import SnapshotRequests
 from finishable.controller.settings import OperatorOptions, configure
+from finishable.controller.snapshot import disposal
+from finishable.controller.snapshot import objects as snapshots
+from finishable.controller.snapshot.requests import SnapshotRequests
 from finishable.kube.objects import LABEL_COMPONENT, LABEL_JOB, JobRef
 from finishable.lifecycle.decisions import Event
 from finishable.state.control import STATE_SUFFIX
@@ -182,7 +185,8 @@ def _is_requested(body: kopf.Body, **_: Any) -> bool:
 def requested_snapshots(
     body: kopf.Body, namespace: str | None, name: str, spec: kopf.Spec, **_: Any
 ) -> dict[JobKey, dict[str, Any]]:
-    """Snapshots created by hand to ask for a savepoint (controller/requests.py), by job."""
+    """Snapshots created by hand to ask for a savepoint (controller/snapshot/requests.py), by
+    job."""
     status = dict(body.get("status") or {})
     return {_key(namespace, str(spec["jobName"])): {"name": name, "status": status}}
 

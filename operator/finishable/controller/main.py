@@ -8,10 +8,10 @@ import logging
 import kopf
 from prometheus_client import REGISTRY, start_http_server
 
+from finishable.controller.apicalls import Kube
 from finishable.controller.handlers import registry
-from finishable.controller.kube import Kube
+from finishable.controller.job.reconcile import Controller
 from finishable.controller.metrics import Metrics
-from finishable.controller.reconcile import Controller
 from finishable.controller.settings import OperatorOptions
 from finishable.kube.api import KubeApi
 

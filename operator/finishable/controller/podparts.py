@@ -3,8 +3,8 @@
 Its memory with the JVM's overhead, the user's scheduling and security settings, its labels and
 annotations, what reaches the checkpoint storage (its secret as environment, the volumes a
 ``file://`` storage may live on), and the template Spark builds each executor pod from. Pure
-functions; :mod:`finishable.controller.builders` and :mod:`finishable.controller.disposalplan`
-assemble the pods.
+functions; :mod:`finishable.controller.job.builders` and
+:mod:`finishable.controller.snapshot.disposalplan` assemble the pods.
 """
 
 from __future__ import annotations
@@ -16,13 +16,22 @@ from finishable.api.pods import PodSettings
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.units import Quantity
 from finishable.api.volumes import driver_volumes
-from finishable.controller.driverconf import EXECUTOR_CONTAINER, work_volume_claim
-from finishable.controller.naming import IMAGE_GID, WORK_VOLUME, WORK_VOLUME_DIR
+from finishable.controller.naming import IMAGE_GID, WORK_VOLUME, WORK_VOLUME_DIR, work_claim_name
 from finishable.kube.objects import JobRef
 
 # Spark's default memory overhead of a JVM container: 10 %, at least 384 MiB.
 MEMORY_OVERHEAD_FACTOR = 0.10
 MEMORY_OVERHEAD_MIN = 384 * 1024**2
+
+EXECUTOR_CONTAINER = "executor"  # the container of the executor pod template
+
+
+def work_volume_claim(job: JobRef, spec: FinishableSparkJobSpec) -> str | None:
+    """The claim of the job's work volume: the user's, or the one the operator creates."""
+    volume = spec.work_volume
+    if volume is None:
+        return None
+    return volume.claim_name or work_claim_name(job.name)
 
 
 def container_memory(memory: Quantity, overhead: Quantity | None = None) -> str:

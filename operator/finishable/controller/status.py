@@ -10,7 +10,7 @@ ahead of what is stored.
 Every patch carries the ``resourceVersion`` the decision was made on, so it is conditional: if
 anything wrote the job since (a user's edit, or a second operator started by mistake without
 peering), the API server answers 409 and the writer raises
-:class:`~finishable.controller.kube.Conflict`. The loop then reads the job again and decides
+:class:`~finishable.controller.apicalls.Conflict`. The loop then reads the job again and decides
 again; no newer status is ever overwritten by a decision taken on an older one.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL, dump
 from finishable.api.status import FinishableSparkJobStatus
-from finishable.controller.kube import Kube
+from finishable.controller.apicalls import Kube
 from finishable.controller.metrics import Metrics
 from finishable.kube.objects import JobRef
 from finishable.lifecycle.decisions import Decision, Event

@@ -29,10 +29,10 @@ from finishable.coordinator.errors import (
     CoordinatorFailedError,
     CoordinatorOrderViolation,
     CoordinatorRejection,
+    EnumeratorStateError,
     EventDecodeError,
     OrderRule,
     RequestIdConflict,
-    SnapshotFormatError,
 )
 from finishable.coordinator.events import (
     AddSplits,
@@ -71,6 +71,7 @@ __all__ = [
     "CoordinatorRejection",
     "CoordinatorRequestError",
     "CoordinatorUnavailable",
+    "EnumeratorStateError",
     "EventDecodeError",
     "FileSplit",
     "NoMoreSplits",
@@ -83,7 +84,6 @@ __all__ = [
     "RequestIdConflict",
     "RequestSplit",
     "SentinelSplit",
-    "SnapshotFormatError",
     "Split",
     "SplitFinished",
     "SplitSkipped",

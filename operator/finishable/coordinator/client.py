@@ -1,4 +1,4 @@
-"""A small synchronous client of the coordinator endpoint, for Spark's Python workers.
+"""A small synchronous client of the driver endpoint, for Spark's Python workers.
 
 It runs inside executors and the planner worker, so it speaks HTTP through ``transport`` (standard
 library only, one keep-alive connection per thread): connection errors, timeouts and 5xx answers
@@ -34,7 +34,7 @@ class CoordinatorRequestError(Exception):
 
     def __init__(self, status: int, payload: dict[str, Any]) -> None:
         message = payload.get("error") or f"HTTP {status}"
-        super().__init__(f"coordinator endpoint answered {status}: {message}")
+        super().__init__(f"driver endpoint answered {status}: {message}")
         self.status = status
         self.kind: str | None = payload.get("kind")
         self.rule: str | None = payload.get("rule")
@@ -62,7 +62,7 @@ class CoordinatorClient:
         deadline: float = 60.0,
     ) -> None:
         policy = Policy(timeout, retries, backoff, max_backoff, deadline)
-        self._transport = Transport(url, token, policy, what="a coordinator endpoint")
+        self._transport = Transport(url, token, policy, what="a driver endpoint")
 
     # ------------------------------------------------------------------ the calls
 

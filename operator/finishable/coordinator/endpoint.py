@@ -1,4 +1,4 @@
-"""The coordinator endpoint: a small authenticated HTTP server in the driver process.
+"""The driver endpoint: a small authenticated HTTP server in the driver process.
 
 No Python Data Source method runs in the driver's own process (docs/architecture.md, *PySpark
 facts*): Spark's planner worker and the executors' readers reach the coordinators over HTTP. The
@@ -71,7 +71,7 @@ RuntimeHook = Callable[[str, dict[str, Any]], dict[str, Any]]
 """``hook(action, body) -> reply``: a Batch job's tasks talk to its driver (``/v1/runtime/...``)."""
 
 
-class CoordinatorEndpoint:
+class DriverEndpoint:
     """Serves named coordinator hosts over HTTP with a bearer token; start/stop from any thread."""
 
     def __init__(
@@ -83,7 +83,7 @@ class CoordinatorEndpoint:
         advertised_host: str | None = None,
     ) -> None:
         if not token:
-            raise ValueError("the coordinator endpoint needs a non-empty token")
+            raise ValueError("the driver endpoint needs a non-empty token")
         self._token = token.encode("utf-8")
         self._bind_host = host
         self._advertised_host = advertised_host
@@ -174,7 +174,7 @@ class CoordinatorEndpoint:
         except BaseException:
             self._shutdown_loop(timeout)
             raise
-        logger.info("coordinator endpoint serving %s at %s", self.names(), self.url)
+        logger.info("driver endpoint serving %s at %s", self.names(), self.url)
         return self.url
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -187,9 +187,9 @@ class CoordinatorEndpoint:
             try:
                 asyncio.run_coroutine_threadsafe(runner.cleanup(), self._loop).result(timeout)
             except Exception:
-                logger.warning("coordinator endpoint: cleanup failed", exc_info=True)
+                logger.warning("driver endpoint: cleanup failed", exc_info=True)
         self._shutdown_loop(timeout)
-        logger.info("coordinator endpoint stopped")
+        logger.info("driver endpoint stopped")
 
     def _shutdown_loop(self, timeout: float) -> None:
         loop, thread = self._loop, self._thread
@@ -203,7 +203,7 @@ class CoordinatorEndpoint:
         self._thread = None
         self._runner = None
 
-    def __enter__(self) -> CoordinatorEndpoint:
+    def __enter__(self) -> DriverEndpoint:
         self.start()
         return self
 
@@ -212,7 +212,7 @@ class CoordinatorEndpoint:
 
     async def _open(self) -> None:
         app = web.Application(middlewares=[self._auth_middleware], client_max_size=MAX_BODY_BYTES)
-        serve_json(app, "the coordinator endpoint", REALM, self._answer, OPENAPI)
+        serve_json(app, "the driver endpoint", REALM, self._answer, OPENAPI)
         base = "/v1/coordinators/{name}/subtasks/{subtask}/attempts/{attempt}"
         app.router.add_get("/v1/health", self._health)
         app.router.add_get("/v1/coordinators", self._summary)
@@ -269,7 +269,7 @@ class CoordinatorEndpoint:
         if problem is not None:
             raise Refusal(401, problem)
         if self._stopping:
-            raise Refusal(503, "the coordinator endpoint is stopping", kind="stopping")
+            raise Refusal(503, "the driver endpoint is stopping", kind="stopping")
         return await handler(request)
 
     # ------------------------------------------------------------------ handlers
@@ -427,5 +427,5 @@ async def _hooked(
     except Exception as error:
         if refused is not None and isinstance(error, refused):
             raise Refusal(400, str(error)) from None
-        logger.exception("coordinator endpoint: %s %s failed", request.method, request.path)
+        logger.exception("driver endpoint: %s %s failed", request.method, request.path)
         raise Refusal(500, f"{type(error).__name__}: {error}", kind="hook-failed") from None

@@ -97,5 +97,5 @@ class EventDecodeError(ValueError):
     """An operator event or split in JSON form is malformed; the message names the field."""
 
 
-class SnapshotFormatError(ValueError):
+class EnumeratorStateError(ValueError):
     """A coordinator snapshot cannot be restored: wrong format, version, source or contents."""

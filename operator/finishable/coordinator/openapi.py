@@ -1,4 +1,4 @@
-"""The coordinator endpoint's OpenAPI document (``GET /openapi.json``, :mod:`finishable.serving`),
+"""The driver endpoint's OpenAPI document (``GET /openapi.json``, :mod:`finishable.serving`),
 apart from its routes so that each reads on its own."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ _CALL_ANSWERS = {
     "500": "the coordinator failed (not retryable)",
 }
 OPENAPI = openapi(
-    "Finishable coordinator endpoint",
+    "Finishable driver endpoint",
     "The driver's endpoint: its sources' split enumerators as coordinators (FLIP-27), a sink's "
     "batch commit, and a Batch job's task calls.",
     {

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from finishable.coordinator._json import get_int
 from finishable.coordinator.contract import CoordinatorContext, CoordinatorProvider
 from finishable.coordinator.enumerator import SplitEnumerator
-from finishable.coordinator.errors import SnapshotFormatError
+from finishable.coordinator.errors import EnumeratorStateError
 from finishable.coordinator.splits import RangeSplit
 
 DEFAULT_DISCOVERY_BATCH = 256
@@ -96,7 +96,7 @@ class RangeSplitEnumerator(SplitEnumerator):
     def _restore_cursor(self, cursor: dict[str, Any]) -> None:
         value = get_int(cursor, "next_start", "snapshot.cursor")
         if value < self._first or (self._end is not None and value > self._end):
-            raise SnapshotFormatError(
+            raise EnumeratorStateError(
                 f"snapshot.cursor.next_start: {value} is outside the source's range"
             )
         self._cursor = value

@@ -12,9 +12,9 @@ Each ``write_stream`` is one Spark query into its own sink (``driver/streaming/q
 stop, drain, savepoints and the final checkpoint apply to all of them together.
 
 ``from_env`` reads the configuration the operator (or ``finishable run``) handed over, opens the
-control channel and the snapshot store, decides where this attempt starts from (the newest
+control channel and the checkpoint store, decides where this attempt starts from (the newest
 checkpoint of its run, else the savepoint it was told to start from, else nothing), starts the
-coordinator endpoint and a Spark session. ``run`` hands everything to the streaming executor.
+driver endpoint and a Spark session. ``run`` hands everything to the streaming executor.
 
 A ``spec.mode: Batch`` job is built with ``read`` / ``stage`` / ``write`` instead, and ``run``
 hands it to the batch runtime (``driver/batch/``): stages as result partitions on shuffle
@@ -57,7 +57,7 @@ from finishable.connectors.sinks import (
     TransactionalSink,
 )
 from finishable.connectors.sources import Source
-from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.coordinator.endpoint import DriverEndpoint
 from finishable.driver.batch.runtime import BatchRuntime
 from finishable.driver.departure import Departure
 from finishable.driver.failures import PermanentFailure, ProgramError, is_permanent
@@ -73,7 +73,7 @@ from finishable.driver.streaming.executor import StreamingExecutor
 from finishable.driver.streaming.plan import QueryPlan
 from finishable.driver.streaming.queries import Output, assign_sources
 from finishable.driver.streaming.savepoints import SavepointError
-from finishable.state import SnapshotStore, open_backend
+from finishable.state import CheckpointStore, open_backend
 from finishable.state.backends import ReadOnlyBackend
 from finishable.state.control import (
     ConfigMapControlChannel,
@@ -123,7 +123,7 @@ class FinishableJob:
         grace = config.spec.driver.termination_grace_period.total_seconds()
         self._departure = Departure(grace)  # SIGTERM, once run() handles it
         self._closed = False
-        self._endpoint = CoordinatorEndpoint(
+        self._endpoint = DriverEndpoint(
             self._token,
             host=os.environ.get(ENDPOINT_BIND_ENV, "127.0.0.1"),
             advertised_host=os.environ.get(ENDPOINT_HOST_ENV) or None,
@@ -150,7 +150,7 @@ class FinishableJob:
             )
             self._spark = self._start_spark(spark)
         self._control.write_guard = self._state.fence.check  # reports of a stale attempt: none
-        self._store = SnapshotStore(self._state, retained=config.spec.checkpointing.retained)
+        self._store = CheckpointStore(self._state, retained=config.spec.checkpointing.retained)
         self._lineage = lineage_of(config.run_key, restore_from)
         self._checkpoint_dir = self._attempt_dir / "checkpoint"
         self._sources: list[SourceCoordinator] = []
@@ -177,7 +177,7 @@ class FinishableJob:
                 raise
 
     def _start_spark(self, spark: SparkSession | None) -> SparkSession:
-        """The coordinator endpoint and the Spark session (the given one, in tests)."""
+        """The driver endpoint and the Spark session (the given one, in tests)."""
         self._endpoint.start()
         with self.timings.phase("session_start"):
             return spark or _spark_session(self.config, preflight=self._preflight)

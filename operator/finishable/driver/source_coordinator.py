@@ -123,7 +123,7 @@ class SourceCoordinator:
 
     @property
     def host(self) -> CoordinatorHost:
-        """The host, for ``CoordinatorEndpoint.add``."""
+        """The host, for ``DriverEndpoint.add``."""
         return self._host
 
     @property

@@ -1,6 +1,6 @@
 """The conventions every object of a job follows, whoever creates it: labels and the owner.
 
-The operator builds the job's children (``controller.builders``) and the driver creates its report
+The operator builds the job's children (``controller/job/builders.py``) and the driver creates its report
 and snapshot ConfigMaps; both label them ``finishable.dev/job`` and ``finishable.dev/component``
 and make the custom resource their controlling owner, so the garbage collector removes them with
 the job. Kept here, below both, so that neither has to import the other.

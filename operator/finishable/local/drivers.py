@@ -1,7 +1,7 @@
 """The driver processes of a local job: its current attempt's, and a warm standby's.
 
 To ``finishable run`` these are what driver pods are to the operator (and this module what
-:mod:`finishable.controller.children` is to it): started for an attempt, observed as a pod
+:mod:`finishable.controller.job.children` is to it): started for an attempt, observed as a pod
 phase, promoted from standby when the active driver is lost (``spec.recovery.standby``), and
 ended. Each process leads its own process group and never outlives the runner
 (:mod:`finishable.local.driver_process`); its pid is kept in ``driver.pid`` or ``standby.pid``

@@ -1,12 +1,16 @@
-"""Durable state: snapshot stores (ConfigMap, object storage, local dir) and the job event store.
+"""Durable state: checkpoint stores (ConfigMap, object storage, local dir) and the job event store.
 
 Everything here is synchronous and thread-safe: the driver runtime is threads, not asyncio.
 Heavy backends (``pyarrow.fs``, the Kubernetes client) are imported only when used.
 """
 
 from finishable.state.backends import ObjectBackend, open_backend, validate_name
+from finishable.state.checkpointstore import CheckpointInfo, CheckpointStore, Snapshot, SnapshotKind
 from finishable.state.errors import (
     BackendError,
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    CheckpointTooLarge,
     EventLogCorrupt,
     EventStoreClosed,
     EventStoreError,
@@ -14,20 +18,19 @@ from finishable.state.errors import (
     ObjectCorrupt,
     ObjectNotFound,
     ObjectTooLarge,
-    SnapshotCorrupt,
-    SnapshotNotFound,
-    SnapshotTooLarge,
     StateError,
 )
 from finishable.state.eventlog import EventLog, JobEvent, read_events
 from finishable.state.events import FlushedSegment, JobEventStore, event_type_name
 from finishable.state.local import LocalDirBackend
-from finishable.state.snapshots import Snapshot, SnapshotInfo, SnapshotKind, SnapshotStore
-from finishable.state.throttle import NO_CHECKPOINT, SnapshotThrottle
 
 __all__ = [
-    "NO_CHECKPOINT",
     "BackendError",
+    "CheckpointCorrupt",
+    "CheckpointInfo",
+    "CheckpointNotFound",
+    "CheckpointStore",
+    "CheckpointTooLarge",
     "EventLog",
     "EventLogCorrupt",
     "EventStoreClosed",
@@ -42,13 +45,7 @@ __all__ = [
     "ObjectNotFound",
     "ObjectTooLarge",
     "Snapshot",
-    "SnapshotCorrupt",
-    "SnapshotInfo",
     "SnapshotKind",
-    "SnapshotNotFound",
-    "SnapshotStore",
-    "SnapshotThrottle",
-    "SnapshotTooLarge",
     "StateError",
     "event_type_name",
     "open_backend",

@@ -1,6 +1,6 @@
 """The byte-object interface every state backend implements, and a factory from storage URLs.
 
-The snapshot store and the job event store are written once against this small interface (put,
+The checkpoint store and the job event store are written once against this small interface (put,
 get, list, delete of named objects), so each backend only has to move bytes; checksums,
 visibility rules and retention live above it and behave the same everywhere.
 """

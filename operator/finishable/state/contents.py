@@ -1,4 +1,4 @@
-"""Content-addressed files shared by the retained checkpoints of a snapshot store.
+"""Content-addressed files shared by the retained checkpoints of a checkpoint store.
 
 A streaming checkpoint is Spark's checkpoint directory at one batch, and most of it (state
 store deltas, snapshots, RocksDB SST files, old offsets) is the same as in the checkpoint
@@ -20,8 +20,8 @@ import threading
 from collections.abc import Iterable
 
 from finishable.state.backends import ObjectBackend
-from finishable.state.errors import ObjectNotFound, SnapshotCorrupt
-from finishable.state.snapshots import decode_blob, encode_blob
+from finishable.state.checkpointstore import decode_blob, encode_blob
+from finishable.state.errors import CheckpointCorrupt, ObjectNotFound
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +72,15 @@ class ContentStore:
         return True
 
     def get(self, digest: str) -> bytes:
-        """The bytes stored under ``digest``, verified; :class:`SnapshotCorrupt` if damaged."""
+        """The bytes stored under ``digest``, verified; :class:`CheckpointCorrupt` if damaged."""
         name = self._name(digest)
         try:
             blob = self.backend.get(name)
         except ObjectNotFound:
-            raise SnapshotCorrupt(f"checkpoint file {digest} is missing from the store") from None
+            raise CheckpointCorrupt(f"checkpoint file {digest} is missing from the store") from None
         payload, actual = decode_blob(blob, what=f"checkpoint file {digest}")
         if actual != digest:
-            raise SnapshotCorrupt(f"checkpoint file {digest} holds bytes with sha256 {actual}")
+            raise CheckpointCorrupt(f"checkpoint file {digest} holds bytes with sha256 {actual}")
         return payload
 
     def collect(self, referenced: Iterable[str]) -> int:

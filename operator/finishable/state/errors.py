@@ -47,15 +47,15 @@ class ObjectTooLarge(StateError):
         self.limit_name = limit_name
 
 
-class SnapshotNotFound(StateError, LookupError):
+class CheckpointNotFound(StateError, LookupError):
     """No committed snapshot with that kind and id exists."""
 
 
-class SnapshotCorrupt(StateError):
+class CheckpointCorrupt(StateError):
     """A committed snapshot cannot be read back intact (checksum mismatch, missing blob)."""
 
 
-class SnapshotTooLarge(ObjectTooLarge):
+class CheckpointTooLarge(ObjectTooLarge):
     """A snapshot is larger than its backend accepts; the message names the limit and the size."""
 
 

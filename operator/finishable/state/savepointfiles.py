@@ -4,13 +4,14 @@ A savepoint's location (``status.location`` of its FinishableSparkSnapshot, what
 ``restoreFrom.savepoint`` takes) names its blob: ``<root>/sp-<digits>.blob`` in object storage,
 ``configmap://<namespace>/<job>-<prefix>.sp-<digits>.blob`` in the ConfigMaps of its job. Its meta
 is beside it (``sp-<digits>.meta``). Disposal deletes the meta first, then the blob, as
-:meth:`~finishable.state.snapshots.SnapshotStore.dispose` does, so a reader never sees half a
-savepoint (a blob without its meta is invisible); a file already missing is success, so a retried
-disposal finishes what an interrupted one began.
+:meth:`~finishable.state.checkpointstore.CheckpointStore.dispose` does, so a reader never sees
+half a savepoint (a blob without its meta is invisible); a file already missing is success, so a
+retried disposal finishes what an interrupted one began.
 
 The operator holds no storage credentials: it disposes of an object-storage savepoint by running
 ``finishable dispose-savepoint <location>`` in a pod of the job's image with the job's storage
-secret (:mod:`finishable.controller.disposalplan`), and deletes ConfigMap savepoints itself.
+secret (:mod:`finishable.controller.snapshot.disposalplan`), and deletes ConfigMap savepoints
+itself.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from typing import TextIO
 from urllib.parse import urlsplit
 
 from finishable.state.backends import open_backend, reached_like
+from finishable.state.checkpointstore import savepoint_meta_of
 from finishable.state.configmap import configmap_name
 from finishable.state.errors import StateError
-from finishable.state.snapshots import savepoint_meta_of
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 A two-phase-commit sink's ``commit(messages, batch_id)`` runs in a Spark Python worker, not in the
 driver process (docs/architecture.md, *PySpark facts*), so it reaches the runtime over the
-coordinator endpoint (``POST /v1/batches/{batch}/{stage}``):
+driver endpoint (``POST /v1/batches/{batch}/{stage}``):
 
 * ``prepare`` before it publishes batch N: the runtime makes checkpoint N - 1 and the raw
   ``offsets/N`` entry durable, so a restore replays exactly this N (docs/streaming-runtime.md);

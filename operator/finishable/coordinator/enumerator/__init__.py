@@ -8,11 +8,14 @@ failover and the lifecycle controls a runtime steers a source by (``base``).
 
 from finishable.coordinator.enumerator.base import AdoptResult, SourceControlState, SplitEnumerator
 from finishable.coordinator.enumerator.ledger import AssignmentView
-from finishable.coordinator.enumerator.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
+from finishable.coordinator.enumerator.state import (
+    ENUMERATOR_STATE_FORMAT,
+    ENUMERATOR_STATE_VERSION,
+)
 
 __all__ = [
-    "SNAPSHOT_FORMAT",
-    "SNAPSHOT_VERSION",
+    "ENUMERATOR_STATE_FORMAT",
+    "ENUMERATOR_STATE_VERSION",
     "AdoptResult",
     "AssignmentView",
     "SourceControlState",

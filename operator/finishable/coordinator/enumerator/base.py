@@ -41,7 +41,7 @@ from finishable.coordinator.contract import (
     OperatorCoordinator,
     SubtaskGateway,
 )
-from finishable.coordinator.enumerator.snapshot import SnapshotFormat
+from finishable.coordinator.enumerator.state import EnumeratorState
 from finishable.coordinator.errors import CoordinatorRejection
 from finishable.coordinator.events import (
     OperatorEvent,
@@ -86,7 +86,7 @@ class SourceControlState:
     """Split id to the reason a reader skipped it."""
 
 
-class SplitEnumerator(SnapshotFormat, OperatorCoordinator):
+class SplitEnumerator(EnumeratorState, OperatorCoordinator):
     """Base of the file and range enumerators: the ledger, the events and the snapshot."""
 
     def __init__(self, context: CoordinatorContext, *, bounded: bool) -> None:

@@ -1,10 +1,10 @@
-"""What every part of a Batch driver attempt shares: the declared graph, reports, snapshots.
+"""What every part of a Batch driver attempt shares: the declared graph, reports, enumerator states.
 
 ``BatchRuntime`` (``runtime.py``) is put together from mixins that each own one responsibility:
 the start of an attempt and the inspection of a failed round (``recovery.py``), running rounds and
 the final commit (``rounds.py``), the calls tasks make (``hook.py``) and control requests
 (``control.py``). They all work on the state ``RuntimeCore`` declares here (``BatchRuntime``'s
-constructor sets it) and share its reports, throttled coordinator snapshots and shuffle
+constructor sets it) and share its reports, the throttled saving of enumerator states and shuffle
 heartbeats.
 """
 
@@ -35,8 +35,8 @@ from finishable.connectors.jvm import (
 )
 from finishable.connectors.sinks import Iceberg, TransactionalFiles
 from finishable.coordinator.contract import NO_CHECKPOINT
-from finishable.coordinator.endpoint import CoordinatorEndpoint
-from finishable.driver.batch.plan import (
+from finishable.coordinator.endpoint import DriverEndpoint
+from finishable.driver.batch.joblog import (
     CoordinatorSnapshot,
     JobLog,
     Recovery,
@@ -44,6 +44,7 @@ from finishable.driver.batch.plan import (
     StageShape,
     TaskFinished,
 )
+from finishable.driver.batch.throttle import EnumeratorStateThrottle
 from finishable.driver.departure import Departure
 from finishable.driver.failures import PermanentFailure
 from finishable.driver.source_coordinator import SourceCoordinator
@@ -53,7 +54,6 @@ from finishable.state.backends import ObjectBackend
 from finishable.state.control import ControlChannel
 from finishable.state.events import JobEventStore
 from finishable.state.fence import Fence
-from finishable.state.throttle import SnapshotThrottle
 from finishable.timings import PhaseTimings
 
 if TYPE_CHECKING:
@@ -138,10 +138,10 @@ class RuntimeCore:
     config: JobConfig
     attempt: int
     spark: SparkSession
-    endpoint: CoordinatorEndpoint
+    endpoint: DriverEndpoint
     token: str
     control: ControlChannel
-    snapshots: SnapshotThrottle
+    state_throttle: EnumeratorStateThrottle
     events: JobEventStore
     fence: Fence
     shuffle: ShuffleCluster
@@ -200,14 +200,14 @@ class RuntimeCore:
                 DriverState.RUNNING, f"stage {stage.name}: {done}/{stage.parallelism} tasks done"
             )
 
-    # -- coordinator snapshots (NO_CHECKPOINT, throttled) ----------------------------------
+    # -- enumerator states (NO_CHECKPOINT, throttled) --------------------------------------
 
     def _snapshot(self, read: DeclaredRead, *, force: bool = False) -> None:
         """Snapshot into the log no more often than snapshotMinPause; a trailing one later."""
         with self._lock:
-            if not self.snapshots.try_acquire(read.name, force=force):
+            if not self.state_throttle.try_acquire(read.name, force=force):
                 if read.name not in self._snapshot_due:
-                    wait = self.snapshots.remaining(read.name)
+                    wait = self.state_throttle.remaining(read.name)
                     timer = threading.Timer(wait, self._snapshot_later, args=(read,))
                     timer.daemon = True
                     self._snapshot_due[read.name] = timer

@@ -24,7 +24,7 @@ from typing import Any
 from finishable.coordinator.contract import NO_CHECKPOINT
 from finishable.coordinator.events import SplitFinished
 from finishable.driver.batch.core import DeclaredStage, RuntimeCore
-from finishable.driver.batch.plan import PartitionRef, TaskFinished
+from finishable.driver.batch.joblog import PartitionRef, TaskFinished
 from finishable.timings import TASKS_PREFIX
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Start of an attempt (FLIP-383 "JobMaster failover"): register with every shuffle server and wait
 up to ``previousWorkerRecoveryTimeout`` for them, ending early once every partition the event log
 names is listed; list the partitions (checksums verified); replay the log; keep a task finished
-when all its partitions survived (:func:`~finishable.driver.batch.plan.recover`); restore each
+when all its partitions survived (:func:`~finishable.driver.batch.joblog.recover`); restore each
 source's enumerator from its newest snapshot and ``subtask_reset`` every unfinished reader
 subtask.
 
@@ -23,7 +23,7 @@ from typing import Any
 from finishable.connectors.sink_store import SinkError
 from finishable.coordinator.contract import NO_CHECKPOINT
 from finishable.driver.batch.core import BatchSink, DeclaredRead, RuntimeCore
-from finishable.driver.batch.plan import (
+from finishable.driver.batch.joblog import (
     JobLog,
     Listed,
     Recovery,

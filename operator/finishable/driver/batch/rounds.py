@@ -1,6 +1,6 @@
 """Running a Batch job's stages in rounds, and the final commit of its output.
 
-``run`` walks up from the unfinished sinks (:func:`~finishable.driver.batch.plan.schedule`) and
+``run`` walks up from the unfinished sinks (:func:`~finishable.driver.batch.joblog.schedule`) and
 runs only those tasks, stage by stage, one Spark job per stage run ("round"): a round is at most
 as many tasks as the stage has slots, told to the tasks through a Spark local property. When
 nothing is left to run, the final checkpoint publishes every sink task's staged file, once,
@@ -38,7 +38,7 @@ from finishable.connectors.staging import (
 )
 from finishable.connectors.streaming.sink import StagedMessage, _output_schema
 from finishable.driver.batch.core import DeclaredStage, JobSuspended, RuntimeCore
-from finishable.driver.batch.plan import OutputCommitted, StageInitialized, StageKind
+from finishable.driver.batch.joblog import OutputCommitted, StageInitialized, StageKind
 from finishable.driver.outcome import JobFailed
 
 log = logging.getLogger(__name__)

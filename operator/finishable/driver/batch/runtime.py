@@ -38,7 +38,7 @@ from finishable.connectors.jvm import (
 from finishable.connectors.sinks import Iceberg, TransactionalFiles
 from finishable.connectors.sources import ClusterPartition, Files, Source
 from finishable.coordinator.contract import NO_CHECKPOINT
-from finishable.coordinator.endpoint import CoordinatorEndpoint
+from finishable.coordinator.endpoint import DriverEndpoint
 from finishable.driver.batch.control import ControlMixin
 from finishable.driver.batch.core import (
     BatchSink,
@@ -49,8 +49,7 @@ from finishable.driver.batch.core import (
     event_log_prefix,
 )
 from finishable.driver.batch.hook import TaskHookMixin
-from finishable.driver.batch.leases import ReaderLeases
-from finishable.driver.batch.plan import (
+from finishable.driver.batch.joblog import (
     OutputPlanned,
     StageKind,
     live_events,
@@ -58,9 +57,11 @@ from finishable.driver.batch.plan import (
     schedule,
     sink_stage_name,
 )
+from finishable.driver.batch.leases import ReaderLeases
 from finishable.driver.batch.promotion import Promotion, require_storage
 from finishable.driver.batch.recovery import RecoveryMixin
 from finishable.driver.batch.rounds import RoundsMixin
+from finishable.driver.batch.throttle import EnumeratorStateThrottle
 from finishable.driver.failures import PermanentFailure, ProgramError
 from finishable.driver.outcome import JobFailed, Outcome
 from finishable.driver.source_coordinator import RestorePoint, SourceCoordinator
@@ -70,7 +71,6 @@ from finishable.shuffle.cluster import ShuffleCluster
 from finishable.state.control import ControlChannel
 from finishable.state.events import JobEventStore
 from finishable.state.fence import FencedBackend
-from finishable.state.throttle import SnapshotThrottle
 from finishable.timings import PhaseTimings
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         config: JobConfig,
         attempt: int,
         spark: SparkSession,
-        endpoint: CoordinatorEndpoint,
+        endpoint: DriverEndpoint,
         token: str,
         control: ControlChannel,
         state: FencedBackend,
@@ -109,7 +109,7 @@ class BatchRuntime(RecoveryMixin, RoundsMixin, TaskHookMixin, ControlMixin):
         self.token = token
         self.control = control
         recovery = config.spec.recovery
-        self.snapshots = SnapshotThrottle(recovery.snapshot_min_pause.total_seconds())
+        self.state_throttle = EnumeratorStateThrottle(recovery.snapshot_min_pause.total_seconds())
         self.fence = state.fence
         self.events = JobEventStore(
             state,

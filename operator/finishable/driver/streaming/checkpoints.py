@@ -1,7 +1,7 @@
-"""The driver's checkpoint coordinator: checkpoints, savepoints and restores in the snapshot store.
+"""The driver's checkpoint coordinator: checkpoints, savepoints and restores in its store.
 
 A checkpoint is Spark's checkpoint directory cut at a committed batch N plus every source
-coordinator's snapshot at N, stored as one blob (``encode_savepoint``) in the job's snapshot store
+coordinator's snapshot at N, stored as one blob (``encode_savepoint``) in the job's checkpoint store
 (docs/streaming-runtime.md). The sink's batch hook drives it synchronously with Spark:
 
 * ``published(N)``: the sink published N; the coordinators finish N's splits and snapshot (before
@@ -49,12 +49,12 @@ from finishable.driver.streaming.savepoints import (
     unpack_checkpoint,
 )
 from finishable.state import (
+    CheckpointCorrupt,
+    CheckpointInfo,
+    CheckpointNotFound,
+    CheckpointStore,
     ObjectNotFound,
-    SnapshotCorrupt,
-    SnapshotInfo,
     SnapshotKind,
-    SnapshotNotFound,
-    SnapshotStore,
     StateError,
 )
 from finishable.state.contents import ContentStore
@@ -95,7 +95,7 @@ class Restored:
     savepoint: Savepoint | None
     pending_offsets: bytes | None = None
     """The raw ``offsets/N+1`` entry stored before a sink published N + 1, if any."""
-    stored: SnapshotInfo | None = None
+    stored: CheckpointInfo | None = None
     """The checkpoint restored from, when it is one of this lineage's."""
     contents: ContentStore | None = None
     """Where an incremental checkpoint's files are: the store it was found in."""
@@ -158,7 +158,7 @@ def sink_ahead_problem(
 
 
 def find_restore(
-    store: SnapshotStore,
+    store: CheckpointStore,
     *,
     lineage: str,
     restore_from: str,
@@ -201,7 +201,7 @@ def find_restore(
 
 
 def newest_checkpoint(
-    store: SnapshotStore, lineage: str, pending_key: str = PENDING_OFFSETS
+    store: CheckpointStore, lineage: str, pending_key: str = PENDING_OFFSETS
 ) -> Restored | None:
     """The newest readable checkpoint of ``lineage`` in ``store``, with its pending offsets."""
     checkpoints = [
@@ -212,7 +212,7 @@ def newest_checkpoint(
     for info in reversed(checkpoints):
         try:
             savepoint = decode_savepoint(store.get(info.kind, info.id).data, info.location)
-        except (SnapshotCorrupt, SnapshotNotFound, SavepointError) as error:
+        except (CheckpointCorrupt, CheckpointNotFound, SavepointError) as error:
             log.warning("checkpoint %d is unusable (%s); trying the one before", info.id, error)
             continue
         return Restored(
@@ -225,7 +225,7 @@ def newest_checkpoint(
     return None
 
 
-def _pending_offsets(store: SnapshotStore, lineage: str, batch_id: int, key: str) -> bytes | None:
+def _pending_offsets(store: CheckpointStore, lineage: str, batch_id: int, key: str) -> bytes | None:
     try:
         document = json.loads(store.backend.get(key))
     except ObjectNotFound:
@@ -258,7 +258,7 @@ class CheckpointKeeper:
     def __init__(
         self,
         *,
-        store: SnapshotStore,
+        store: CheckpointStore,
         job: str,
         lineage: str,
         checkpoint_dir: Path,
@@ -301,7 +301,7 @@ class CheckpointKeeper:
     # -- the sink's batch hook --------------------------------------------------------------
 
     def hook(self, stage: str, batch_id: int, sink: str) -> dict[str, Any]:
-        """For ``CoordinatorEndpoint.set_batch_hook``."""
+        """For ``DriverEndpoint.set_batch_hook``."""
         if stage == "prepare":
             with self._timings.phase("hook.prepare"):
                 return self.prepare(batch_id)
@@ -383,8 +383,8 @@ class CheckpointKeeper:
         *,
         drained: bool,
         request_id: str | None,
-        target: SnapshotStore | None = None,
-    ) -> tuple[SnapshotInfo, StoredCheckpoint]:
+        target: CheckpointStore | None = None,
+    ) -> tuple[CheckpointInfo, StoredCheckpoint]:
         """Copy checkpoint ``batch_id`` as a savepoint (into ``target``, or the job's store)."""
         with self._lock:
             whole, stored = self.savepoint_state(batch_id, drained=drained)

@@ -35,7 +35,7 @@ from finishable.driver.streaming.queries import Query, QuerySet, checkpoint_stat
 from finishable.driver.streaming.termination import Termination
 from finishable.lifecycle.table import Action, LifecycleMode, TaskEvent, TaskKind
 from finishable.lifecycle.task import TaskLifecycle
-from finishable.state import SnapshotInfo, SnapshotStore, open_backend
+from finishable.state import CheckpointInfo, CheckpointStore, open_backend
 from finishable.state.control import ControlChannel
 from finishable.state.fence import Fence, FencedBackend
 
@@ -210,15 +210,15 @@ class StreamingExecutor:
             log.warning("no savepoint before leaving: %s; leaving with the checkpoints", error)
         return self._ended(DriverState.DEPARTED)
 
-    def _target_store(self, request: ControlRequest) -> SnapshotStore | None:
+    def _target_store(self, request: ControlRequest) -> CheckpointStore | None:
         if not request.target_directory:
             return None
         backend = open_backend(request.target_directory, job=self._job)
         if self._fence is not None:
             backend = FencedBackend(backend, self._fence)
-        return SnapshotStore(backend)
+        return CheckpointStore(backend)
 
-    def _savepoint_now(self, request: ControlRequest, target: SnapshotStore | None) -> None:
+    def _savepoint_now(self, request: ControlRequest, target: CheckpointStore | None) -> None:
         """A savepoint without stopping: each query's newest stored checkpoint, once every
         query that committed a batch has one (and one has)."""
         deadline = time.monotonic() + self._stop_timeout
@@ -243,7 +243,7 @@ class StreamingExecutor:
             time.sleep(POLL_SECONDS)
 
     def _record_savepoint(
-        self, info: SnapshotInfo, batch_id: int, *, drained: bool, request_id: str | None
+        self, info: CheckpointInfo, batch_id: int, *, drained: bool, request_id: str | None
     ) -> None:
         self._savepoint = SavepointStatus(
             location=info.location,
@@ -261,7 +261,7 @@ class StreamingExecutor:
         self,
         mode: LifecycleMode,
         request: ControlRequest | None,
-        target: SnapshotStore | None = None,
+        target: CheckpointStore | None = None,
         *,
         timeout: float | None = None,
     ) -> None:

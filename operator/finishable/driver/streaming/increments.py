@@ -20,7 +20,7 @@ from pathlib import Path
 
 from finishable.driver.streaming.cut import CutFile, DigestCache, read_cut
 from finishable.driver.streaming.savepoints import SavepointError, decode_savepoint
-from finishable.state import SnapshotCorrupt, SnapshotKind, SnapshotNotFound, SnapshotStore
+from finishable.state import CheckpointCorrupt, CheckpointNotFound, CheckpointStore, SnapshotKind
 from finishable.state.contents import ContentStore
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class Increments:
     Not thread-safe: the checkpoint keeper calls it under its lock.
     """
 
-    def __init__(self, store: SnapshotStore) -> None:
+    def __init__(self, store: CheckpointStore) -> None:
         self._store = store
         self._contents = ContentStore(store.backend, store.prefix)
         self._cache = DigestCache(min_size=INLINE_BELOW)
@@ -103,9 +103,9 @@ class Increments:
         try:
             snapshot = self._store.get(SnapshotKind.CHECKPOINT, checkpoint_id)
             return frozenset(decode_savepoint(snapshot.data, snapshot.info.location).files.values())
-        except SnapshotNotFound:
+        except CheckpointNotFound:
             return frozenset()  # disposed meanwhile: it needs nothing
-        except (SnapshotCorrupt, SavepointError) as error:
+        except (CheckpointCorrupt, SavepointError) as error:
             log.warning(
                 "checkpoint files are not collected while checkpoint %d is unreadable: %s",
                 checkpoint_id,

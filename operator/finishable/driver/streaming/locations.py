@@ -12,16 +12,16 @@ from urllib.parse import urlsplit
 
 from finishable.driver.streaming.savepoints import SavepointError
 from finishable.state import (
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    CheckpointStore,
     ObjectNotFound,
-    SnapshotCorrupt,
     SnapshotKind,
-    SnapshotNotFound,
-    SnapshotStore,
     StateError,
     open_backend,
 )
 from finishable.state.backends import reached_like
-from finishable.state.snapshots import decode_blob
+from finishable.state.checkpointstore import decode_blob
 
 _SNAPSHOT_NAME = re.compile(r"(?:^|[/.-])snapshots[/.](?P<tag>sp|chk)-(?P<id>\d+)\.blob$")
 
@@ -31,7 +31,7 @@ class SavepointUnreachable(SavepointError):
 
 
 def read_snapshot_location(
-    location: str, store: SnapshotStore, reach_like: str = ""
+    location: str, store: CheckpointStore, reach_like: str = ""
 ) -> tuple[bytes, str]:
     """The payload of the snapshot blob at ``location`` (a savepoint or checkpoint location as
     reported in status), verified; and a short description of it. A location without
@@ -44,7 +44,7 @@ def read_snapshot_location(
         if store.backend.location(name) == location:
             try:
                 return store.get(kind, snapshot_id).data, f"{kind.value} {snapshot_id}"
-            except SnapshotNotFound:
+            except CheckpointNotFound:
                 raise SavepointError(f"no {kind.value} at {location}") from None
     scheme = urlsplit(location).scheme.lower()
     if scheme == "configmap":
@@ -66,6 +66,6 @@ def read_snapshot_location(
         raise SavepointError(f"cannot read the savepoint at {location}: {error}") from None
     try:
         payload, _ = decode_blob(blob, what=location)
-    except SnapshotCorrupt as error:
+    except CheckpointCorrupt as error:
         raise SavepointError(str(error)) from None
     return payload, location

@@ -41,7 +41,7 @@ from finishable.driver.streaming.queries import (
     pending_key,
     query_store,
 )
-from finishable.state import SnapshotStore
+from finishable.state import CheckpointStore
 from finishable.timings import PhaseTimings
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class QueryPlan:
         coordinators: Sequence[SourceCoordinator],
         *,
         job: str,
-        store: SnapshotStore,
+        store: CheckpointStore,
         checkpoint_dir: Path,
     ) -> None:
         if not outputs:

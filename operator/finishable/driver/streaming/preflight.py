@@ -24,7 +24,7 @@ from finishable.driver.streaming.savepoints import (
     restore_problems,
 )
 from finishable.state import (
-    SnapshotStore,
+    CheckpointStore,
 )
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMes
 TERMINATION_MESSAGE_MAX = 4096  # what the kubelet keeps of it
 
 
-def verdict(store: SnapshotStore, lineage: str, fingerprints: Fingerprints) -> tuple[str, int]:
+def verdict(store: CheckpointStore, lineage: str, fingerprints: Fingerprints) -> tuple[str, int]:
     """The check's message and exit code against the newest readable checkpoint of
     ``lineage`` (a damaged one is skipped, as a restore would)."""
     newest = newest_checkpoint(store, lineage)

@@ -1,7 +1,7 @@
 """Several streaming queries in one job: one Spark query per ``write_stream`` call.
 
 A query has a stable name (its sink's name, or ``write_stream(name=...)``) that keys its state:
-its checkpoint directory, its checkpoint keeper's prefix in the snapshot store and its part of a
+its checkpoint directory, its checkpoint keeper's prefix in the checkpoint store and its part of a
 savepoint. It reads the sources its plan reads, and a source feeds one query only: a
 coordinator hands each split out once, so two queries would each see part of the input.
 
@@ -48,7 +48,7 @@ from finishable.driver.streaming.savepoints import (
     decode_savepoint,
     encode_savepoint,
 )
-from finishable.state import SnapshotInfo, SnapshotKind, SnapshotStore
+from finishable.state import CheckpointInfo, CheckpointStore, SnapshotKind
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 QUERY_NAME = re.compile(r"[a-z0-9](?:[a-z0-9.-]{0,61}[a-z0-9])?")
-"""A query's name is a segment of object names in the snapshot store."""
+"""A query's name is a segment of object names in the checkpoint store."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def check_query_name(name: str) -> str:
     """``name`` if it can key a query's state, else a ProgramError saying what would."""
     if not QUERY_NAME.fullmatch(name) or ".." in name:
         raise ProgramError(
-            f"the query name {name!r} cannot key its state in the snapshot store: pass "
+            f"the query name {name!r} cannot key its state in the checkpoint store: pass "
             "write_stream(name=...) of lowercase a-z, 0-9, '.' and '-' (at most 63, starting and "
             "ending with a letter or digit)"
         )
@@ -143,14 +143,14 @@ def assign_sources(
     return assigned
 
 
-def query_store(store: SnapshotStore, query: str) -> SnapshotStore:
-    """The snapshot store a query of a job of several keeps its checkpoints in."""
-    return SnapshotStore(
+def query_store(store: CheckpointStore, query: str) -> CheckpointStore:
+    """The checkpoint store a query of a job of several keeps its checkpoints in."""
+    return CheckpointStore(
         store.backend, retained=store.retained, prefix=f"{store.prefix}/queries/{query}"
     )
 
 
-def checkpointed_queries(store: SnapshotStore) -> set[str]:
+def checkpointed_queries(store: CheckpointStore) -> set[str]:
     """The queries that keep checkpoints in ``store`` as queries of a job of several."""
     prefix = f"{store.prefix}/queries/"
     return {key[len(prefix) :].split("/", 1)[0] for key in store.backend.list(prefix)}
@@ -187,7 +187,7 @@ class QuerySet:
         self,
         queries: Sequence[Query],
         *,
-        store: SnapshotStore,
+        store: CheckpointStore,
         job: str,
         lineage: str,
         fingerprints: Fingerprints,
@@ -228,7 +228,7 @@ class QuerySet:
         return [c for q in self.queries for c in q.coordinators]
 
     def hook(self, stage: str, batch_id: int, body: dict[str, Any]) -> dict[str, Any]:
-        """For ``CoordinatorEndpoint.set_batch_hook``: the keeper of the query writing
+        """For ``DriverEndpoint.set_batch_hook``: the keeper of the query writing
         ``body["sink"]``; a ``publish`` (Spark's own sink writers') runs both of its stages around
         the publish, as a Python sink writer's commit calls them around its own."""
         sink = str(body.get("sink", ""))
@@ -261,8 +261,8 @@ class QuerySet:
         *,
         drained: bool,
         request_id: str | None,
-        target: SnapshotStore | None,
-    ) -> tuple[SnapshotInfo, int]:
+        target: CheckpointStore | None,
+    ) -> tuple[CheckpointInfo, int]:
         """A savepoint of every query at its batch in ``batches`` (-1: it committed none), into
         ``target`` or the job's store; and the batch id status shows for it."""
         if self.single:
@@ -312,9 +312,9 @@ class QuerySet:
 
 
 def find_query_restores(
-    store: SnapshotStore,
+    store: CheckpointStore,
     *,
-    stores: Mapping[str, SnapshotStore],
+    stores: Mapping[str, CheckpointStore],
     lineage: str,
     restore_from: str,
     allow_drained: bool,

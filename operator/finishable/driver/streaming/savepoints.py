@@ -1,7 +1,7 @@
 """Savepoints: a self-contained, consistent copy of a query's state at one committed batch.
 
 A savepoint (and, in the same format, the periodic checkpoint copy that survives a driver pod) is
-one blob in the snapshot store holding three things:
+one blob in the checkpoint store holding three things:
 
 * ``manifest.json``: job name, committed batch id, the watermark after that batch, whether it was
   drained, fingerprints of the sources and sinks, Spark's version;
@@ -209,7 +209,7 @@ def committed_watermark(checkpoint_dir: Path, batch_id: int) -> int | None:
 
 
 def encode_savepoint(savepoint: Savepoint) -> bytes:
-    """One blob for the snapshot store: manifest, checkpoint and coordinator snapshots (of every
+    """One blob for the checkpoint store: manifest, checkpoint and coordinator snapshots (of every
     query, in a composite savepoint)."""
     entries = _entries_of(savepoint)
     if savepoint.composite:

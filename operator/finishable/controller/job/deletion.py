@@ -18,9 +18,9 @@ from typing import Any
 from finishable.api.models import RetainOnDelete
 from finishable.api.snapshot import SNAPSHOT_PLURAL
 from finishable.controller import naming
-from finishable.controller.kube import Kube
-from finishable.controller.observe import attempt_of
-from finishable.controller.snapshots import SNAPSHOT_API_VERSION
+from finishable.controller.apicalls import Kube
+from finishable.controller.job.observe import attempt_of
+from finishable.controller.snapshot.objects import SNAPSHOT_API_VERSION
 from finishable.kube.api import KubeApiError
 from finishable.kube.objects import (
     LABEL_COMPONENT,
@@ -30,10 +30,10 @@ from finishable.kube.objects import (
     job_label_value,
     owner_reference,
 )
+from finishable.state.checkpointstore import is_savepoint_object
 from finishable.state.configmap import ANNOTATION_NAME
 from finishable.state.configmap import COMPONENT as STATE_COMPONENT
 from finishable.state.control import ConfigMapControlChannel
-from finishable.state.snapshots import is_savepoint_object
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
-"""A split enumerator's snapshot: its ledger as one JSON document, and the restore from it.
+"""A split enumerator's state: its ledger as one JSON document, and the restore from it.
 
-The document names its format and version and the source it belongs to (a snapshot of another
+The document names its format and version and the source it belongs to (the state of another
 input is refused), and holds the discovery cursor and every split in its state with its epochs.
 An unfinished sentinel split stays out: it belongs to a drain in progress, not to the source. A
-restore checks that every split is in exactly one state; a malformed snapshot leaves the ledger
-empty and raises ``SnapshotFormatError``.
+restore checks that every split is in exactly one state; a malformed state leaves the ledger
+empty and raises ``EnumeratorStateError``.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from finishable.coordinator._json import (
     get_str,
 )
 from finishable.coordinator.enumerator.ledger import SplitLedger
-from finishable.coordinator.errors import SnapshotFormatError
+from finishable.coordinator.errors import EnumeratorStateError
 from finishable.coordinator.splits import SentinelSplit, split_from_json
 
 logger = logging.getLogger(__name__)
 
-SNAPSHOT_FORMAT = "finishable.split-enumerator"
-SNAPSHOT_VERSION = 1
+ENUMERATOR_STATE_FORMAT = "finishable.split-enumerator"
+ENUMERATOR_STATE_VERSION = 1
 
 
-class SnapshotFormat(SplitLedger):
+class EnumeratorState(SplitLedger):
     """Writes the ledger into a snapshot and restores it from one."""
 
     source_kind: ClassVar[str]
@@ -64,8 +64,8 @@ class SnapshotFormat(SplitLedger):
             if holding is not None:
                 assigned.setdefault(str(holding[0]), []).append([split_id, holding[2]])
         document = {
-            "format": SNAPSHOT_FORMAT,
-            "version": SNAPSHOT_VERSION,
+            "format": ENUMERATOR_STATE_FORMAT,
+            "version": ENUMERATOR_STATE_VERSION,
             "source": {"kind": self.source_kind, **self._source_identity()},
             "checkpoint_id": checkpoint_id,
             "epoch": self._epoch,
@@ -94,28 +94,28 @@ class SnapshotFormat(SplitLedger):
         try:
             document = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise SnapshotFormatError(f"coordinator snapshot is not JSON: {error}") from None
+            raise EnumeratorStateError(f"coordinator snapshot is not JSON: {error}") from None
         try:
             self._restore_document(checkpoint_id, as_object(document, "snapshot"))
         except JsonFieldError as error:
             self._clear_ledger()
-            raise SnapshotFormatError(f"coordinator snapshot: {error}") from None
-        except SnapshotFormatError:
+            raise EnumeratorStateError(f"coordinator snapshot: {error}") from None
+        except EnumeratorStateError:
             self._clear_ledger()
             raise
 
     def _restore_document(self, checkpoint_id: int, doc: dict[str, Any]) -> None:
         fmt = get_str(doc, "format", "snapshot")
         version = get_int(doc, "version", "snapshot")
-        if fmt != SNAPSHOT_FORMAT or version != SNAPSHOT_VERSION:
-            raise SnapshotFormatError(
+        if fmt != ENUMERATOR_STATE_FORMAT or version != ENUMERATOR_STATE_VERSION:
+            raise EnumeratorStateError(
                 f"snapshot has format {fmt!r} version {version}; this enumerator reads "
-                f"{SNAPSHOT_FORMAT!r} version {SNAPSHOT_VERSION}"
+                f"{ENUMERATOR_STATE_FORMAT!r} version {ENUMERATOR_STATE_VERSION}"
             )
         source = as_object(doc.get("source"), "snapshot.source")
         expected = {"kind": self.source_kind, **self._source_identity()}
         if source != expected:
-            raise SnapshotFormatError(
+            raise EnumeratorStateError(
                 f"the snapshot belongs to source {json.dumps(source, sort_keys=True)}, this "
                 f"enumerator reads {json.dumps(expected, sort_keys=True)}"
             )
@@ -123,9 +123,9 @@ class SnapshotFormat(SplitLedger):
             try:
                 split = split_from_json(item, f"snapshot.splits[{index}]")
             except ValueError as error:
-                raise SnapshotFormatError(str(error)) from None
+                raise EnumeratorStateError(str(error)) from None
             if split.split_id in self._splits:
-                raise SnapshotFormatError(f"snapshot.splits[{index}]: duplicate split")
+                raise EnumeratorStateError(f"snapshot.splits[{index}]: duplicate split")
             self._splits[split.split_id] = split
             self._seq[split.split_id] = index
             if isinstance(split, SentinelSplit):
@@ -135,15 +135,15 @@ class SnapshotFormat(SplitLedger):
 
         def place(split_id: object, where: str) -> str:
             if not isinstance(split_id, str) or split_id not in self._splits:
-                raise SnapshotFormatError(f"{where}: unknown split id {split_id!r}")
+                raise EnumeratorStateError(f"{where}: unknown split id {split_id!r}")
             if split_id in placed:
-                raise SnapshotFormatError(f"{where}: split {split_id!r} is in two states")
+                raise EnumeratorStateError(f"{where}: split {split_id!r} is in two states")
             placed.add(split_id)
             return split_id
 
         def integer(value: object, where: str) -> int:
             if isinstance(value, bool) or not isinstance(value, int):
-                raise SnapshotFormatError(f"{where}: expected an integer, got {value!r}")
+                raise EnumeratorStateError(f"{where}: expected an integer, got {value!r}")
             return value
 
         for index, split_id in enumerate(get_list(doc, "pending", "snapshot")):
@@ -153,20 +153,20 @@ class SnapshotFormat(SplitLedger):
             try:
                 subtask = int(key)
             except ValueError:
-                raise SnapshotFormatError(f"snapshot.assigned: {key!r} is no subtask") from None
+                raise EnumeratorStateError(f"snapshot.assigned: {key!r} is no subtask") from None
             if not isinstance(entries, list):
-                raise SnapshotFormatError(f"snapshot.assigned[{key}]: expected an array")
+                raise EnumeratorStateError(f"snapshot.assigned[{key}]: expected an array")
             for index, entry in enumerate(entries):
                 where = f"snapshot.assigned[{key}][{index}]"
                 if not isinstance(entry, list) or len(entry) != 2:
-                    raise SnapshotFormatError(f"{where}: expected [split id, epoch]")
+                    raise EnumeratorStateError(f"{where}: expected [split id, epoch]")
                 split_id = place(entry[0], where)
                 self._holder[split_id] = (subtask, None, integer(entry[1], where))
                 self._orphans.setdefault(subtask, set()).add(split_id)
         for index, entry in enumerate(get_list(doc, "finished", "snapshot")):
             where = f"snapshot.finished[{index}]"
             if not isinstance(entry, list) or len(entry) != 4:
-                raise SnapshotFormatError(
+                raise EnumeratorStateError(
                     f"{where}: expected [split id, subtask, assigned epoch, finished epoch]"
                 )
             split_id = place(entry[0], where)
@@ -180,13 +180,13 @@ class SnapshotFormat(SplitLedger):
         skipped = as_object(doc.get("skipped", {}), "snapshot.skipped")
         for split_id, reason in skipped.items():
             if split_id not in self._splits or not isinstance(reason, str):
-                raise SnapshotFormatError(
+                raise EnumeratorStateError(
                     f"snapshot.skipped[{split_id!r}]: expected a known split id and a reason"
                 )
             self._skipped[split_id] = reason
         missing = [split_id for split_id in self._splits if split_id not in placed]
         if missing:
-            raise SnapshotFormatError(
+            raise EnumeratorStateError(
                 f"snapshot: {len(missing)} split(s) in no state, such as {missing[0]!r}"
             )
         bounded = get_bool(doc, "bounded", "snapshot")

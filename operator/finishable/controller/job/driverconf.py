@@ -8,7 +8,7 @@ template and volumes). The driver's address is the pod's own IP, which only the 
 pod passes it to Spark itself (``builders.driver_pod``). The job configuration (``job.json`` in
 ``<job>-config``) carries the spec with those settings, where snapshots are stored, the work
 directory and the shuffle pods' addresses; ``FinishableJob.from_env()`` reads it in the driver.
-Pure functions of the job and its spec; :mod:`finishable.controller.builders` puts the result
+Pure functions of the job and its spec; :mod:`finishable.controller.job.builders` puts the result
 into ``<job>-config`` and the driver pod.
 """
 
@@ -36,8 +36,8 @@ from finishable.controller.naming import (
     WORK_VOLUME_DIR,
     shuffle_name,
     shuffle_service_name,
-    work_claim_name,
 )
+from finishable.controller.podparts import EXECUTOR_CONTAINER, work_volume_claim
 from finishable.kube.objects import (
     LABEL_COMPONENT,
     LABEL_JOB,
@@ -51,7 +51,6 @@ from finishable.partitions.manifest import object_url
 POD_ADDRESS_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
 """Where the driver listens and how executors reach it: the pod's IP, set by the pod itself."""
 EXECUTOR_TEMPLATE_FILE = f"{CONFIG_DIR}/{EXECUTOR_TEMPLATE_KEY}"
-EXECUTOR_CONTAINER = "executor"  # the container of the executor pod template
 SHUFFLE_PARTITIONS_PER_CORE = 2
 
 
@@ -165,14 +164,6 @@ def spark_conf(
     return {**defaults, **user, **derived}
 
 
-def work_volume_claim(job: JobRef, spec: FinishableSparkJobSpec) -> str | None:
-    """The claim of the job's work volume: the user's, or the one the operator creates."""
-    volume = spec.work_volume
-    if volume is None:
-        return None
-    return volume.claim_name or work_claim_name(job.name)
-
-
 def work_dir(job: JobRef, spec: FinishableSparkJobSpec) -> str:
     """Spark's live checkpoint and scratch files: on the work volume (a directory per job, as
     the claim may be shared), else in the driver pod."""
@@ -182,7 +173,7 @@ def work_dir(job: JobRef, spec: FinishableSparkJobSpec) -> str:
 
 
 def state_url(spec: FinishableSparkJobSpec) -> str:
-    """Where the driver keeps checkpoints and savepoints (the runtime's snapshot store URL)."""
+    """Where the driver keeps checkpoints and savepoints (the runtime's checkpoint store URL)."""
     storage = spec.checkpointing.storage
     if storage.type is StorageType.CONFIG_MAP:
         return "configmap:"

@@ -32,8 +32,8 @@ from finishable.api.models import (
 from finishable.api.snapshot import SNAPSHOT_PLURAL, SnapshotState
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import FinishableSparkJobStatus, SavepointStatus
-from finishable.controller import snapshots
-from finishable.controller.kube import MERGE_PATCH, Kube
+from finishable.controller.apicalls import MERGE_PATCH, Kube
+from finishable.controller.snapshot import objects as snapshots
 from finishable.kube.api import KubeApiError
 from finishable.kube.objects import JobRef
 from finishable.lifecycle.decisions import TERMINAL_PHASES

@@ -1,7 +1,7 @@
 """Dispose of a deleted FinishableSparkSnapshot's savepoint (``spec.disposeOnDelete``).
 
 The deletion handler of such snapshots (behind kopf's finalizer) calls :func:`dispose`, which
-does what :func:`~finishable.controller.disposalplan.decide` says: wait (a
+does what :func:`~finishable.controller.snapshot.disposalplan.decide` says: wait (a
 ``kopf.TemporaryError``) while a job holds the savepoint, delete its ConfigMaps (meta, then blob,
 parts included, through the ConfigMap backend), or run a disposal pod and wait for it, each
 outcome told in an Event on the snapshot. Returning lets the snapshot go.
@@ -17,9 +17,10 @@ import kopf
 
 from finishable.api.models import API_GROUP, API_VERSION, PLURAL
 from finishable.api.validation import InvalidManifest, parse_spec
-from finishable.controller import disposalplan, snapshots
-from finishable.controller.disposalplan import Action, PodOutcome
-from finishable.controller.kube import Kube
+from finishable.controller.apicalls import Kube
+from finishable.controller.snapshot import disposalplan
+from finishable.controller.snapshot import objects as snapshots
+from finishable.controller.snapshot.disposalplan import Action, PodOutcome
 from finishable.kube.objects import JobRef
 from finishable.state.configmap import ConfigMapBackend
 from finishable.state.errors import BackendError

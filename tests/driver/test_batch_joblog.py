@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from finishable.driver.batch.plan import (
+from finishable.driver.batch.joblog import (
     CoordinatorSnapshot,
     Listed,
     OutputCommitted,

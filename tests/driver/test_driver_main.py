@@ -16,7 +16,7 @@ import pytest
 
 from finishable.api.jobconfig import write_config
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.controller import driverconf
+from finishable.controller.job import driverconf
 from finishable.kube.objects import JobRef
 
 pytestmark = pytest.mark.quick

@@ -22,10 +22,10 @@ from finishable.api.jobconfig import (
 from finishable.api.models import UpgradeCheckState
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import FinishableSparkJobStatus
-from finishable.controller import builders
-from finishable.controller.kube import Kube
+from finishable.controller.apicalls import Kube
+from finishable.controller.job import builders
+from finishable.controller.job.observe import driver_pod_of
 from finishable.controller.naming import ANNOTATION_PREFIX, JOB_CONFIG_KEY
-from finishable.controller.observe import driver_pod_of
 from finishable.kube.objects import LABEL_ATTEMPT, LABEL_COMPONENT, JobRef, selector
 from finishable.lifecycle.decisions import Action, CheckPod
 

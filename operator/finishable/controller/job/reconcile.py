@@ -44,18 +44,21 @@ from finishable.api.savepointspec import SavepointsSpec
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import ControlRequest, FinishableSparkJobStatus, SavepointStatus
 from finishable.api.validation import InvalidManifest, parse_spec
-from finishable.controller import naming, snapshots, snapshotstore, upgradecheck
-from finishable.controller.children import JobChildren
-from finishable.controller.driverconf import with_operator_defaults
-from finishable.controller.kube import Conflict, Kube
-from finishable.controller.metrics import JobKey, Metrics
-from finishable.controller.observe import (
+from finishable.controller import naming
+from finishable.controller.apicalls import Conflict, Kube
+from finishable.controller.job import upgradecheck
+from finishable.controller.job.children import JobChildren
+from finishable.controller.job.driverconf import with_operator_defaults
+from finishable.controller.job.observe import (
     DriverPod,
     current_driver,
     parse_report,
     refine_departure,
 )
-from finishable.controller.requests import SnapshotRequests
+from finishable.controller.metrics import JobKey, Metrics
+from finishable.controller.snapshot import objects as snapshots
+from finishable.controller.snapshot import store as snapshotstore
+from finishable.controller.snapshot.requests import SnapshotRequests
 from finishable.controller.status import EventPoster, StatusWriter
 from finishable.kube.api import KubeApiError
 from finishable.kube.objects import (

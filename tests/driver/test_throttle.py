@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from finishable.state import NO_CHECKPOINT, SnapshotThrottle
+from finishable.driver.batch.throttle import NO_CHECKPOINT, EnumeratorStateThrottle
 
 pytestmark = pytest.mark.quick
 
@@ -21,7 +21,7 @@ class Clock:
 
 def test_at_most_one_snapshot_per_min_pause_and_coordinator() -> None:
     clock = Clock()
-    throttle = SnapshotThrottle(180.0, clock=clock)
+    throttle = EnumeratorStateThrottle(180.0, clock=clock)
     assert throttle.remaining("orders") == 0
     assert throttle.try_acquire("orders", NO_CHECKPOINT)  # the first one is always allowed
     assert not throttle.try_acquire("orders", NO_CHECKPOINT)
@@ -37,7 +37,7 @@ def test_at_most_one_snapshot_per_min_pause_and_coordinator() -> None:
 
 def test_a_forced_snapshot_is_allowed_and_restarts_the_pause() -> None:
     clock = Clock()
-    throttle = SnapshotThrottle(180.0, clock=clock)
+    throttle = EnumeratorStateThrottle(180.0, clock=clock)
     assert throttle.try_acquire("orders")
     clock.now += 60
     assert throttle.try_acquire("orders", force=True)
@@ -46,7 +46,7 @@ def test_a_forced_snapshot_is_allowed_and_restarts_the_pause() -> None:
 
 def test_regular_checkpoints_are_not_throttled() -> None:
     clock = Clock()
-    throttle = SnapshotThrottle(180.0, clock=clock)
+    throttle = EnumeratorStateThrottle(180.0, clock=clock)
     assert throttle.try_acquire("orders", NO_CHECKPOINT)
     assert throttle.try_acquire("orders", 42)
     assert throttle.try_acquire("orders", 43)
@@ -55,18 +55,18 @@ def test_regular_checkpoints_are_not_throttled() -> None:
 
 def test_reset_and_zero_pause() -> None:
     clock = Clock()
-    throttle = SnapshotThrottle(10.0, clock=clock)
+    throttle = EnumeratorStateThrottle(10.0, clock=clock)
     assert throttle.try_acquire("orders")
     throttle.reset()
     assert throttle.try_acquire("orders")
-    unthrottled = SnapshotThrottle(0.0, clock=clock)
+    unthrottled = EnumeratorStateThrottle(0.0, clock=clock)
     assert all(unthrottled.try_acquire("orders") for _ in range(5))
     with pytest.raises(ValueError, match="min_pause"):
-        SnapshotThrottle(-1.0)
+        EnumeratorStateThrottle(-1.0)
 
 
 def test_threads_cannot_both_snapshot_within_one_pause() -> None:
-    throttle = SnapshotThrottle(3600.0, clock=Clock())
+    throttle = EnumeratorStateThrottle(3600.0, clock=Clock())
     granted: list[bool] = []
     barrier = threading.Barrier(8)
 

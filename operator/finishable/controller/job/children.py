@@ -1,10 +1,10 @@
 """A job's children as the phase machine's actions say: driver pods (and standbys), executors,
 shuffle pods and the objects a driver needs.
 
-Each method is idempotent, as the loop in :mod:`finishable.controller.reconcile` requires: a
+Each method is idempotent, as the loop in :mod:`finishable.controller.job.reconcile` requires: a
 create that finds its object is a success, a delete that finds nothing is one too, and what an
 action did not finish is done again on a later step. The objects themselves are built by
-:mod:`finishable.controller.builders`; this is where they are created and deleted.
+:mod:`finishable.controller.job.builders`; this is where they are created and deleted.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from datetime import UTC, datetime
 
 from finishable.api.models import Phase
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.controller import builders, naming
-from finishable.controller.kube import Kube
+from finishable.controller import naming
+from finishable.controller.apicalls import Kube
+from finishable.controller.job import builders
+from finishable.controller.job.observe import DriverPod, OwnPodWrites, attempt_of, driver_pod_of
 from finishable.controller.naming import KUBERNETES_MASTER
-from finishable.controller.observe import DriverPod, OwnPodWrites, attempt_of, driver_pod_of
 from finishable.kube.objects import (
     LABEL_ATTEMPT,
     LABEL_COMPONENT,

@@ -1,4 +1,4 @@
-"""The snapshot store: checkpoints and savepoints as checksummed blobs over any ``ObjectBackend``.
+"""The checkpoint store: checkpoints and savepoints as checksummed blobs over any ``ObjectBackend``.
 
 Layout under ``<prefix>/`` (default ``snapshots/``)::
 
@@ -32,12 +32,12 @@ from typing import Any
 
 from finishable.state.backends import ObjectBackend, validate_name
 from finishable.state.errors import (
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    CheckpointTooLarge,
     ObjectCorrupt,
     ObjectNotFound,
     ObjectTooLarge,
-    SnapshotCorrupt,
-    SnapshotNotFound,
-    SnapshotTooLarge,
 )
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ _KIND_OF_TAG = {tag: kind for kind, tag in _TAG.items()}
 
 
 @dataclass(frozen=True, slots=True)
-class SnapshotInfo:
+class CheckpointInfo:
     """What the meta of a committed snapshot says."""
 
     kind: SnapshotKind
@@ -75,7 +75,7 @@ class SnapshotInfo:
 class Snapshot:
     """A snapshot read back and verified."""
 
-    info: SnapshotInfo
+    info: CheckpointInfo
     data: bytes
 
     @property
@@ -116,21 +116,21 @@ def encode_blob(data: bytes) -> bytes:
 
 
 def decode_blob(blob: bytes, *, what: str = "blob") -> tuple[bytes, str]:
-    """Return the payload and its sha256 hex; raise ``SnapshotCorrupt`` on any mismatch."""
+    """Return the payload and its sha256 hex; raise ``CheckpointCorrupt`` on any mismatch."""
     if len(blob) < _HEADER.size:
-        raise SnapshotCorrupt(f"{what} is truncated: {len(blob)} of {_HEADER.size} header bytes")
+        raise CheckpointCorrupt(f"{what} is truncated: {len(blob)} of {_HEADER.size} header bytes")
     magic, digest, length = _HEADER.unpack_from(blob)
     if magic != BLOB_MAGIC:
-        raise SnapshotCorrupt(f"{what} does not start with the snapshot magic")
+        raise CheckpointCorrupt(f"{what} does not start with the snapshot magic")
     payload = blob[_HEADER.size :]
     if len(payload) != length:
-        raise SnapshotCorrupt(f"{what} holds {len(payload)} bytes, its header says {length}")
+        raise CheckpointCorrupt(f"{what} holds {len(payload)} bytes, its header says {length}")
     if hashlib.sha256(payload).digest() != digest:
-        raise SnapshotCorrupt(f"{what} fails its sha256 check")
+        raise CheckpointCorrupt(f"{what} fails its sha256 check")
     return payload, digest.hex()
 
 
-class SnapshotStore:
+class CheckpointStore:
     """Put, get, list, dispose and retain checkpoints and savepoints. Thread-safe, synchronous."""
 
     def __init__(
@@ -170,7 +170,7 @@ class SnapshotStore:
         data: bytes,
         *,
         metadata: Mapping[str, Any] | None = None,
-    ) -> SnapshotInfo:
+    ) -> CheckpointInfo:
         """Store and commit a snapshot; for a checkpoint, then drop those beyond ``retained``.
 
         Re-putting an id first un-commits the old snapshot, so a reader sees the old one, none
@@ -183,7 +183,7 @@ class SnapshotStore:
         blob = encode_blob(payload)
         blob_name = self._name(kind, snapshot_id, "blob")
         meta_name = self._name(kind, snapshot_id, "meta")
-        info = SnapshotInfo(
+        info = CheckpointInfo(
             kind=kind,
             id=snapshot_id,
             size=len(payload),
@@ -210,7 +210,7 @@ class SnapshotStore:
             try:
                 self.backend.put(blob_name, blob)
             except ObjectTooLarge as exc:
-                raise SnapshotTooLarge(
+                raise CheckpointTooLarge(
                     f"{kind.value} {snapshot_id}", exc.size, exc.limit, exc.limit_name
                 ) from exc
             self.backend.put(meta_name, meta)
@@ -231,12 +231,12 @@ class SnapshotStore:
 
     def put_checkpoint(
         self, checkpoint_id: int, data: bytes, *, metadata: Mapping[str, Any] | None = None
-    ) -> SnapshotInfo:
+    ) -> CheckpointInfo:
         return self.put(SnapshotKind.CHECKPOINT, checkpoint_id, data, metadata=metadata)
 
     def put_savepoint(
         self, savepoint_id: int, data: bytes, *, metadata: Mapping[str, Any] | None = None
-    ) -> SnapshotInfo:
+    ) -> CheckpointInfo:
         return self.put(SnapshotKind.SAVEPOINT, savepoint_id, data, metadata=metadata)
 
     def dispose(self, kind: SnapshotKind, snapshot_id: int) -> bool:
@@ -276,23 +276,23 @@ class SnapshotStore:
         """Ids of committed snapshots of ``kind``, ascending (names only, no blob reads)."""
         return sorted(self._scan()[SnapshotKind(kind), "meta"])
 
-    def info(self, kind: SnapshotKind, snapshot_id: int) -> SnapshotInfo:
+    def info(self, kind: SnapshotKind, snapshot_id: int) -> CheckpointInfo:
         """The meta of a committed snapshot, without reading its blob."""
         kind = SnapshotKind(kind)
         meta_name = self._name(kind, snapshot_id, "meta")
         try:
             raw = self.backend.get(meta_name)
         except ObjectNotFound:
-            raise SnapshotNotFound(
+            raise CheckpointNotFound(
                 f"no {kind.value} {snapshot_id} at {self.backend.location(self.prefix)}"
             ) from None
         except ObjectCorrupt as exc:
-            raise SnapshotCorrupt(f"meta of {kind.value} {snapshot_id}: {exc}") from exc
+            raise CheckpointCorrupt(f"meta of {kind.value} {snapshot_id}: {exc}") from exc
         try:
             meta = json.loads(raw)
             if meta["kind"] != kind.value or int(meta["id"]) != snapshot_id:
                 raise ValueError(f"it describes {meta['kind']} {meta['id']}")
-            return SnapshotInfo(
+            return CheckpointInfo(
                 kind=kind,
                 id=snapshot_id,
                 size=int(meta["size"]),
@@ -302,7 +302,7 @@ class SnapshotStore:
                 metadata=dict(meta.get("metadata") or {}),
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise SnapshotCorrupt(
+            raise CheckpointCorrupt(
                 f"meta of {kind.value} {snapshot_id} is unreadable: {exc}"
             ) from exc
 
@@ -314,14 +314,14 @@ class SnapshotStore:
         try:
             blob = self.backend.get(blob_name)
         except ObjectNotFound:
-            raise SnapshotCorrupt(
+            raise CheckpointCorrupt(
                 f"{what} is committed but its blob {blob_name} is missing"
             ) from None
         except ObjectCorrupt as exc:
-            raise SnapshotCorrupt(f"{what}: {exc}") from exc
+            raise CheckpointCorrupt(f"{what}: {exc}") from exc
         payload, digest = decode_blob(blob, what=what)
         if digest != info.sha256 or len(payload) != info.size:
-            raise SnapshotCorrupt(f"{what}: the blob does not match its meta (sha256 or size)")
+            raise CheckpointCorrupt(f"{what}: the blob does not match its meta (sha256 or size)")
         return Snapshot(info, payload)
 
     def get_checkpoint(self, checkpoint_id: int) -> Snapshot:
@@ -330,19 +330,19 @@ class SnapshotStore:
     def get_savepoint(self, savepoint_id: int) -> Snapshot:
         return self.get(SnapshotKind.SAVEPOINT, savepoint_id)
 
-    def list(self, kind: SnapshotKind | None = None) -> list[SnapshotInfo]:
+    def list(self, kind: SnapshotKind | None = None) -> list[CheckpointInfo]:
         """Committed snapshots (checkpoints first, then savepoints), ascending by id.
 
         A snapshot whose meta cannot be read is left out with a warning.
         """
         found = self._scan()
         kinds = [SnapshotKind(kind)] if kind is not None else list(SnapshotKind)
-        infos: list[SnapshotInfo] = []
+        infos: list[CheckpointInfo] = []
         for each in kinds:
             for snapshot_id in sorted(found[each, "meta"]):
                 try:
                     infos.append(self.info(each, snapshot_id))
-                except (SnapshotNotFound, SnapshotCorrupt) as exc:
+                except (CheckpointNotFound, CheckpointCorrupt) as exc:
                     log.warning("skipping %s %d in the listing: %s", each.value, snapshot_id, exc)
         return infos
 
@@ -350,7 +350,7 @@ class SnapshotStore:
         """The newest readable snapshot of ``kind``, or ``None`` if none was ever committed.
 
         A damaged or vanished newest snapshot is skipped with a warning in favour of the previous
-        one; if every committed snapshot is unreadable, ``SnapshotCorrupt`` says so.
+        one; if every committed snapshot is unreadable, ``CheckpointCorrupt`` says so.
         """
         kind = SnapshotKind(kind)
         ids = self.ids(kind)
@@ -358,7 +358,7 @@ class SnapshotStore:
         for snapshot_id in reversed(ids):
             try:
                 snapshot = self.get(kind, snapshot_id)
-            except (SnapshotCorrupt, SnapshotNotFound) as exc:
+            except (CheckpointCorrupt, CheckpointNotFound) as exc:
                 log.warning(
                     "%s %d is unusable (%s); falling back to the previous one",
                     kind.value,
@@ -369,7 +369,7 @@ class SnapshotStore:
                 continue
             return snapshot
         if problems:
-            raise SnapshotCorrupt(
+            raise CheckpointCorrupt(
                 f"none of the {len(ids)} committed {kind.value}s at "
                 f"{self.backend.location(self.prefix)} is readable: {'; '.join(problems)}"
             )
@@ -382,4 +382,6 @@ class SnapshotStore:
         return self.latest(SnapshotKind.SAVEPOINT)
 
     def __repr__(self) -> str:
-        return f"SnapshotStore({self.backend!r}, retained={self.retained}, prefix={self.prefix!r})"
+        return (
+            f"CheckpointStore({self.backend!r}, retained={self.retained}, prefix={self.prefix!r})"
+        )

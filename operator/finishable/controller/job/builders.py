@@ -13,7 +13,7 @@ The driver pod runs ``finishable driver``, which starts the user's program with 
 configuration mounted from ``<job>-config``. Spark runs in client mode inside that pod and creates
 the executor pods itself, from the pod template of :mod:`finishable.controller.podparts`: its
 Kubernetes master, executor labels, resources and volumes are derived from the spec in
-:mod:`finishable.controller.driverconf`; the driver's address is its pod IP (the downward API),
+:mod:`finishable.controller.job.driverconf`; the driver's address is its pod IP (the downward API),
 which the pod hands to Spark; the children's names, ports and paths are
 :mod:`finishable.controller.naming`.
 """
@@ -38,7 +38,7 @@ from finishable.api.jobconfig import (
 )
 from finishable.api.models import JobMode
 from finishable.api.spec import FinishableSparkJobSpec
-from finishable.controller.driverconf import (
+from finishable.controller.job.driverconf import (
     is_kubernetes_master,
     job_config,
 )

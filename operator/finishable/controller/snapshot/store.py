@@ -1,7 +1,7 @@
 """The API side of FinishableSparkSnapshots: record a savepoint as one, read one back.
 
-:mod:`finishable.controller.snapshots` builds the objects (pure); the reconcile loop calls these
-through the operator's own client (:class:`~finishable.controller.kube.Kube`).
+:mod:`finishable.controller.snapshot.objects` builds the objects (pure); the job's reconcile loop
+calls these through the operator's own client (:class:`~finishable.controller.apicalls.Kube`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from finishable.api.models import API_GROUP, API_VERSION, PLURAL, SavepointTrigg
 from finishable.api.savepointspec import SavepointHistorySpec
 from finishable.api.snapshot import SNAPSHOT_PLURAL
 from finishable.api.status import SavepointStatus
-from finishable.controller import snapshots
-from finishable.controller.kube import Kube
+from finishable.controller.apicalls import Kube
+from finishable.controller.snapshot import objects as snapshots
 from finishable.controller.status import EventPoster
 from finishable.kube.api import KubeApiError
 from finishable.kube.objects import LABEL_JOB, JobRef, job_label_value
@@ -67,7 +67,8 @@ async def record(
 
 async def restore_location(kube: Kube, namespace: str, ref: str) -> str:
     """The location the snapshot ``ref`` holds;
-    :class:`~finishable.controller.snapshots.SnapshotUnusable` when it cannot be started from."""
+    :class:`~finishable.controller.snapshot.objects.SnapshotUnusable` when it cannot be started
+    from."""
     body = await kube.get(snapshots.SNAPSHOT_API_VERSION, SNAPSHOT_PLURAL, ref, namespace)
     return snapshots.restore_location(ref, body)
 
@@ -76,7 +77,7 @@ async def trim(
     kube: Kube, job: JobRef, history: SavepointHistorySpec, post: EventPoster
 ) -> list[str]:
     """Delete the snapshots of ``job`` that ``spec.savepoints.history`` lets go
-    (:func:`~finishable.controller.snapshots.to_trim`); returns their names. A snapshot with
+    (:func:`~finishable.controller.snapshot.objects.to_trim`); returns their names. A snapshot with
     ``spec.disposeOnDelete`` takes its files with it (the operator's finalizer)."""
     if history.max_count is None and history.max_age is None:
         return []

@@ -1,11 +1,12 @@
-"""At most one batch-mode coordinator snapshot per ``snapshotMinPause`` (FLIP-383).
+"""At most one batch-mode enumerator state per coordinator per ``snapshotMinPause`` (FLIP-383).
 
-In a batch job the driver records a TaskFinished event per task, and may attach a coordinator
-snapshot taken with ``NO_CHECKPOINT`` (-1). Snapshotting on every task would cost a full
-enumerator state per task, so each coordinator's snapshots are spaced by a minimum pause; on
-recovery, the splits of tasks that finished after the last snapshot are finished again from
-their TaskFinished events (driver/batch/recovery.py). A snapshot the pause refused is taken later
-(the batch driver schedules it for when :meth:`SnapshotThrottle.remaining` says), so the last
+In a batch job the driver records a TaskFinished event per task, and may attach a coordinator's
+enumerator state taken with ``NO_CHECKPOINT`` (-1). Snapshotting on every task would cost a full
+enumerator state per task, so each coordinator's saves are spaced by a minimum pause; on
+recovery, the splits of tasks that finished after the last saved state are finished again from
+their TaskFinished events (driver/batch/recovery.py). A save the pause refused is made later
+(the batch driver schedules it for when :meth:`EnumeratorStateThrottle.remaining`
+says), so the last
 task's progress is never left out. Regular checkpoints (positive ids) are never throttled here:
 their cadence is the checkpoint interval.
 
@@ -20,11 +21,11 @@ from collections.abc import Callable
 
 from finishable.coordinator.contract import NO_CHECKPOINT
 
-__all__ = ["NO_CHECKPOINT", "SnapshotThrottle"]
+__all__ = ["NO_CHECKPOINT", "EnumeratorStateThrottle"]
 
 
-class SnapshotThrottle:
-    """Decides whether a coordinator's ``NO_CHECKPOINT`` snapshot may be taken now."""
+class EnumeratorStateThrottle:
+    """Decides whether a coordinator's ``NO_CHECKPOINT`` enumerator state may be taken now."""
 
     def __init__(self, min_pause: float, *, clock: Callable[[], float] = time.monotonic) -> None:
         if min_pause < 0:

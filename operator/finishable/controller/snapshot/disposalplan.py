@@ -1,11 +1,11 @@
 """What disposing of a deleted FinishableSparkSnapshot's savepoint takes (pure).
 
 A snapshot with ``spec.disposeOnDelete`` carries the operator's finalizer; before it goes,
-:mod:`finishable.controller.disposal` does what :func:`decide` says:
+:mod:`finishable.controller.snapshot.disposal` does what :func:`decide` says:
 
 * nothing, when the snapshot has no location (its savepoint never completed);
 * wait, while a job of its namespace may still start from the savepoint
-  (:func:`~finishable.controller.snapshots.holders`);
+  (:func:`~finishable.controller.snapshot.objects.holders`);
 * delete the ConfigMaps itself, for a ``configmap://`` savepoint;
 * keep the files, for one in object storage whose job is gone (nobody can reach the storage: the
   operator holds no storage credentials), or for a location that names no savepoint blob;
@@ -30,7 +30,7 @@ from finishable.controller.podparts import (
     storage_env_from,
     storage_volumes,
 )
-from finishable.controller.snapshots import holders
+from finishable.controller.snapshot.objects import holders
 from finishable.kube.objects import JobRef, labels, owner_reference
 from finishable.state.savepointfiles import (
     STATE_URL_ENV,

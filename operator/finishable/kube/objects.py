@@ -1,9 +1,9 @@
 """The conventions every object of a job follows, whoever creates it: labels and the owner.
 
-The operator builds the job's children (``controller/job/builders.py``) and the driver creates its report
-and snapshot ConfigMaps; both label them ``finishable.dev/job`` and ``finishable.dev/component``
-and make the custom resource their controlling owner, so the garbage collector removes them with
-the job. Kept here, below both, so that neither has to import the other.
+The operator builds the job's children (``controller/job/builders.py``) and the driver creates
+its report and checkpoint ConfigMaps; both label them ``finishable.dev/job`` and
+``finishable.dev/component`` and make the custom resource their controlling owner, so the garbage
+collector removes them with the job. Kept here, below both, so that neither has to import the other.
 """
 
 from __future__ import annotations

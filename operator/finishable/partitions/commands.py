@@ -23,7 +23,7 @@ from finishable.partitions.catalog import (
     PartitionInUse,
     PartitionNotFound,
 )
-from finishable.partitions.manifest import DEFAULT_NAMESPACE, is_partition_id, summary
+from finishable.partitions.manifest import is_partition_id, summary
 from finishable.state.errors import BackendError
 from finishable.transport import HttpAnswerError, Policy, Transport, Unreachable
 
@@ -49,50 +49,6 @@ class Partitions(Protocol):
     def delete(self, reference: str, *, force: bool) -> str: ...
 
     def close(self) -> None: ...
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["list", "get", "delete"], help="what to do")
-    parser.add_argument(
-        "partition", nargs="?", metavar="PARTITION", help="get/delete: id, <job>/<dataset> or name"
-    )
-    parser.add_argument(
-        "--storage",
-        help="the partition storage URL (default: <state dir>/_partitions of local runs)",
-    )
-    parser.add_argument(
-        "--state-dir", help="where local jobs keep their state (default: .finishable)"
-    )
-    parser.add_argument("--server", help="a cluster partition service, e.g. http://host:8088")
-    parser.add_argument(
-        "--namespace", default=DEFAULT_NAMESPACE, help="with --server: the namespace"
-    )
-    parser.add_argument(
-        "--token-file", help=f"with --server: a file holding the token (else ${TOKEN_ENV})"
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument(
-        "--force", action="store_true", help="delete: even while a job reads it (it then fails)"
-    )
-
-
-def add_service_arguments(parser: argparse.ArgumentParser) -> None:
-    """``finishable partition-service``'s options (the service is ``partitions.service``)."""
-    parser.add_argument("--storage", required=True, help="the partition storage URL")
-    parser.add_argument(
-        "--tokens-dir",
-        required=True,
-        help="a directory with one file per namespace holding its bearer token",
-    )
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
-    parser.add_argument("--port", type=int, default=8088, help="port; 0 picks a free one")
-    parser.add_argument("--port-file", help="write the bound port to this file once listening")
-    parser.add_argument(
-        "--expire-interval",
-        type=float,
-        default=60.0,
-        help="seconds between releases of expired partitions (default 60)",
-    )
 
 
 def run(args: argparse.Namespace, out: TextIO, storage: str) -> int:

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 from urllib.parse import urlsplit
@@ -111,23 +109,3 @@ def dispose_command(args: argparse.Namespace, out: TextIO) -> int:
         return 1
     out.write(f"disposed of the savepoint at {location}\n")
     return 0
-
-
-def add_dispose_command(add: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register ``dispose-savepoint`` through the CLI's ``add(name, command, help)``."""
-    sub = add(
-        "dispose-savepoint",
-        dispose_command,
-        "delete a savepoint's files, its .meta then its .blob (the operator's disposal pods "
-        "run this with the job's storage credentials)",
-    )
-    sub.add_argument(
-        "location", metavar="LOCATION", help="the savepoint's location: <root>/sp-<digits>.blob"
-    )
-    sub.add_argument(
-        "--reach-like",
-        metavar="URL",
-        default=os.environ.get(STATE_URL_ENV, ""),
-        help="reach LOCATION with this storage URL's credentials and options (endpoint, "
-        f"region) when it names none (default: ${STATE_URL_ENV})",
-    )

@@ -33,7 +33,7 @@ from finishable.driver.streaming.savepoints import (
     pack_checkpoint,
 )
 from finishable.kube.api import KubeApi
-from finishable.state import CheckpointStore, LocalDirBackend, SnapshotKind
+from finishable.state import CheckpointKind, CheckpointStore, LocalDirBackend
 from finishable.state.configmap import ConfigMapBackend
 from testcluster.apiserver.emulator import EmulatorServer
 from tests.conftest import TOKEN
@@ -231,7 +231,7 @@ def test_a_savepoint_in_the_jobs_configmaps_restores_from_its_reported_location(
     info = store.put_savepoint(1, blob(fake_checkpoint(tmp_path / "ckpt"), 2))
     assert info.location == "configmap://restore/clicks-snapshots.sp-000000000001.blob"
     data, what = read_snapshot_location(info.location, store)
-    assert what == "savepoint 1" and data == store.get(SnapshotKind.SAVEPOINT, 1).data
+    assert what == "savepoint 1" and data == store.get(CheckpointKind.SAVEPOINT, 1).data
     other = CheckpointStore(ConfigMapBackend(api, "other", namespace="restore"))
     with pytest.raises(SavepointError, match="in the ConfigMaps of another job"):
         read_snapshot_location(info.location, other)

@@ -25,7 +25,7 @@ import yaml
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.streaming.locations import read_snapshot_location
 from finishable.driver.streaming.savepoints import decode_savepoint
-from finishable.state import SnapshotKind
+from finishable.state import CheckpointKind
 from tests.driver.test_streaming_job import (
     Job,
     finished_through_the_final_checkpoint,
@@ -135,7 +135,7 @@ def test_two_queries_stop_with_one_savepoint_resume_and_drain_exactly_once(
     savepoint = decode_savepoint(read_snapshot_location(location, job.store())[0])
     assert savepoint.composite and set(savepoint.queries) == {"pages", "seeds"}
     assert all(part is not None for part in savepoint.queries.values()), savepoint.manifest
-    assert job.store().ids(SnapshotKind.CHECKPOINT) == []
+    assert job.store().ids(CheckpointKind.CHECKPOINT) == []
     assert {task["name"] for task in status["lifecycle"]["tasks"]} >= {"sink pages", "sink seeds"}
 
     # What fired before the stop is exact in both sinks; the open windows did not fire.

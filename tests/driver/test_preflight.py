@@ -19,7 +19,7 @@ from finishable.api.jobconfig import (
     RESTORE_ENV,
     RUN_ENV,
 )
-from finishable.state import SnapshotKind
+from finishable.state import CheckpointKind
 from tests.driver.test_streaming_job import PROGRAM, ROOT, Job, cleanup, write_clicks
 
 pytestmark = pytest.mark.full
@@ -74,7 +74,7 @@ def test_the_check_passes_the_same_sources_and_refuses_a_changed_program(
         write_clicks(job.input, index)
     job.run()
     job.finish()
-    checkpoints = job.store().list(SnapshotKind.CHECKPOINT)
+    checkpoints = job.store().list(CheckpointKind.CHECKPOINT)
     newest = checkpoints[-1].id
     before = state_files(job)
     verdict = tmp_path / "termination-log"

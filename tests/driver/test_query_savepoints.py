@@ -34,7 +34,7 @@ from finishable.driver.streaming.savepoints import (
     encode_savepoint,
     pack_checkpoint,
 )
-from finishable.state import CheckpointStore, LocalDirBackend, SnapshotKind
+from finishable.state import CheckpointKind, CheckpointStore, LocalDirBackend
 from tests.driver.test_savepoints import fake_checkpoint
 
 pytestmark = pytest.mark.quick
@@ -203,7 +203,7 @@ def test_each_query_restarts_from_its_own_checkpoint_else_its_part_of_the_savepo
     )
     assert again["pages"].stored is not None and again["pages"].pending_offsets is not None
     assert again["seeds"].stored is None and again["seeds"].batch_id == 1
-    assert store.ids(SnapshotKind.CHECKPOINT) == [], "a query's checkpoints: under its prefix"
+    assert store.ids(CheckpointKind.CHECKPOINT) == [], "a query's checkpoints: under its prefix"
 
     # A job of one query does not take a composite savepoint, nor several queries a single one.
     with pytest.raises(UnrestorableSavepoint, match="holds 2 queries"):

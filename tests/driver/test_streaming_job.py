@@ -28,7 +28,7 @@ import yaml
 from finishable.connectors.jvm import STREAMING_DATA_PATH_CONF
 from finishable.connectors.sinks import TransactionalFiles
 from finishable.driver.streaming.savepoints import decode_savepoint
-from finishable.state import CheckpointStore, LocalDirBackend, SnapshotKind
+from finishable.state import CheckpointKind, CheckpointStore, LocalDirBackend
 from finishable.state.control import LocalControlChannel
 from testcluster.processes import ended, start_runner
 
@@ -403,7 +403,7 @@ def test_driver_killed_at_random_moments_is_exactly_once(
 
     # The bounded seeds ended long ago; checkpoints went on, and its snapshot says it finished.
     job.wait_read(files + 12)
-    newest = job.store().latest(SnapshotKind.CHECKPOINT)
+    newest = job.store().latest(CheckpointKind.CHECKPOINT)
     assert newest is not None
     seeds = json.loads(decode_savepoint(newest.data).coordinators["seeds"])
     assert seeds["fully_finished"] is True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from finishable.state import CheckpointStore, JobEventStore, SnapshotKind, read_events
+from finishable.state import CheckpointKind, CheckpointStore, JobEventStore, read_events
 from finishable.state.errors import EventStoreError, Fenced
 from finishable.state.fence import Epoch, Fence, FencedBackend, fenced_cause
 
@@ -108,4 +108,4 @@ def test_a_superseded_attempt_stores_no_checkpoint(case: BackendCase) -> None:
     claimed(case, 1, 2)
     with pytest.raises(Fenced):
         zombie.put_checkpoint(2, b"two")
-    assert CheckpointStore(case.backend).ids(SnapshotKind.CHECKPOINT) == [1]
+    assert CheckpointStore(case.backend).ids(CheckpointKind.CHECKPOINT) == [1]

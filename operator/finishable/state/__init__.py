@@ -5,7 +5,12 @@ Heavy backends (``pyarrow.fs``, the Kubernetes client) are imported only when us
 """
 
 from finishable.state.backends import ObjectBackend, open_backend, validate_name
-from finishable.state.checkpointstore import CheckpointInfo, CheckpointStore, Snapshot, SnapshotKind
+from finishable.state.checkpointstore import (
+    CheckpointBlob,
+    CheckpointInfo,
+    CheckpointKind,
+    CheckpointStore,
+)
 from finishable.state.errors import (
     BackendError,
     CheckpointCorrupt,
@@ -26,8 +31,10 @@ from finishable.state.local import LocalDirBackend
 
 __all__ = [
     "BackendError",
+    "CheckpointBlob",
     "CheckpointCorrupt",
     "CheckpointInfo",
+    "CheckpointKind",
     "CheckpointNotFound",
     "CheckpointStore",
     "CheckpointTooLarge",
@@ -44,8 +51,6 @@ __all__ = [
     "ObjectCorrupt",
     "ObjectNotFound",
     "ObjectTooLarge",
-    "Snapshot",
-    "SnapshotKind",
     "StateError",
     "event_type_name",
     "open_backend",

@@ -2,16 +2,16 @@
 
 Layout under ``<prefix>/`` (default ``snapshots/``)::
 
-    chk-000000000042.blob   header (magic, sha256, length) + the snapshot bytes
+    chk-000000000042.blob   header (magic, sha256, length) + the checkpoint's or savepoint's bytes
     chk-000000000042.meta   JSON: kind, id, size, sha256, created_at, user metadata
     sp-000000000007.blob / sp-000000000007.meta
 
-A snapshot is *committed* when its ``.meta`` exists. The blob is written first and the meta last,
-so a reader never sees a half-written snapshot: a blob without a meta is invisible (and garbage
-once older than every retained checkpoint). One small write-once meta per snapshot, instead of a
+A blob is *committed* when its ``.meta`` exists. The blob is written first and the meta last,
+so a reader never sees a half-written blob: a blob without a meta is invisible (and garbage
+once older than every retained checkpoint). One small write-once meta per blob, instead of a
 mutable "latest" pointer, needs no read-modify-write and works on every backend. The sha256 sits
 in both the blob header and the meta, so a damaged blob and a blob/meta mix-up are both detected.
-``latest()`` walks back from the newest committed snapshot past damaged or missing ones, with a
+``latest()`` walks back from the newest committed blob past damaged or missing ones, with a
 warning for each, and raises only when every one of them is unreadable: silently starting from
 nothing while state exists would lose or duplicate data.
 """
@@ -47,22 +47,22 @@ _HEADER = struct.Struct(">8s32sQ")  # magic, sha256 digest, payload length
 META_FORMAT = 1
 
 
-class SnapshotKind(StrEnum):
+class CheckpointKind(StrEnum):
     """Checkpoints are retained by count; savepoints stay until disposed."""
 
     CHECKPOINT = "checkpoint"
     SAVEPOINT = "savepoint"
 
 
-_TAG = {SnapshotKind.CHECKPOINT: "chk", SnapshotKind.SAVEPOINT: "sp"}
+_TAG = {CheckpointKind.CHECKPOINT: "chk", CheckpointKind.SAVEPOINT: "sp"}
 _KIND_OF_TAG = {tag: kind for kind, tag in _TAG.items()}
 
 
 @dataclass(frozen=True, slots=True)
 class CheckpointInfo:
-    """What the meta of a committed snapshot says."""
+    """What the meta of a committed blob says."""
 
-    kind: SnapshotKind
+    kind: CheckpointKind
     id: int
     size: int
     sha256: str
@@ -72,8 +72,8 @@ class CheckpointInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
-    """A snapshot read back and verified."""
+class CheckpointBlob:
+    """A blob read back and verified."""
 
     info: CheckpointInfo
     data: bytes
@@ -83,11 +83,11 @@ class Snapshot:
         return self.info.id
 
     @property
-    def kind(self) -> SnapshotKind:
+    def kind(self) -> CheckpointKind:
         return self.info.kind
 
 
-_SAVEPOINT_OBJECT = re.compile(rf"(?:.+/)?{_TAG[SnapshotKind.SAVEPOINT]}-\d+\.(?:blob|meta)")
+_SAVEPOINT_OBJECT = re.compile(rf"(?:.+/)?{_TAG[CheckpointKind.SAVEPOINT]}-\d+\.(?:blob|meta)")
 
 
 def is_savepoint_object(name: str) -> bool:
@@ -96,7 +96,9 @@ def is_savepoint_object(name: str) -> bool:
     return _SAVEPOINT_OBJECT.fullmatch(name) is not None
 
 
-_SAVEPOINT_BLOB = re.compile(rf"(?P<dir>(?:.+/)?){_TAG[SnapshotKind.SAVEPOINT]}-(?P<id>\d+)\.blob")
+_SAVEPOINT_BLOB = re.compile(
+    rf"(?P<dir>(?:.+/)?){_TAG[CheckpointKind.SAVEPOINT]}-(?P<id>\d+)\.blob"
+)
 
 
 def savepoint_meta_of(blob_name: str) -> str:
@@ -107,7 +109,7 @@ def savepoint_meta_of(blob_name: str) -> str:
         raise ValueError(
             f"{blob_name!r} is not a savepoint blob (sp-<digits>.blob): refusing to delete it"
         )
-    return f"{match['dir']}{_TAG[SnapshotKind.SAVEPOINT]}-{match['id']}.meta"
+    return f"{match['dir']}{_TAG[CheckpointKind.SAVEPOINT]}-{match['id']}.meta"
 
 
 def encode_blob(data: bytes) -> bytes:
@@ -121,7 +123,7 @@ def decode_blob(blob: bytes, *, what: str = "blob") -> tuple[bytes, str]:
         raise CheckpointCorrupt(f"{what} is truncated: {len(blob)} of {_HEADER.size} header bytes")
     magic, digest, length = _HEADER.unpack_from(blob)
     if magic != BLOB_MAGIC:
-        raise CheckpointCorrupt(f"{what} does not start with the snapshot magic")
+        raise CheckpointCorrupt(f"{what} does not start with the blob magic")
     payload = blob[_HEADER.size :]
     if len(payload) != length:
         raise CheckpointCorrupt(f"{what} holds {len(payload)} bytes, its header says {length}")
@@ -146,13 +148,13 @@ class CheckpointStore:
 
     # -- naming -------------------------------------------------------------------------------
 
-    def _name(self, kind: SnapshotKind, snapshot_id: int, suffix: str) -> str:
-        return f"{self.prefix}/{_TAG[kind]}-{snapshot_id:012d}.{suffix}"
+    def _name(self, kind: CheckpointKind, blob_id: int, suffix: str) -> str:
+        return f"{self.prefix}/{_TAG[kind]}-{blob_id:012d}.{suffix}"
 
-    def _scan(self) -> dict[tuple[SnapshotKind, str], set[int]]:
+    def _scan(self) -> dict[tuple[CheckpointKind, str], set[int]]:
         """Ids found per (kind, "blob"|"meta"), from names only."""
-        found: dict[tuple[SnapshotKind, str], set[int]] = {
-            (kind, suffix): set() for kind in SnapshotKind for suffix in ("blob", "meta")
+        found: dict[tuple[CheckpointKind, str], set[int]] = {
+            (kind, suffix): set() for kind in CheckpointKind for suffix in ("blob", "meta")
         }
         for name in self.backend.list(self.prefix + "/"):
             match = self._names.fullmatch(name)
@@ -165,27 +167,27 @@ class CheckpointStore:
 
     def put(
         self,
-        kind: SnapshotKind,
-        snapshot_id: int,
+        kind: CheckpointKind,
+        blob_id: int,
         data: bytes,
         *,
         metadata: Mapping[str, Any] | None = None,
     ) -> CheckpointInfo:
-        """Store and commit a snapshot; for a checkpoint, then drop those beyond ``retained``.
+        """Store and commit a blob; for a checkpoint, then drop those beyond ``retained``.
 
-        Re-putting an id first un-commits the old snapshot, so a reader sees the old one, none
+        Re-putting an id first un-commits the old blob, so a reader sees the old one, none
         (and falls back) or the new one, never a mix.
         """
-        kind = SnapshotKind(kind)
-        if isinstance(snapshot_id, bool) or not isinstance(snapshot_id, int) or snapshot_id < 0:
-            raise ValueError(f"snapshot id must be a non-negative integer, got {snapshot_id!r}")
+        kind = CheckpointKind(kind)
+        if isinstance(blob_id, bool) or not isinstance(blob_id, int) or blob_id < 0:
+            raise ValueError(f"blob id must be a non-negative integer, got {blob_id!r}")
         payload = bytes(data)
         blob = encode_blob(payload)
-        blob_name = self._name(kind, snapshot_id, "blob")
-        meta_name = self._name(kind, snapshot_id, "meta")
+        blob_name = self._name(kind, blob_id, "blob")
+        meta_name = self._name(kind, blob_id, "meta")
         info = CheckpointInfo(
             kind=kind,
-            id=snapshot_id,
+            id=blob_id,
             size=len(payload),
             sha256=hashlib.sha256(payload).hexdigest(),
             created_at=time.time(),
@@ -196,7 +198,7 @@ class CheckpointStore:
             {
                 "format": META_FORMAT,
                 "kind": kind.value,
-                "id": snapshot_id,
+                "id": blob_id,
                 "size": info.size,
                 "sha256": info.sha256,
                 "created_at": info.created_at,
@@ -211,106 +213,104 @@ class CheckpointStore:
                 self.backend.put(blob_name, blob)
             except ObjectTooLarge as exc:
                 raise CheckpointTooLarge(
-                    f"{kind.value} {snapshot_id}", exc.size, exc.limit, exc.limit_name
+                    f"{kind.value} {blob_id}", exc.size, exc.limit, exc.limit_name
                 ) from exc
             self.backend.put(meta_name, meta)
             log.info(
                 "committed %s %d (%d bytes) at %s",
                 kind.value,
-                snapshot_id,
+                blob_id,
                 info.size,
                 info.location,
             )
-            if kind is SnapshotKind.CHECKPOINT:
+            if kind is CheckpointKind.CHECKPOINT:
                 try:
                     self.apply_retention()
                 except Exception:
                     # The checkpoint is committed; old ones linger until the next retention pass.
-                    log.warning("retention after checkpoint %d failed", snapshot_id, exc_info=True)
+                    log.warning("retention after checkpoint %d failed", blob_id, exc_info=True)
         return info
 
     def put_checkpoint(
         self, checkpoint_id: int, data: bytes, *, metadata: Mapping[str, Any] | None = None
     ) -> CheckpointInfo:
-        return self.put(SnapshotKind.CHECKPOINT, checkpoint_id, data, metadata=metadata)
+        return self.put(CheckpointKind.CHECKPOINT, checkpoint_id, data, metadata=metadata)
 
     def put_savepoint(
         self, savepoint_id: int, data: bytes, *, metadata: Mapping[str, Any] | None = None
     ) -> CheckpointInfo:
-        return self.put(SnapshotKind.SAVEPOINT, savepoint_id, data, metadata=metadata)
+        return self.put(CheckpointKind.SAVEPOINT, savepoint_id, data, metadata=metadata)
 
-    def dispose(self, kind: SnapshotKind, snapshot_id: int) -> bool:
-        """Delete a snapshot, meta first so it is never seen half-deleted; say if it existed."""
-        kind = SnapshotKind(kind)
-        meta_name = self._name(kind, snapshot_id, "meta")
+    def dispose(self, kind: CheckpointKind, blob_id: int) -> bool:
+        """Delete a blob, meta first so it is never seen half-deleted; say if it existed."""
+        kind = CheckpointKind(kind)
+        meta_name = self._name(kind, blob_id, "meta")
         with self._write_lock:
             existed = meta_name in self.backend.list(meta_name)
             self.backend.delete(meta_name)
-            self.backend.delete(self._name(kind, snapshot_id, "blob"))
+            self.backend.delete(self._name(kind, blob_id, "blob"))
         if existed:
-            log.info("disposed %s %d", kind.value, snapshot_id)
+            log.info("disposed %s %d", kind.value, blob_id)
         return existed
 
     def apply_retention(self) -> list[int]:
         """Keep the newest ``retained`` checkpoints; return the ids removed. Savepoints stay."""
         with self._write_lock:
             found = self._scan()
-            committed = sorted(found[SnapshotKind.CHECKPOINT, "meta"])
+            committed = sorted(found[CheckpointKind.CHECKPOINT, "meta"])
             keep = committed[-self.retained :]
             drop = committed[: -self.retained] if len(committed) > self.retained else []
-            for snapshot_id in drop:
-                self.backend.delete(self._name(SnapshotKind.CHECKPOINT, snapshot_id, "meta"))
-                self.backend.delete(self._name(SnapshotKind.CHECKPOINT, snapshot_id, "blob"))
+            for blob_id in drop:
+                self.backend.delete(self._name(CheckpointKind.CHECKPOINT, blob_id, "meta"))
+                self.backend.delete(self._name(CheckpointKind.CHECKPOINT, blob_id, "blob"))
             if keep:
                 # Blobs of writes that never committed (a crash between blob and meta).
-                orphans = found[SnapshotKind.CHECKPOINT, "blob"] - set(committed)
-                for snapshot_id in sorted(i for i in orphans if i < keep[0]):
-                    self.backend.delete(self._name(SnapshotKind.CHECKPOINT, snapshot_id, "blob"))
+                orphans = found[CheckpointKind.CHECKPOINT, "blob"] - set(committed)
+                for blob_id in sorted(i for i in orphans if i < keep[0]):
+                    self.backend.delete(self._name(CheckpointKind.CHECKPOINT, blob_id, "blob"))
             if drop:
                 log.info("retention dropped checkpoints %s, kept %s", drop, keep)
             return drop
 
     # -- reads --------------------------------------------------------------------------------
 
-    def ids(self, kind: SnapshotKind = SnapshotKind.CHECKPOINT) -> list[int]:
-        """Ids of committed snapshots of ``kind``, ascending (names only, no blob reads)."""
-        return sorted(self._scan()[SnapshotKind(kind), "meta"])
+    def ids(self, kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> list[int]:
+        """Ids of committed blobs of ``kind``, ascending (names only, no blob reads)."""
+        return sorted(self._scan()[CheckpointKind(kind), "meta"])
 
-    def info(self, kind: SnapshotKind, snapshot_id: int) -> CheckpointInfo:
-        """The meta of a committed snapshot, without reading its blob."""
-        kind = SnapshotKind(kind)
-        meta_name = self._name(kind, snapshot_id, "meta")
+    def info(self, kind: CheckpointKind, blob_id: int) -> CheckpointInfo:
+        """The meta of a committed blob, without reading its blob."""
+        kind = CheckpointKind(kind)
+        meta_name = self._name(kind, blob_id, "meta")
         try:
             raw = self.backend.get(meta_name)
         except ObjectNotFound:
             raise CheckpointNotFound(
-                f"no {kind.value} {snapshot_id} at {self.backend.location(self.prefix)}"
+                f"no {kind.value} {blob_id} at {self.backend.location(self.prefix)}"
             ) from None
         except ObjectCorrupt as exc:
-            raise CheckpointCorrupt(f"meta of {kind.value} {snapshot_id}: {exc}") from exc
+            raise CheckpointCorrupt(f"meta of {kind.value} {blob_id}: {exc}") from exc
         try:
             meta = json.loads(raw)
-            if meta["kind"] != kind.value or int(meta["id"]) != snapshot_id:
+            if meta["kind"] != kind.value or int(meta["id"]) != blob_id:
                 raise ValueError(f"it describes {meta['kind']} {meta['id']}")
             return CheckpointInfo(
                 kind=kind,
-                id=snapshot_id,
+                id=blob_id,
                 size=int(meta["size"]),
                 sha256=str(meta["sha256"]),
                 created_at=float(meta["created_at"]),
-                location=self.backend.location(self._name(kind, snapshot_id, "blob")),
+                location=self.backend.location(self._name(kind, blob_id, "blob")),
                 metadata=dict(meta.get("metadata") or {}),
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise CheckpointCorrupt(
-                f"meta of {kind.value} {snapshot_id} is unreadable: {exc}"
-            ) from exc
+            raise CheckpointCorrupt(f"meta of {kind.value} {blob_id} is unreadable: {exc}") from exc
 
-    def get(self, kind: SnapshotKind, snapshot_id: int) -> Snapshot:
-        """Read and verify one snapshot; no fallback (see ``latest``)."""
-        info = self.info(kind, snapshot_id)
-        what = f"{info.kind.value} {snapshot_id}"
-        blob_name = self._name(info.kind, snapshot_id, "blob")
+    def get(self, kind: CheckpointKind, blob_id: int) -> CheckpointBlob:
+        """Read and verify one blob; no fallback (see ``latest``)."""
+        info = self.info(kind, blob_id)
+        what = f"{info.kind.value} {blob_id}"
+        blob_name = self._name(info.kind, blob_id, "blob")
         try:
             blob = self.backend.get(blob_name)
         except ObjectNotFound:
@@ -322,52 +322,52 @@ class CheckpointStore:
         payload, digest = decode_blob(blob, what=what)
         if digest != info.sha256 or len(payload) != info.size:
             raise CheckpointCorrupt(f"{what}: the blob does not match its meta (sha256 or size)")
-        return Snapshot(info, payload)
+        return CheckpointBlob(info, payload)
 
-    def get_checkpoint(self, checkpoint_id: int) -> Snapshot:
-        return self.get(SnapshotKind.CHECKPOINT, checkpoint_id)
+    def get_checkpoint(self, checkpoint_id: int) -> CheckpointBlob:
+        return self.get(CheckpointKind.CHECKPOINT, checkpoint_id)
 
-    def get_savepoint(self, savepoint_id: int) -> Snapshot:
-        return self.get(SnapshotKind.SAVEPOINT, savepoint_id)
+    def get_savepoint(self, savepoint_id: int) -> CheckpointBlob:
+        return self.get(CheckpointKind.SAVEPOINT, savepoint_id)
 
-    def list(self, kind: SnapshotKind | None = None) -> list[CheckpointInfo]:
-        """Committed snapshots (checkpoints first, then savepoints), ascending by id.
+    def list(self, kind: CheckpointKind | None = None) -> list[CheckpointInfo]:
+        """Committed blobs (checkpoints first, then savepoints), ascending by id.
 
-        A snapshot whose meta cannot be read is left out with a warning.
+        A blob whose meta cannot be read is left out with a warning.
         """
         found = self._scan()
-        kinds = [SnapshotKind(kind)] if kind is not None else list(SnapshotKind)
+        kinds = [CheckpointKind(kind)] if kind is not None else list(CheckpointKind)
         infos: list[CheckpointInfo] = []
         for each in kinds:
-            for snapshot_id in sorted(found[each, "meta"]):
+            for blob_id in sorted(found[each, "meta"]):
                 try:
-                    infos.append(self.info(each, snapshot_id))
+                    infos.append(self.info(each, blob_id))
                 except (CheckpointNotFound, CheckpointCorrupt) as exc:
-                    log.warning("skipping %s %d in the listing: %s", each.value, snapshot_id, exc)
+                    log.warning("skipping %s %d in the listing: %s", each.value, blob_id, exc)
         return infos
 
-    def latest(self, kind: SnapshotKind = SnapshotKind.CHECKPOINT) -> Snapshot | None:
-        """The newest readable snapshot of ``kind``, or ``None`` if none was ever committed.
+    def latest(self, kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> CheckpointBlob | None:
+        """The newest readable blob of ``kind``, or ``None`` if none was ever committed.
 
-        A damaged or vanished newest snapshot is skipped with a warning in favour of the previous
-        one; if every committed snapshot is unreadable, ``CheckpointCorrupt`` says so.
+        A damaged or vanished newest blob is skipped with a warning in favour of the previous
+        one; if every committed blob is unreadable, ``CheckpointCorrupt`` says so.
         """
-        kind = SnapshotKind(kind)
+        kind = CheckpointKind(kind)
         ids = self.ids(kind)
         problems: list[str] = []
-        for snapshot_id in reversed(ids):
+        for blob_id in reversed(ids):
             try:
-                snapshot = self.get(kind, snapshot_id)
+                blob = self.get(kind, blob_id)
             except (CheckpointCorrupt, CheckpointNotFound) as exc:
                 log.warning(
                     "%s %d is unusable (%s); falling back to the previous one",
                     kind.value,
-                    snapshot_id,
+                    blob_id,
                     exc,
                 )
                 problems.append(str(exc))
                 continue
-            return snapshot
+            return blob
         if problems:
             raise CheckpointCorrupt(
                 f"none of the {len(ids)} committed {kind.value}s at "
@@ -375,11 +375,11 @@ class CheckpointStore:
             )
         return None
 
-    def latest_checkpoint(self) -> Snapshot | None:
-        return self.latest(SnapshotKind.CHECKPOINT)
+    def latest_checkpoint(self) -> CheckpointBlob | None:
+        return self.latest(CheckpointKind.CHECKPOINT)
 
-    def latest_savepoint(self) -> Snapshot | None:
-        return self.latest(SnapshotKind.SAVEPOINT)
+    def latest_savepoint(self) -> CheckpointBlob | None:
+        return self.latest(CheckpointKind.SAVEPOINT)
 
     def __repr__(self) -> str:
         return (

@@ -51,10 +51,10 @@ from finishable.driver.streaming.savepoints import (
 from finishable.state import (
     CheckpointCorrupt,
     CheckpointInfo,
+    CheckpointKind,
     CheckpointNotFound,
     CheckpointStore,
     ObjectNotFound,
-    SnapshotKind,
     StateError,
 )
 from finishable.state.contents import ContentStore
@@ -206,7 +206,7 @@ def newest_checkpoint(
     """The newest readable checkpoint of ``lineage`` in ``store``, with its pending offsets."""
     checkpoints = [
         info
-        for info in store.list(SnapshotKind.CHECKPOINT)
+        for info in store.list(CheckpointKind.CHECKPOINT)
         if info.metadata.get(LINEAGE_KEY) == lineage
     ]
     for info in reversed(checkpoints):
@@ -390,7 +390,7 @@ class CheckpointKeeper:
             whole, stored = self.savepoint_state(batch_id, drained=drained)
             blob = encode_savepoint(whole)
             store = target or self._store
-            savepoint_id = max(store.ids(SnapshotKind.SAVEPOINT), default=0) + 1
+            savepoint_id = max(store.ids(CheckpointKind.SAVEPOINT), default=0) + 1
             info = store.put_savepoint(
                 savepoint_id,
                 blob,

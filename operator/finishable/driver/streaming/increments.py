@@ -20,7 +20,7 @@ from pathlib import Path
 
 from finishable.driver.streaming.cut import CutFile, DigestCache, read_cut
 from finishable.driver.streaming.savepoints import SavepointError, decode_savepoint
-from finishable.state import CheckpointCorrupt, CheckpointNotFound, CheckpointStore, SnapshotKind
+from finishable.state import CheckpointCorrupt, CheckpointKind, CheckpointNotFound, CheckpointStore
 from finishable.state.contents import ContentStore
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class Increments:
     def committed(self, checkpoint_id: int, files: Mapping[str, str]) -> None:
         """Checkpoint ``checkpoint_id`` committed: delete the files no retained one names."""
         self._indexes[checkpoint_id] = frozenset(files.values())
-        retained = set(self._store.ids(SnapshotKind.CHECKPOINT))
+        retained = set(self._store.ids(CheckpointKind.CHECKPOINT))
         referenced: set[str] = set()
         for snapshot_id in sorted(retained):
             index = self._indexes.get(snapshot_id)
@@ -101,7 +101,7 @@ class Increments:
     def _read_index(self, checkpoint_id: int) -> frozenset[str] | None:
         """The digests a checkpoint another attempt stored names (none for a tar checkpoint)."""
         try:
-            snapshot = self._store.get(SnapshotKind.CHECKPOINT, checkpoint_id)
+            snapshot = self._store.get(CheckpointKind.CHECKPOINT, checkpoint_id)
             return frozenset(decode_savepoint(snapshot.data, snapshot.info.location).files.values())
         except CheckpointNotFound:
             return frozenset()  # disposed meanwhile: it needs nothing

@@ -13,10 +13,10 @@ from urllib.parse import urlsplit
 from finishable.driver.streaming.savepoints import SavepointError
 from finishable.state import (
     CheckpointCorrupt,
+    CheckpointKind,
     CheckpointNotFound,
     CheckpointStore,
     ObjectNotFound,
-    SnapshotKind,
     StateError,
     open_backend,
 )
@@ -38,7 +38,7 @@ def read_snapshot_location(
     credentials or options is reached like ``reach_like``, the job's own storage URL."""
     match = _SNAPSHOT_NAME.search(location)
     if match is not None:
-        kind = SnapshotKind.SAVEPOINT if match["tag"] == "sp" else SnapshotKind.CHECKPOINT
+        kind = CheckpointKind.SAVEPOINT if match["tag"] == "sp" else CheckpointKind.CHECKPOINT
         snapshot_id = int(match["id"])
         name = f"{store.prefix}/{match['tag']}-{snapshot_id:012d}.blob"
         if store.backend.location(name) == location:

@@ -48,7 +48,7 @@ from finishable.driver.streaming.savepoints import (
     decode_savepoint,
     encode_savepoint,
 )
-from finishable.state import CheckpointInfo, CheckpointStore, SnapshotKind
+from finishable.state import CheckpointInfo, CheckpointKind, CheckpointStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -289,7 +289,7 @@ class QuerySet:
             parts,
         )
         store = target or self._store
-        savepoint_id = max(store.ids(SnapshotKind.SAVEPOINT), default=0) + 1
+        savepoint_id = max(store.ids(CheckpointKind.SAVEPOINT), default=0) + 1
         info = store.put_savepoint(
             savepoint_id,
             encode_savepoint(whole),

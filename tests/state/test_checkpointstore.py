@@ -12,10 +12,10 @@ import pytest
 
 from finishable.state import (
     CheckpointCorrupt,
+    CheckpointKind,
     CheckpointNotFound,
     CheckpointStore,
     LocalDirBackend,
-    SnapshotKind,
 )
 from finishable.state.checkpointstore import encode_blob
 
@@ -23,11 +23,11 @@ from .conftest import BackendCase
 
 pytestmark = pytest.mark.quick
 
-CHK = SnapshotKind.CHECKPOINT
-SP = SnapshotKind.SAVEPOINT
+CHK = CheckpointKind.CHECKPOINT
+SP = CheckpointKind.SAVEPOINT
 
 
-def blob_name(kind: SnapshotKind, snapshot_id: int) -> str:
+def blob_name(kind: CheckpointKind, snapshot_id: int) -> str:
     return f"snapshots/{'chk' if kind is CHK else 'sp'}-{snapshot_id:012d}.blob"
 
 

@@ -58,7 +58,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-KEPT_SNAPSHOTS = 4
+KEPT_RESTORE_POINTS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +111,7 @@ class SourceCoordinator:
         self._lock = threading.RLock()
         self._attempt: int | None = None
         self._log: CheckpointLog | None = None
-        self._snapshots: list[RestorePoint] = [RestorePoint(NO_CHECKPOINT, None)]
+        self._restore_points: list[RestorePoint] = [RestorePoint(NO_CHECKPOINT, None)]
         """The start point, then the newest snapshots taken (ascending)."""
         self._done_through = NO_CHECKPOINT
         """The last batch whose splits are finished in the coordinator."""
@@ -139,12 +139,15 @@ class SourceCoordinator:
     @property
     def last_snapshot(self) -> RestorePoint:
         """The newest snapshot (taken by ``finish_batch``, or restored)."""
-        return self._snapshots[-1]
+        return self._restore_points[-1]
 
     def _keep(self, snapshot: RestorePoint) -> None:
         # The start point stays; a few recent ones let end_run skip one without a commit entry.
-        self._snapshots = [self._snapshots[0], *self._snapshots[1:][-(KEPT_SNAPSHOTS - 1) :]]
-        self._snapshots.append(snapshot)
+        self._restore_points = [
+            self._restore_points[0],
+            *self._restore_points[1:][-(KEPT_RESTORE_POINTS - 1) :],
+        ]
+        self._restore_points.append(snapshot)
 
     def start(self, restore: RestorePoint | None = None) -> None:
         """Restore the snapshot (if any) and start the enumerator."""
@@ -153,7 +156,7 @@ class SourceCoordinator:
                 self._host.reset_to_checkpoint(restore.checkpoint_id, restore.data).result(
                     self._timeout
                 )
-                self._snapshots = [restore]
+                self._restore_points = [restore]
                 self._done_through = restore.checkpoint_id
             self._host.start().result(self._timeout)
 
@@ -245,10 +248,10 @@ class SourceCoordinator:
             committed = self._log.last_committed() if self._log is not None else None
             snapshot = next(
                 point
-                for point in reversed(self._snapshots)
+                for point in reversed(self._restore_points)
                 if committed is None
                 or point.checkpoint_id <= committed
-                or point is self._snapshots[0]
+                or point is self._restore_points[0]
             )
             self._call(self._host.global_failover(snapshot.checkpoint_id, snapshot.data, reason))
             self._done_through = snapshot.checkpoint_id

@@ -279,10 +279,10 @@ class CheckpointKeeper:
         self._fingerprints = fingerprints
         self._lock = threading.RLock()
         self._increments = Increments(store)
-        self._snapshots: dict[int, dict[str, bytes]] = {}
+        self._enumerator_states: dict[int, dict[str, bytes]] = {}
         self._latest: StoredCheckpoint | None = None
         if restored.savepoint is not None:
-            self._snapshots[restored.batch_id] = dict(restored.savepoint.coordinators)
+            self._enumerator_states[restored.batch_id] = dict(restored.savepoint.coordinators)
             if restored.stored is not None:
                 self._latest = StoredCheckpoint(
                     restored.batch_id,
@@ -338,9 +338,9 @@ class CheckpointKeeper:
                 sentinel = sentinel or (committed is not None and committed.sentinel)
                 if snapshot is not None:
                     snapshots[coordinator.name] = snapshot
-            self._snapshots[batch_id] = snapshots
-            for old in [b for b in self._snapshots if b < batch_id - 8]:
-                del self._snapshots[old]
+            self._enumerator_states[batch_id] = snapshots
+            for old in [b for b in self._enumerator_states if b < batch_id - 8]:
+                del self._enumerator_states[old]
             return {"sentinel": sentinel}
 
     # -- checkpoints and savepoints ---------------------------------------------------------
@@ -355,7 +355,7 @@ class CheckpointKeeper:
             if (
                 committed is not None
                 and committed > self._stored_through
-                and committed in self._snapshots
+                and committed in self._enumerator_states
             ):
                 try:
                     self._store_checkpoint(committed)
@@ -371,7 +371,7 @@ class CheckpointKeeper:
             latest = self._latest
             if latest is not None and latest.batch_id == batch_id:
                 return latest
-            if batch_id not in self._snapshots:
+            if batch_id not in self._enumerator_states:
                 # No sink commit reported it (a batch that wrote nothing): finish it from the
                 # offsets log; a batch planned after it is adopted from its stored offsets.
                 self.published(batch_id)
@@ -431,7 +431,7 @@ class CheckpointKeeper:
             whole = Savepoint(
                 self._manifest(batch_id, drained=drained),
                 pack_checkpoint(self._dir, batch_id),
-                self._snapshots[batch_id],
+                self._enumerator_states[batch_id],
             )
             return whole, stored
 
@@ -442,7 +442,7 @@ class CheckpointKeeper:
             Savepoint(
                 self._manifest(batch_id, drained=False),
                 pack_files(small),
-                self._snapshots[batch_id],
+                self._enumerator_states[batch_id],
                 files,
             )
         )

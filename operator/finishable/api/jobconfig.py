@@ -7,7 +7,7 @@ change per driver attempt and come from the environment too, so one config docum
 attempt.
 
 A run is identified by the custom resource's uid and its run number (:attr:`JobConfig.run_key`):
-the job event log, checkpoints and coordinator snapshots are keyed by it, and a sink records it
+the job event log, checkpoints and enumerator states are keyed by it, and a sink records it
 with what it publishes, so a job deleted and applied again under the same name (a new uid), or
 restarted from scratch (the next run number), shares no state with what ran before.
 """

@@ -119,7 +119,7 @@ class Phase(StrEnum):
 
 
 class StorageType(StrEnum):
-    """Where checkpoints, savepoints and coordinator snapshots are kept."""
+    """Where checkpoints, savepoints and enumerator states are kept."""
 
     CONFIG_MAP = "ConfigMap"
     OBJECT_STORE = "ObjectStore"

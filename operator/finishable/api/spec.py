@@ -289,7 +289,7 @@ class RecoverySpec(ApiModel):
     snapshot_min_pause: Duration = Field(
         default=Duration(minutes=3),
         description=(
-            "Batch: minimum pause between coordinator snapshots in the job event log (the "
+            "Batch: minimum pause between enumerator states in the job event log (the "
             "listing a recovery restores; tasks finished after the newest are kept all the same)."
         ),
     )

@@ -98,4 +98,4 @@ class EventDecodeError(ValueError):
 
 
 class EnumeratorStateError(ValueError):
-    """A coordinator snapshot cannot be restored: wrong format, version, source or contents."""
+    """An enumerator state cannot be restored: wrong format, version, source or contents."""

@@ -6,7 +6,7 @@ A Structured Streaming query writes ``offsets/<batch>`` before it runs a batch a
 of its batch (``connectors.streaming.source``). The driver reads both to reconcile a restored
 coordinator with the query (``SourceCoordinator.begin_run``), to finish the splits of committed
 batches, to find a batch boundary, and to put back the offsets of a batch that was published but
-not committed before a crash. Spark's log is the truth; coordinator snapshots only save work.
+not committed before a crash. Spark's log is the truth; enumerator states only save work.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ KEPT_RESTORE_POINTS = 4
 
 @dataclass(frozen=True, slots=True)
 class RestorePoint:
-    """A coordinator snapshot and the batch (checkpoint id) it was taken at."""
+    """An enumerator state and the batch (checkpoint id) it was taken at."""
 
     checkpoint_id: int
     data: bytes | None
@@ -401,7 +401,7 @@ class SourceCoordinator:
         base = self._done_through
         if base > last_commit:
             raise RuntimeError(
-                f"source {self._name!r}: the coordinator snapshot is of batch {base}, but the "
+                f"source {self._name!r}: the enumerator state is of batch {base}, but the "
                 f"query's checkpoint {log.location} has committed only up to batch {last_commit}: "
                 "they do not belong together (restore both from the same savepoint)"
             )
@@ -409,7 +409,7 @@ class SourceCoordinator:
         if last_commit > base and (not wanted or wanted[0] != base + 1):
             raise RuntimeError(
                 f"source {self._name!r}: batches {base + 1}..{last_commit} were committed after "
-                f"the coordinator snapshot, but the offsets log of {log.location} no longer holds "
+                f"the enumerator state, but the offsets log of {log.location} no longer holds "
                 f"batch {base + 1}; their splits cannot be known"
             )
         recovered: list[int] = []

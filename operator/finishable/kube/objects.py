@@ -68,7 +68,7 @@ def owner_reference(job: JobRef, *, block_owner_deletion: bool = True) -> dict[s
     OwnerReferencesPermissionEnforcement admission plugin runs (OpenShift's default), setting it
     needs ``update`` on ``finishablesparkjobs/finalizers``: the operator holds that (the chart
     grants it), a driver does not and need not, so the objects a driver creates (its state and
-    snapshot ConfigMaps) pass ``block_owner_deletion=False`` and are still collected with the job.
+    checkpoint ConfigMaps) pass ``block_owner_deletion=False`` and are still collected with the job.
     """
     return {
         "apiVersion": f"{API_GROUP}/{API_VERSION}",

@@ -94,12 +94,12 @@ class EnumeratorState(SplitLedger):
         try:
             document = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise EnumeratorStateError(f"coordinator snapshot is not JSON: {error}") from None
+            raise EnumeratorStateError(f"enumerator state is not JSON: {error}") from None
         try:
             self._restore_document(checkpoint_id, as_object(document, "snapshot"))
         except JsonFieldError as error:
             self._clear_ledger()
-            raise EnumeratorStateError(f"coordinator snapshot: {error}") from None
+            raise EnumeratorStateError(f"enumerator state: {error}") from None
         except EnumeratorStateError:
             self._clear_ledger()
             raise

@@ -234,7 +234,7 @@ class RuntimeCore:
         try:
             self._snapshot(read, force=True)
         except Exception:
-            log.warning("a deferred coordinator snapshot failed", exc_info=True)
+            log.warning("a deferred enumerator state failed", exc_info=True)
 
     # -- heartbeats and reports -------------------------------------------------------------
 

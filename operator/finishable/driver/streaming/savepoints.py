@@ -209,7 +209,7 @@ def committed_watermark(checkpoint_dir: Path, batch_id: int) -> int | None:
 
 
 def encode_savepoint(savepoint: Savepoint) -> bytes:
-    """One blob for the checkpoint store: manifest, checkpoint and coordinator snapshots (of every
+    """One blob for the checkpoint store: manifest, checkpoint and enumerator states (of every
     query, in a composite savepoint)."""
     entries = _entries_of(savepoint)
     if savepoint.composite:

@@ -51,11 +51,13 @@ $(BIN)/kubectl $(BIN)/helm: testcluster/tools/install-cluster-tool.sh | $(STAMP)
 
 # The jars .venv's pyspark loads besides its own: Spark's S3 connector (s3a://: hadoop-aws and the
 # AWS SDK modules it needs, pinned with their sha256 in docker/spark-jars.txt, fetched once into
-# ~/.cache/finishable) and the project's data source (jvm/, compiled once per change of it).
+# ~/.cache/finishable) and the project's data source (jvm/, compiled once per change of it); and
+# the jars of the Kafka broker the tests start (testcluster/kafka-jars.txt, pinned the same way).
 SPARK_JARS_DIR = $$($(BIN)/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
 jars: $(STAMP)
 	sh docker/spark-jars.sh "$(SPARK_JARS_DIR)"
 	sh jvm/build.sh "$(SPARK_JARS_DIR)"
+	$(BIN)/python -m testcluster.kafka fetch
 
 # The project's image, built and tried (docker, or ENGINE=podman; BASE=local builds its base here).
 image:

@@ -63,7 +63,7 @@ step() {
 
 step "setup: python environment (.venv)" "$MAKE" -s venv
 step "setup: kubectl, helm, prometheus, postgres" "$MAKE" -s tools
-step "setup: Spark's S3 connector (Maven Central), the project's jar (javac)" "$MAKE" -s jars
+step "setup: Spark's S3 connector and the tests' Kafka broker (Maven Central), the project's jar (javac)" "$MAKE" -s jars
 if [ "$E2E_RUNTIME" = container ]; then
     step "setup: the image (docker engine, build)" "$MAKE" -s image
 fi

@@ -40,7 +40,7 @@ RUN if [ -s /tmp/build-local/ca-certificates.crt ]; then \
     && echo '__version__ = "0"' > operator/finishable/__init__.py \
     && python3 -m venv /opt/finishable/venv \
     && /opt/finishable/venv/bin/pip install --upgrade pip \
-    && /opt/finishable/venv/bin/pip install '.[iceberg]' \
+    && /opt/finishable/venv/bin/pip install '.[iceberg,kafka]' \
     && /opt/finishable/venv/bin/pip uninstall --yes finishable-spark-operator \
     && cd / && rm -rf /tmp/dependencies
 # Spark's S3 connector (s3a://, docker/spark-jars.txt) and the project's data source (jvm/), put
@@ -51,7 +51,7 @@ COPY pyproject.toml README.md /src/
 COPY operator /src/operator
 RUN if [ -s /tmp/build-local/ca-certificates.crt ]; then \
         export PIP_CERT=/tmp/build-local/ca-certificates.crt; fi \
-    && /opt/finishable/venv/bin/pip install --no-deps '/src[iceberg]' \
+    && /opt/finishable/venv/bin/pip install --no-deps '/src[iceberg,kafka]' \
     && find /opt/finishable/venv -name __pycache__ -prune -exec rm -rf {} +
 
 # -- the image ----------------------------------------------------------------------------------

@@ -157,6 +157,9 @@ def broker_properties(
         "transaction.state.log.min.isr": "1",
         "transaction.state.log.num.partitions": "4",
         "group.initial.rebalance.delay.ms": "0",
+        # Records keep the event times tests give them (days old, often): retention by time
+        # would delete them while a test reads. A test of data loss sets its own.
+        "log.retention.ms": "-1",
         **(extra or {}),
     }
 

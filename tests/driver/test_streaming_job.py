@@ -114,6 +114,7 @@ class Job:
         *args: str,
         max_attempts: int = 8,
         data_path: str = "python",
+        program: Path = PROGRAM,
     ) -> None:
         self.name = name
         self.input = tmp / "input"
@@ -130,7 +131,7 @@ class Job:
                     "spec": {
                         "mode": "Streaming",
                         "application": {
-                            "file": str(PROGRAM),
+                            "file": str(program),
                             "args": [f"--input={self.input}", f"--output={self.output}", *args],
                             "sparkConf": {
                                 "spark.sql.shuffle.partitions": "2",

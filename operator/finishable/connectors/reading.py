@@ -41,7 +41,13 @@ from finishable.connectors.fileformats import (
 )
 from finishable.coordinator.client import CoordinatorClient
 from finishable.coordinator.files import compression_of, partition_values
-from finishable.coordinator.splits import FileSplit, RangeSplit, SentinelSplit, Split
+from finishable.coordinator.splits import (
+    FileSplit,
+    KafkaSplit,
+    RangeSplit,
+    SentinelSplit,
+    Split,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +72,7 @@ class ReaderSettings:
 
     coordinator: str
     endpoint: str
-    kind: Literal["files", "range"]
+    kind: Literal["files", "range", "kafka"]
     schema_json: dict[str, Any]
     attempt: int | None = None
     """Pinned attempt; ``None``: the one live attempt the driver made ready for this run."""
@@ -86,6 +92,9 @@ class ReaderSettings:
     event_time_step_us: int = 1000
     client_timeout: float = 10.0
     client_deadline: float = 60.0
+    bootstrap_servers: str | None = None
+    """Kafka: the brokers; ``options`` then holds the client's settings (no secrets: those come
+    from the environment, as Spark's do)."""
 
     def to_options(self, token: str) -> dict[str, str]:
         """Data source options; the token goes in its own option, which Spark redacts in plans."""
@@ -100,7 +109,8 @@ class ReaderSettings:
         if not text or not token:
             raise ValueError(
                 "the finishable data source needs the 'settings' and 'token' options: build the "
-                "stream with a finishable source descriptor (sources.Files, sources.Range)"
+                "stream with a finishable source descriptor (sources.Files, sources.Range, "
+                "sources.Kafka)"
             )
         document = json.loads(text)
         known = set(cls.__dataclass_fields__)
@@ -386,6 +396,16 @@ def read_partition(
             )
         elif isinstance(split, FileSplit):
             yield from _read_file(split, context)
+        elif isinstance(split, KafkaSplit):
+            from finishable.connectors.kafka_reading import kafka_batches  # noqa: PLC0415
+
+            yield from kafka_batches(
+                split,
+                target,
+                bootstrap_servers=settings.bootstrap_servers or "",
+                client_options=settings.options,
+                fail_on_data_loss=settings.on_error == "fail",
+            )
         else:
             raise SourceReadError(f"a finishable source cannot read {split.kind!r} splits")
 

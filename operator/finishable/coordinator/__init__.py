@@ -48,6 +48,7 @@ from finishable.coordinator.events import (
 from finishable.coordinator.host import CoordinatorHost, RemoteAttemptFailure
 from finishable.coordinator.splits import (
     FileSplit,
+    KafkaSplit,
     RangeSplit,
     SentinelSplit,
     Split,
@@ -74,6 +75,7 @@ __all__ = [
     "EnumeratorStateError",
     "EventDecodeError",
     "FileSplit",
+    "KafkaSplit",
     "NoMoreSplits",
     "OperatorCoordinator",
     "OperatorEvent",

@@ -295,8 +295,8 @@ class FinishableJob:
             )
         if not isinstance(source, Source):
             raise ProgramError(
-                f"read_stream takes a finishable source (sources.Files or sources.Range), "
-                f"got {type(source).__name__}"
+                "read_stream takes a finishable source (sources.Files, sources.Range or "
+                f"sources.Kafka), got {type(source).__name__}"
             )
         coordinator_name = name or f"source-{len(self._sources)}"
         if any(c.name == coordinator_name for c in self._sources):

@@ -60,6 +60,7 @@ from finishable.coordinator.errors import EventDecodeError
 from finishable.coordinator.events import MAX_SPLITS_PER_REQUEST, AddSplits
 from finishable.coordinator.splits import (
     FileSplit,
+    KafkaSplit,
     RangeSplit,
     SentinelSplit,
     Split,
@@ -198,7 +199,11 @@ def max_splits_for(limit: ReadLimit, settings: ReaderSettings) -> int:
         wanted = ALL_AVAILABLE_CAP
     elif isinstance(limit, ReadMaxFiles):
         wanted = limit.max_files
-    elif isinstance(limit, ReadMaxRows) and settings.kind == "range" and settings.split_size:
+    elif (
+        isinstance(limit, ReadMaxRows)
+        and settings.kind in ("range", "kafka")
+        and settings.split_size
+    ):
         wanted = limit.max_rows // settings.split_size
     elif isinstance(limit, ReadMaxBytes) and settings.kind == "files" and settings.split_size:
         wanted = limit.max_bytes // settings.split_size
@@ -216,6 +221,8 @@ def split_weight(split: Split, open_cost: int) -> int:
         return split.length + open_cost
     if isinstance(split, RangeSplit):
         return split.rows + open_cost
+    if isinstance(split, KafkaSplit):
+        return split.records + open_cost
     return 1 + open_cost
 
 

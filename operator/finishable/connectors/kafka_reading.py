@@ -1,0 +1,134 @@
+"""Reading a Kafka split on an executor: the committed records of one partition's offset range.
+
+The consumer reads with ``isolation.level=read_committed`` from the split's start and is done
+when its position reaches the split's end. That end is at most the last stable offset the
+coordinator polled, so every record before it is decided (committed or aborted) and the reader
+never waits on an open transaction; a transaction marker or an aborted record at the end is never
+delivered, so counting records would wait forever. Records go to Spark in Spark's own Kafka
+schema (``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``,
+``timestampType``). A start below the partition's earliest offset means records were deleted
+before they were read: with ``failOnDataLoss`` (the default) the task fails naming them,
+otherwise the reader starts at the earliest offset and logs what was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from finishable.coordinator.splits import KafkaSplit
+
+logger = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0
+READ_TIMEOUT_SECONDS = 120.0
+"""No record and no end of partition for this long: the broker is gone; the task fails."""
+BATCH_ROWS = 10_000
+
+
+class KafkaReadError(RuntimeError):
+    """A Kafka split could not be read; the message names the partition and its offsets."""
+
+
+def consumer_settings(bootstrap_servers: str, client_options: Mapping[str, str]) -> dict[str, Any]:
+    """The consumer's settings: the user's client options, then what exactly-once reading needs
+    (no group offsets committed, committed records only)."""
+    return {
+        **client_options,
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": client_options.get("group.id", "finishable-reader"),
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+    }
+
+
+def kafka_batches(
+    split: KafkaSplit,
+    target: pa.Schema,
+    *,
+    bootstrap_servers: str,
+    client_options: Mapping[str, str],
+    fail_on_data_loss: bool = True,
+    read_timeout: float = READ_TIMEOUT_SECONDS,
+) -> Iterator[pa.RecordBatch]:
+    """The committed records of ``split`` as batches of ``target`` (Spark's Kafka columns)."""
+    from confluent_kafka import Consumer, KafkaError  # noqa: PLC0415 - executors only
+    from confluent_kafka import TopicPartition as KafkaPartition  # noqa: PLC0415
+
+    where = f"{split.topic}-{split.partition} offsets [{split.start}, {split.end})"
+    consumer = Consumer(consumer_settings(bootstrap_servers, client_options))
+    try:
+        earliest, _ = consumer.get_watermark_offsets(
+            KafkaPartition(split.topic, split.partition), timeout=read_timeout
+        )
+        start = split.start
+        if earliest > start:
+            lost = f"offsets [{start}, {min(earliest, split.end)}) of {where} were deleted"
+            if fail_on_data_loss:
+                raise KafkaReadError(
+                    f"{lost} before they were read (retention or compaction); set the source's "
+                    "failOnDataLoss to false to read on from the earliest offset"
+                )
+            logger.warning("%s before they were read; reading on", lost)
+            start = earliest
+        if start >= split.end:
+            return
+        consumer.assign([KafkaPartition(split.topic, split.partition, start)])
+        rows: list[Any] = []
+        waited = 0.0
+        while True:
+            message = consumer.poll(POLL_SECONDS)
+            if message is None:
+                waited += POLL_SECONDS
+                if waited >= read_timeout:
+                    raise KafkaReadError(f"no record of {where} for {read_timeout:g}s")
+                continue
+            waited = 0.0
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    break  # the last stable offset: past the end, which is at most it
+                raise KafkaReadError(f"reading {where}: {error}")
+            offset = int(message.offset() or 0)
+            if offset >= split.end:
+                break
+            rows.append(message)
+            if len(rows) >= BATCH_ROWS:
+                yield _batch(rows, target)
+                rows = []
+            if offset + 1 >= split.end:
+                break
+        if rows:
+            yield _batch(rows, target)
+    finally:
+        consumer.close()
+
+
+def _batch(messages: list[Any], target: pa.Schema) -> pa.RecordBatch:
+    columns: dict[str, list[Any]] = {
+        "key": [m.key() for m in messages],
+        "value": [m.value() for m in messages],
+        "topic": [m.topic() for m in messages],
+        "partition": [m.partition() for m in messages],
+        "offset": [m.offset() for m in messages],
+        "timestamp": [_timestamp(m.timestamp()[1]) for m in messages],
+        "timestampType": [m.timestamp()[0] for m in messages],
+    }
+    arrays = [
+        pa.array(columns[field.name], type=field.type)
+        if field.name in columns
+        else pa.nulls(len(messages), field.type)
+        for field in target
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def _timestamp(milliseconds: int) -> int | None:
+    """Microseconds since the epoch (Arrow's timestamp[us]); none when the record has none."""
+    return None if milliseconds < 0 else milliseconds * 1000

@@ -1,0 +1,174 @@
+"""``sources.Kafka`` end to end: `finishable run` drives a real PySpark driver reading a real
+Kafka broker (testcluster/kafka.py).
+
+The clicks are produced in transactions, some aborted; the ground truth is what the test
+committed, counted by pandas, and a ``read_committed`` consumer checks the topic holds exactly
+that. The published windows must equal it after a bounded read, and after SIGKILLs of the driver
+at random moments of a bounded read cut into many small batches.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from testcluster.kafka import KafkaBroker
+
+from .test_streaming_job import Job, published
+
+pytestmark = pytest.mark.full
+
+HERE = Path(__file__).parent
+PROGRAM = HERE / "kafka_program.py"
+START = datetime(2026, 1, 1, tzinfo=UTC)
+PAGES = ("home", "search", "cart")
+TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def create_topic(broker: KafkaBroker, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(TIMEOUT)
+
+
+Click = tuple[datetime, str]
+
+
+def produce_clicks(
+    broker: KafkaBroker, topic: str, partitions: int, transactions: int, seed: int
+) -> list[Click]:
+    """``transactions`` transactions of 200 clicks each over the partitions, every fourth
+    aborted; returns the committed clicks (the ground truth's input)."""
+    rng = random.Random(seed)
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap_servers, "transactional.id": f"clicks-{seed}"}
+    )
+    producer.init_transactions(TIMEOUT)
+    committed: list[Click] = []
+    for index in range(transactions):
+        clicks = [
+            (START + timedelta(milliseconds=rng.randrange(20 * 60_000)), rng.choice(PAGES))
+            for _ in range(200)
+        ]
+        producer.begin_transaction()
+        for moment, page in clicks:
+            producer.produce(
+                topic,
+                value=page.encode(),
+                partition=rng.randrange(partitions),
+                timestamp=int(moment.timestamp() * 1000),
+            )
+        if index % 4 == 3:
+            producer.abort_transaction(TIMEOUT)
+        else:
+            producer.commit_transaction(TIMEOUT)
+            committed.extend(clicks)
+    return committed
+
+
+def ground_truth(clicks: list[Click]) -> Counter[tuple[datetime, str]]:
+    frame = pd.DataFrame(clicks, columns=["ts", "page"])
+    frame["window_start"] = frame["ts"].dt.floor("1min")
+    counts = frame.groupby(["window_start", "page"]).size()
+    return Counter({(ts.to_pydatetime(), page): int(n) for (ts, page), n in counts.items()})
+
+
+def kafka_job(tmp_path: Path, broker: KafkaBroker, name: str, topic: str, *args: str) -> Job:
+    return Job(
+        tmp_path,
+        name,
+        f"--bootstrap-servers={broker.bootstrap_servers}",
+        f"--topic={topic}",
+        *args,
+        program=PROGRAM,
+    )
+
+
+@pytest.fixture
+def jobs() -> Iterator[list[Job]]:
+    started: list[Job] = []
+    yield started
+    for job in started:
+        job.cleanup()
+
+
+@pytest.mark.quick
+def test_a_bounded_read_counts_every_committed_click_once_and_no_aborted_one(
+    tmp_path: Path, broker: KafkaBroker, jobs: list[Job]
+) -> None:
+    create_topic(broker, "clicks-bounded", 3)
+    committed = produce_clicks(broker, "clicks-bounded", 3, transactions=8, seed=1)
+    job = kafka_job(tmp_path, broker, "kafka-bounded", "clicks-bounded", "--bounded")
+    jobs.append(job)
+    job.run()
+    output = job.finish()
+    assert "Finished" in output
+    status = job.status()
+    assert status["phase"] == "Finished"
+    assert status["lifecycle"]["mode"] == "FINAL_CHECKPOINT"
+    assert published(job.output) == ground_truth(committed)
+
+
+def test_a_driver_killed_at_random_moments_reads_each_committed_click_exactly_once(
+    tmp_path: Path, broker: KafkaBroker, jobs: list[Job]
+) -> None:
+    rng = random.Random(11)
+    create_topic(broker, "clicks-kills", 4)
+    committed = produce_clicks(broker, "clicks-kills", 4, transactions=24, seed=2)
+    job = kafka_job(
+        tmp_path,
+        broker,
+        "kafka-kills",
+        "clicks-kills",
+        "--bounded",
+        "--max-offsets-per-trigger=150",
+        "--max-records-per-partition=150",
+        # Small batches read the partitions unevenly, and the clicks of a partition are not in
+        # event-time order: no click may be late, so that every one is counted.
+        "--watermark-delay=1 hour",
+    )
+    jobs.append(job)
+    job.run()
+    kills = 0
+    for _ in range(3):
+        attempt = int(job.status().get("attempt", 1))
+        job.wait(
+            f"attempt {attempt} running",
+            lambda s, a=attempt: (
+                s.get("phase") in ("Running", "Finished") and s.get("attempt", 0) >= a
+            ),
+        )
+        if job.status().get("phase") == "Finished":
+            break
+        time.sleep(rng.uniform(1.0, 5.0))  # mid-batch, mid-publish or between batches
+        try:
+            killed = job.kill_driver()
+        except ProcessLookupError:
+            break  # it finished first
+        kills += 1
+        job.wait(
+            "the next attempt",
+            lambda s, k=killed: s.get("attempt", 0) > k or s.get("phase") == "Finished",
+        )
+    job.finish()
+    status = job.status()
+    assert status["phase"] == "Finished" and status["restarts"] == kills
+    assert kills >= 1, "the job finished before any kill: make it read more"
+    assert published(job.output) == ground_truth(committed)

@@ -4,7 +4,7 @@ Kafka broker (testcluster/kafka.py).
 The clicks are produced in transactions, some aborted; the ground truth is what the test
 committed, counted by pandas, and a ``read_committed`` consumer checks the topic holds exactly
 that. The published windows must equal it after a bounded read, and after SIGKILLs of the driver
-at random moments of a bounded read cut into many small batches.
+at random moments of a bounded read cut into many small batches. A Batch job counts the same.
 """
 
 from __future__ import annotations
@@ -20,9 +20,14 @@ import pandas as pd
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 
+from finishable import sinks, sources
+from finishable.local.shuffle import LocalShuffle
 from testcluster.kafka import KafkaBroker
 
+from .test_batch_program import make_job, shuffle, spark  # noqa: F401 - its fixtures
 from .test_streaming_job import Job, published
 
 pytestmark = pytest.mark.full
@@ -172,3 +177,32 @@ def test_a_driver_killed_at_random_moments_reads_each_committed_click_exactly_on
     assert status["phase"] == "Finished" and status["restarts"] == kills
     assert kills >= 1, "the job finished before any kill: make it read more"
     assert published(job.output) == ground_truth(committed)
+
+
+@pytest.mark.quick
+def test_a_batch_job_reads_a_bounded_topic_and_counts_each_committed_click_once(
+    tmp_path: Path,
+    broker: KafkaBroker,
+    spark: SparkSession,  # noqa: F811 - test_batch_program's fixture
+    shuffle: LocalShuffle,  # noqa: F811 - test_batch_program's fixture
+) -> None:
+    create_topic(broker, "clicks-batch", 3)
+    committed = produce_clicks(broker, "clicks-batch", 3, transactions=4, seed=3)
+    job = make_job(spark, tmp_path, shuffle)
+    clicks = job.read(
+        sources.Kafka(
+            broker.bootstrap_servers,
+            topics="clicks-batch",
+            starting_offsets="earliest",
+            ending_offsets="latest",
+            max_records_per_partition=100,
+        ),
+        name="clicks",
+    )
+    pages = job.stage("pages", clicks.select(F.col("value").cast("string").alias("page")))
+    counts = job.stage("counts", pages.groupBy("page").count())
+    sink = sinks.TransactionalFiles(str(tmp_path / "out"), name="counts")
+    job.write(counts, sink)
+    job.run()
+    published_counts = {row["page"]: row["count"] for row in sink.read_committed().to_pylist()}
+    assert published_counts == Counter(page for _, page in committed)

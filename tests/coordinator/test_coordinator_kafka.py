@@ -12,6 +12,7 @@ from finishable.coordinator import (
     CoordinatorRejection,
     KafkaSplit,
     NoMoreSplits,
+    SentinelSplit,
     split_from_json,
 )
 from finishable.coordinator.enumerator import SplitEnumerator
@@ -214,3 +215,43 @@ def test_a_snapshot_of_other_topics_is_refused(make_host: HostFactory) -> None:
     other = make_host(provider(brokers, identity={"topics": ["u"]}), "other")
     with pytest.raises(Exception, match="belongs to source"):
         other.reset_to_checkpoint(1, snapshot).result(TIMEOUT)
+
+
+def test_a_drain_reads_to_the_offsets_of_its_request_and_then_the_sentinel_alone(
+    make_host: HostFactory,
+) -> None:
+    brokers = FakeBrokers({("t", 0): (0, 0), ("t", 1): (0, 0)})
+    host = make_host(provider(brokers, starting_offsets="earliest"))
+    ready(host, 0, 0)
+    wait_for(lambda: cursors(host) == {("t", 0): 0, ("t", 1): 0}, "the first poll", TIMEOUT)
+    brokers.set(("t", 0), 0, 150)
+    brokers.set(("t", 1), 0, 30)
+
+    def drain(coordinator: object) -> None:
+        assert isinstance(coordinator, KafkaSplitEnumerator)
+        coordinator.begin_drain()
+        coordinator.emit_sentinel(SentinelSplit.of("drain-job", {"timestamp": 1}))
+
+    host.inspect(drain).result(TIMEOUT)
+
+    def horizon(coordinator: object) -> object:
+        assert isinstance(coordinator, KafkaSplitEnumerator)
+        return coordinator.drain_horizon
+
+    wait_for(lambda: host.inspect(horizon).result(TIMEOUT), "the drain's end offsets", TIMEOUT)
+    brokers.set(("t", 0), 0, 900)  # after the drain was asked: not read
+    got = wait_for(lambda: splits_of(host, 10), "the drain's splits", TIMEOUT)
+    assert got == [KafkaSplit("t", 0, 0, 100), KafkaSplit("t", 1, 0, 30)]
+    assert splits_of(host, 10) == [KafkaSplit("t", 0, 100, 150)]
+    [sentinel] = request(host, 0, 0, 10)
+    assert [split.split_id for split in sentinel.splits] == [
+        SentinelSplit.of("drain-job", {"timestamp": 1}).split_id
+    ]  # type: ignore[attr-defined]
+    assert splits_of(host, 10) == []  # held: the boundary may be cut
+
+    def resume(coordinator: object) -> None:
+        assert isinstance(coordinator, KafkaSplitEnumerator)
+        coordinator.resume()
+
+    host.inspect(resume).result(TIMEOUT)  # a failed stop resumes: reading goes on past it
+    assert take_when_polled(host, 1) == [KafkaSplit("t", 0, 150, 250)]

@@ -206,3 +206,33 @@ def test_a_batch_job_reads_a_bounded_topic_and_counts_each_committed_click_once(
     job.run()
     published_counts = {row["page"]: row["count"] for row in sink.read_committed().to_pylist()}
     assert published_counts == Counter(page for _, page in committed)
+
+
+def test_a_drain_reads_what_was_committed_when_it_was_asked_across_a_kill(
+    tmp_path: Path, broker: KafkaBroker, jobs: list[Job]
+) -> None:
+    create_topic(broker, "clicks-drain", 3)
+    committed = produce_clicks(broker, "clicks-drain", 3, transactions=4, seed=4)
+    job = kafka_job(
+        tmp_path,
+        broker,
+        "kafka-drain",
+        "clicks-drain",
+        "--max-offsets-per-trigger=200",
+        "--max-records-per-partition=200",
+        "--watermark-delay=1 hour",
+    )
+    jobs.append(job)
+    job.run()
+    job.wait_read(2)
+    killed = job.kill_driver()
+    job.wait(
+        "the next attempt", lambda s: s.get("attempt", 0) > killed and s.get("phase") == "Running"
+    )
+    committed += produce_clicks(broker, "clicks-drain", 3, transactions=8, seed=5)
+    stop = job.cli("stop", "--drain", "--timeout", "400")
+    assert stop.returncode == 0, stop.stdout + stop.stderr + job.driver_logs()
+    job.finish()
+    status = job.status()
+    assert status["phase"] == "Finished" and status["restarts"] == 1
+    assert published(job.output) == ground_truth(committed)

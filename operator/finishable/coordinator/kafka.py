@@ -28,6 +28,7 @@ from finishable.coordinator._json import get_int, get_list
 from finishable.coordinator.contract import CoordinatorContext, CoordinatorProvider
 from finishable.coordinator.enumerator import SplitEnumerator
 from finishable.coordinator.errors import CoordinatorRejection, EnumeratorStateError
+from finishable.coordinator.events import AddSplits, OperatorEvent
 from finishable.coordinator.splits import KafkaSplit, Split
 
 logger = logging.getLogger(__name__)
@@ -210,6 +211,8 @@ class KafkaSplitEnumerator(SplitEnumerator):
         self._latest: dict[TopicPartition, int] = {}
         self._polls = 0
         self._poll_failures = 0
+        self._draining = False
+        self._horizon: dict[TopicPartition, int] | None = None
         super().__init__(context, bounded=ending_offsets is not None)
 
     @classmethod
@@ -225,6 +228,11 @@ class KafkaSplitEnumerator(SplitEnumerator):
     def cursors(self) -> dict[TopicPartition, int]:
         """The next offset to cut, per partition."""
         return dict(self._cursors)
+
+    @property
+    def drain_horizon(self) -> dict[TopicPartition, int] | None:
+        """The offsets a drain reads up to, once polled."""
+        return None if self._horizon is None else dict(self._horizon)
 
     @property
     def polls(self) -> int:
@@ -347,6 +355,57 @@ class KafkaSplitEnumerator(SplitEnumerator):
         if self.bounded or not self._latest:
             return
         self._cut(cut_splits(self._cursors, self._latest, self._split_size, wanted))
+
+    # ------------------------------------------------------------------ drain
+
+    def begin_drain(self) -> None:
+        """Suspend, then read up to the last stable offsets of this moment (polled now) before
+        the drain's sentinel goes out: a drain ends the input where it was when it was asked."""
+        self.suspend()
+        self._draining = True
+        self._horizon = dict(self._ends) if self._ends is not None else None
+        if self._horizon is None:
+            self.context.call_async(self._poller, self._on_horizon)
+
+    def _on_horizon(self, polled: Polled | None, error: BaseException | None) -> None:
+        if not self._draining or self._horizon is not None:
+            return
+        if error is not None or polled is None:
+            logger.warning(
+                "%s: polling the drain's end offsets failed (will retry): %s",
+                self.context.name,
+                error,
+            )
+            self.context.call_async(self._poller, self._on_horizon, initial_delay=self._retry_delay)
+            return
+        for key, (earliest, _) in polled.items():
+            self._cursors.setdefault(key, earliest)
+        self._horizon = {key: latest for key, (_, latest) in polled.items()}
+        logger.info(
+            "%s: draining to %s",
+            self.context.name,
+            ", ".join(f"{t}-{n}@{offset}" for (t, n), offset in sorted(self._horizon.items())),
+        )
+
+    def resume(self) -> None:
+        self._draining = False
+        self._horizon = None
+        super().resume()
+
+    def _drain_work(self, key: tuple[int, int], max_splits: int) -> OperatorEvent | None:
+        if not self._draining:
+            return None
+        if self._horizon is None:
+            return AddSplits(())  # the end offsets are on their way: not a held request
+        real = {split_id for split_id in self._pending if split_id not in self._sentinels}
+        if len(real) < max_splits:
+            cut = cut_splits(self._cursors, self._horizon, self._split_size, max_splits - len(real))
+            self._cut(cut)
+            real.update(split.split_id for split in cut)
+        first = sorted(real, key=self._seq.__getitem__)[:max_splits]
+        if not first:
+            return None
+        return self._give(key, self._take_pending_in_order(set(first)))
 
     def _cut(self, splits: list[KafkaSplit]) -> None:
         for split in splits:

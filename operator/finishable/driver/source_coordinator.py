@@ -338,6 +338,11 @@ class SourceCoordinator:
         """Assign no new splits (stop at a batch boundary): requests get an empty answer."""
         self._control("suspend", lambda e: e.suspend())
 
+    def begin_drain(self) -> None:
+        """Suspend for a drain: assign what the input held when the drain was asked, then the
+        sentinel alone (``SplitEnumerator.begin_drain``)."""
+        self._control("begin_drain", lambda e: e.begin_drain())
+
     def resume(self) -> None:
         """Assign splits again."""
         self._control("resume", lambda e: e.resume())

@@ -246,6 +246,11 @@ class SplitEnumerator(EnumeratorState, OperatorCoordinator):
         self._held_requests = 0
         logger.info("%s: suspended: no new splits are assigned", self._context.name)
 
+    def begin_drain(self) -> None:
+        """Suspend for a stop with drain: most sources stop at the next batch boundary; one
+        whose input has a knowable end of the moment (Kafka's offsets) reads up to it first."""
+        self.suspend()
+
     def resume(self) -> None:
         """Assign splits again."""
         if self._suspended:

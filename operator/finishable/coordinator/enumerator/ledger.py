@@ -236,7 +236,7 @@ class SplitLedger(ABC):
         key = (subtask, attempt)
         self._requests += 1
         if self._suspended:
-            return self._assign_suspended(key)
+            return self._assign_suspended(key, max_splits)
         own = self._orphans.pop(subtask, None)
         if own:
             # The subtask's share of the restored checkpoint, all at once, as Flink restores it.
@@ -270,27 +270,42 @@ class SplitLedger(ABC):
             if self._bounded and self._discovery_complete and not self._orphans:
                 return NoMoreSplits()
             return AddSplits(())
+        return self._give(key, chosen)
+
+    def _give(self, key: tuple[int, int], chosen: list[str]) -> AddSplits:
+        """Hand ``chosen`` (taken out of the pending pool) to the attempt ``key``."""
         held = self._by_attempt.setdefault(key, set())
         for split_id in chosen:
-            self._holder[split_id] = (subtask, attempt, self._epoch)
+            self._holder[split_id] = (key[0], key[1], self._epoch)
             held.add(split_id)
         return AddSplits(tuple(self._splits[split_id] for split_id in chosen))
 
-    def _assign_suspended(self, key: tuple[int, int]) -> OperatorEvent:
-        """Only pending sentinels go out while suspended, so they make a batch of their own."""
-        sentinels = sorted(self._sentinels & self._pending, key=self._seq.__getitem__)
+    def _take_pending_in_order(self, wanted: set[str]) -> list[str]:
+        """Take ``wanted`` out of the pending pool, in discovery order."""
+        chosen = sorted(wanted & self._pending, key=self._seq.__getitem__)
+        self._pending -= set(chosen)
+        self._pending_heap = [e for e in self._pending_heap if e[1] not in wanted]
+        heapq.heapify(self._pending_heap)
+        return chosen
+
+    def _drain_work(self, key: tuple[int, int], max_splits: int) -> OperatorEvent | None:
+        """While suspended for a drain: what is still to be read before the sentinel goes out
+        (``None``: nothing, the sentinel may go). A source that drains to the input of the moment
+        the drain was asked (Kafka's end offsets) hands out its splits up to there."""
+        del key, max_splits
+        return None
+
+    def _assign_suspended(self, key: tuple[int, int], max_splits: int) -> OperatorEvent:
+        """Only pending sentinels go out while suspended, so they make a batch of their own;
+        before them, what a drain still has to read (``_drain_work``)."""
+        work = self._drain_work(key, max_splits)
+        if work is not None:
+            return work
+        sentinels = self._take_pending_in_order(self._sentinels)
         if not sentinels:
             self._held_requests += 1
             return AddSplits(())
-        chosen = set(sentinels)
-        self._pending -= chosen
-        self._pending_heap = [e for e in self._pending_heap if e[1] not in chosen]
-        heapq.heapify(self._pending_heap)
-        held = self._by_attempt.setdefault(key, set())
-        for split_id in sentinels:
-            self._holder[split_id] = (key[0], key[1], self._epoch)
-            held.add(split_id)
-        return AddSplits(tuple(self._splits[split_id] for split_id in sentinels))
+        return self._give(key, sentinels)
 
     def _finish(self, subtask: int, attempt: int, split_ids: tuple[str, ...]) -> None:
         key = (subtask, attempt)

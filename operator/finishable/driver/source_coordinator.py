@@ -334,14 +334,13 @@ class SourceCoordinator:
 
     # ------------------------------------------------------------------ lifecycle controls
 
-    def suspend(self) -> None:
-        """Assign no new splits (stop at a batch boundary): requests get an empty answer."""
-        self._control("suspend", lambda e: e.suspend())
-
-    def begin_drain(self) -> None:
-        """Suspend for a drain: assign what the input held when the drain was asked, then the
-        sentinel alone (``SplitEnumerator.begin_drain``)."""
-        self._control("begin_drain", lambda e: e.begin_drain())
+    def suspend(self, *, drain: bool = False) -> None:
+        """Assign no new splits (stop at a batch boundary): requests get an empty answer; for a
+        ``drain``, what the input held when it was asked first (``SplitEnumerator.begin_drain``)."""
+        if drain:
+            self._control("begin_drain", lambda e: e.begin_drain())
+        else:
+            self._control("suspend", lambda e: e.suspend())
 
     def resume(self) -> None:
         """Assign splits again."""

@@ -32,7 +32,7 @@ from finishable.driver.streaming.boundary import await_batch_boundary
 from finishable.driver.streaming.checkpoints import StoredCheckpoint
 from finishable.driver.streaming.cut import CutError
 from finishable.driver.streaming.queries import Query, QuerySet, checkpoint_status, splits
-from finishable.driver.streaming.termination import Termination
+from finishable.driver.streaming.termination import Termination, drains
 from finishable.lifecycle.table import Action, LifecycleMode, TaskEvent, TaskKind
 from finishable.lifecycle.task import TaskLifecycle
 from finishable.state import CheckpointInfo, CheckpointStore, open_backend
@@ -80,7 +80,7 @@ class StreamingExecutor:
         self._reported_checkpoint: int | None = None
         self._reported_at = 0.0
         self._source_actions: dict[Action, Callable[[SourceCoordinator], None]] = {
-            Action.SUSPEND_SOURCE: self._suspend_source,
+            Action.SUSPEND_SOURCE: lambda c: c.suspend(drain=drains(self._termination)),
             Action.ADVANCE_TO_MAX_WATERMARK: self._emit_sentinel,
             Action.END_INPUT_AND_FINISH: lambda c: c.suspend(),
         }
@@ -90,14 +90,6 @@ class StreamingExecutor:
             Action.EMIT_CHECKPOINT_BARRIER: self._checkpoint_at_boundary,
             Action.CLOSE: self._stop_query,
         }
-
-    def _suspend_source(self, coordinator: SourceCoordinator) -> None:
-        """A drain reads what its sources held when it was asked; a stop reads nothing more."""
-        termination = self._termination
-        if termination is not None and termination.mode is LifecycleMode.STOP_WITH_SAVEPOINT_DRAIN:
-            coordinator.begin_drain()
-        else:
-            coordinator.suspend()
 
     # -- the loop ---------------------------------------------------------------------------
 

@@ -52,3 +52,8 @@ class Termination:
             for name, task in self.sinks.items()
         )
         return LifecycleStatus(mode=self.mode, tasks=tasks)
+
+
+def drains(termination: Termination | None) -> bool:
+    """Whether ``termination`` is a stop with drain (its sources read to their end of now)."""
+    return termination is not None and termination.mode is LifecycleMode.STOP_WITH_SAVEPOINT_DRAIN

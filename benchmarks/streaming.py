@@ -315,34 +315,35 @@ def job_config(work: Path, name: str) -> JobConfig:
     )
 
 
+def clicks_files(inputs: Path, per_batch: int) -> sources.Source:
+    """The unbounded JSON clicks under ``inputs``, ``per_batch`` files a micro-batch."""
+    return sources.Files(
+        str(inputs),
+        format="json",
+        schema=SCHEMA,
+        bounded=False,
+        max_splits_per_batch=per_batch,
+        discovery_interval="1s",
+    )
+
+
 class RuntimeRun:
-    """One FinishableJob run on a thread of this process: unbounded files through ``transform``."""
+    """One FinishableJob run on a thread of this process: ``source`` through ``transform``."""
 
     def __init__(
         self,
         spark: SparkSession,
         work: Path,
         name: str,
-        inputs: Path,
         *,
-        per_batch: int,
+        source: sources.Source,
         transform: Callable[[DataFrame], DataFrame],
     ) -> None:
         self.config = job_config(work, name)
         self.job = FinishableJob(self.config, spark=spark, token="benchmark-token")
         self.channel = LocalControlChannel(Path(str(self.config.control_dir)))
         self.error: BaseException | None = None
-        frame = self.job.read_stream(
-            sources.Files(
-                str(inputs),
-                format="json",
-                schema=SCHEMA,
-                bounded=False,
-                max_splits_per_batch=per_batch,
-                discovery_interval="1s",
-            ),
-            name="clicks",
-        )
+        frame = self.job.read_stream(source, name="clicks")
         self.job.write_stream(
             transform(frame),
             sinks.TransactionalFiles(str(work / f"{name}-out"), format="parquet", name="out"),
@@ -402,7 +403,8 @@ def on_path(
 
 def runtime_run(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: int) -> Run:
     created = time.perf_counter()
-    run = RuntimeRun(spark, work, "throughput", inputs, per_batch=per_batch, transform=pipeline)
+    source = clicks_files(inputs, per_batch)
+    run = RuntimeRun(spark, work, "throughput", source=source, transform=pipeline)
     elapsed: list[float] = []
     per_batch_phases: list[dict[str, Any]] = []
 
@@ -436,7 +438,7 @@ def stop_latency(
 ) -> tuple[float, float]:
     """A windowed count running over unbounded input; seconds to stop and the batch duration."""
     name = "drain" if drain else "stop"
-    run = RuntimeRun(spark, work, name, inputs, per_batch=per_batch, transform=windowed)
+    run = RuntimeRun(spark, work, name, source=clicks_files(inputs, per_batch), transform=windowed)
     seen: list[float] = []
 
     def steady_then_stop(started: float) -> None:

@@ -134,8 +134,21 @@ def kafka_classpath() -> tuple[str, list[Path]]:
     """The pinned broker's version and its jars, fetched into the cache when missing."""
     jars = pinned_jars(JARS_LIST.read_text(encoding="utf-8"))
     version = kafka_version(jars)
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "finishable"
-    return version, fetch_jars(jars, cache / f"kafka-{version}")
+    return version, fetch_jars(jars, _cache() / f"kafka-{version}")
+
+
+SPARK_KAFKA_JARS = Path(__file__).with_name("spark-kafka-jars.txt")
+
+
+def spark_kafka_jars() -> list[Path]:
+    """Spark's own Kafka connector (``format("kafka")``), for plain Structured Streaming beside
+    the finishable source in benchmarks/kafka.py; fetched into the cache when missing."""
+    jars = pinned_jars(SPARK_KAFKA_JARS.read_text(encoding="utf-8"))
+    return fetch_jars(jars, _cache() / "spark-kafka")
+
+
+def _cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "finishable"
 
 
 def broker_properties(

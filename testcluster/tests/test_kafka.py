@@ -19,6 +19,7 @@ from testcluster.kafka import (
     fetch_jars,
     kafka_version,
     pinned_jars,
+    running_broker,
 )
 
 pytestmark = pytest.mark.quick
@@ -66,10 +67,8 @@ def test_a_jar_is_fetched_once(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
-    broker.start()
-    yield broker
-    broker.stop()
+    with running_broker(tmp_path_factory.mktemp("kafka")) as started:
+        yield started
 
 
 def _committed(bootstrap: str, topic: str, partitions: int) -> list[str]:

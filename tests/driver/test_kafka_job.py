@@ -25,7 +25,7 @@ from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 
 from finishable import sinks, sources
 from finishable.local.shuffle import LocalShuffle
-from testcluster.kafka import KafkaBroker
+from testcluster.kafka import KafkaBroker, running_broker
 
 from .test_batch_program import make_job, shuffle, spark  # noqa: F401 - its fixtures
 from .test_streaming_job import Job, published
@@ -41,10 +41,8 @@ TIMEOUT = 60.0
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
-    broker.start()
-    yield broker
-    broker.stop()
+    with running_broker(tmp_path_factory.mktemp("kafka")) as started:
+        yield started
 
 
 def create_topic(broker: KafkaBroker, topic: str, partitions: int) -> None:

@@ -35,8 +35,8 @@ def test_python_311_with_java_17_on_a_base_chosen_at_build_time() -> None:
 
 
 def test_the_package_is_installed_in_a_venv_and_spark_home_is_its_pyspark() -> None:
-    # with the iceberg extra: sinks.Iceberg works in the image as documented
-    installed = r"pip install (--\S+ )*'/src\[iceberg\]'(\s|$)"
+    # with the iceberg and kafka extras: sinks.Iceberg and sources.Kafka work in the image
+    installed = r"pip install (--\S+ )*'/src\[iceberg,kafka\]'(\s|$)"
     assert any(re.search(installed, run) for run in instructions("RUN"))
     env = " ".join(instructions("ENV"))
     assert "SPARK_HOME=/opt/finishable/venv/lib/python3.11/site-packages/pyspark" in env

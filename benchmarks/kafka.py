@@ -50,6 +50,7 @@ from streaming import (  # noqa: E402 - benchmarks/streaming.py: the runs and th
     batch_phases,
     steady_rate,
     wait_rows,
+    watched,
 )
 
 from finishable import sources  # noqa: E402
@@ -118,10 +119,7 @@ def plain(spark: SparkSession, bootstrap: str, work: Path, total: int, per_trigg
         .trigger(processingTime=f"{TRIGGER_MS} milliseconds")
         .start()
     )
-    elapsed = wait_rows(spark, total, started)
-    phases = {"seconds": round(elapsed, 3), **batch_phases(spark, started, elapsed)}
-    query.stop()
-    return total / elapsed, phases
+    return watched(spark, query, total, started)
 
 
 def runtime(spark: SparkSession, bootstrap: str, work: Path, total: int, per_trigger: int) -> Run:

@@ -51,13 +51,18 @@ from finishable.connectors.fileformats import (
 )
 from finishable.connectors.reading import ReaderSettings
 from finishable.connectors.sentinels import SENTINEL_COLUMN, SENTINEL_EVENT_TIME, SENTINEL_TEXT
-from finishable.connectors.streaming.source import data_source_for, data_source_name
+from finishable.connectors.streaming.source import (
+    ALL_AVAILABLE_CAP,
+    data_source_for,
+    data_source_name,
+)
 from finishable.coordinator.contract import CoordinatorProvider
 from finishable.coordinator.files import (
     DEFAULT_SPLIT_SIZE,
     FileSplitEnumerator,
     normalize_source_url,
 )
+from finishable.coordinator.kafka import DEFAULT_SPLIT_SIZE as KAFKA_SPLIT_SIZE
 from finishable.coordinator.kafka import KafkaSplitEnumerator, admin_poller, parse_offsets
 from finishable.coordinator.ranges import RangeSplitEnumerator
 
@@ -704,8 +709,8 @@ class Kafka(Source):
         )
         records = _positive(given["max_records_per_partition"], "maxRecordsPerPartition")
         self.split_size = min(
-            records or DEFAULT_KAFKA_SPLIT_SIZE,
-            self.max_offsets_per_trigger or DEFAULT_KAFKA_SPLIT_SIZE,
+            records or KAFKA_SPLIT_SIZE,
+            self.max_offsets_per_trigger or KAFKA_SPLIT_SIZE,
         )
         self.fail_on_data_loss = _flag(given["fail_on_data_loss"], "failOnDataLoss", default=True)
         self.discovery_interval = (
@@ -764,7 +769,7 @@ class Kafka(Source):
         per_batch = (
             max(1, self.max_offsets_per_trigger // self.split_size)
             if self.max_offsets_per_trigger
-            else MAX_KAFKA_SPLITS_PER_BATCH
+            else ALL_AVAILABLE_CAP
         )
         return ReaderSettings(
             coordinator=coordinator,
@@ -785,10 +790,6 @@ class Kafka(Source):
     def __repr__(self) -> str:
         what = f"pattern={self.pattern!r}" if self.pattern else f"topics={self.topics!r}"
         return f"Kafka({self.bootstrap_servers!r}, {what})"
-
-
-DEFAULT_KAFKA_SPLIT_SIZE = 1_000_000
-MAX_KAFKA_SPLITS_PER_BATCH = 10_000
 
 
 def _positive(value: object, name: str) -> int | None:

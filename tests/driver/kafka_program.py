@@ -1,5 +1,6 @@
 """The PySpark program of the Kafka job tests: clicks from a Kafka topic (the page in the value,
-the event time in the record's timestamp), counted per page and minute, exactly once into parquet.
+the event time in the record's timestamp), counted per page and minute, exactly once into parquet
+or, with ``--output-topic``, into a Kafka topic (one JSON record per window and page).
 
 It is a user's program in every respect: it only uses ``FinishableJob``, sources and sinks.
 """
@@ -17,6 +18,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--input", help="unused: the clicks are in Kafka")
     parser.add_argument("--output", required=True)
+    parser.add_argument("--output-topic", help="write the counts to this Kafka topic instead")
+    parser.add_argument("--transaction-timeout-ms", help="the Kafka sink's transaction timeout")
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--bounded", action="store_true", help="read to the offsets of now")
@@ -45,7 +48,24 @@ def main() -> None:
         .count()
         .select(F.col("window.start").alias("window_start"), "page", "count")
     )
-    job.write_stream(counts, sinks.TransactionalFiles(args.output, format="parquet", name="counts"))
+    if args.output_topic:
+        options = (
+            {"kafka.transaction.timeout.ms": args.transaction_timeout_ms}
+            if args.transaction_timeout_ms
+            else {}
+        )
+        records = counts.select(
+            F.concat_ws("|", F.col("window_start").cast("string"), "page").alias("key"),
+            F.to_json(F.struct("window_start", "page", "count")).alias("value"),
+        )
+        sink = sinks.Kafka(
+            args.output_topic, args.bootstrap_servers, options=options, name="counts"
+        )
+        job.write_stream(records, sink)
+    else:
+        job.write_stream(
+            counts, sinks.TransactionalFiles(args.output, format="parquet", name="counts")
+        )
     job.run()
 
 

@@ -52,6 +52,7 @@ from finishable.api.models import JobMode
 from finishable.connectors.sink_store import SinkError
 from finishable.connectors.sinks import (
     Iceberg,
+    Kafka,
     TransactionalCallback,
     TransactionalFiles,
     TransactionalSink,
@@ -64,7 +65,7 @@ from finishable.driver.failures import PermanentFailure, ProgramError, is_perman
 from finishable.driver.outcome import JobFailed, JobSuperseded, Outcome
 from finishable.driver.placement import check_placement
 from finishable.driver.runner_watch import watch_runner
-from finishable.driver.sink_defaults import default_staging, prepared_iceberg
+from finishable.driver.sink_defaults import default_staging, prepared_iceberg, prepared_kafka
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.standby import await_takeover, warm_up
 from finishable.driver.streaming import preflight
@@ -341,6 +342,8 @@ class FinishableJob:
             sink = prepared_iceberg(self.config, sink, dataframe)
         elif isinstance(sink, TransactionalFiles):
             sink = sink.with_defaults()
+        elif isinstance(sink, Kafka):
+            sink = prepared_kafka(self.config, sink, dataframe)
         outputs = [*self._outputs, Output(query, dataframe, sink, output_mode)]
         if len(outputs) > 1:
             assign_sources(outputs, self._sources, complete=False)  # a shared source: now

@@ -1,5 +1,5 @@
 """What the job runtime fills in for a sink the program left unset: where it stages, where an
-Iceberg table lives by default, and which run it records.
+Iceberg table lives by default, a Kafka sink's transactional ids, and which run it records.
 
 The defaults follow the job's state: in object storage, staging goes next to it (every executor
 and the driver reach it); locally, under the job's directory. An Iceberg sink's table is created
@@ -15,7 +15,14 @@ from urllib.parse import urlsplit
 
 from finishable.api.jobconfig import JobConfig
 from finishable.api.models import OBJECT_STORE_SCHEMES
-from finishable.connectors.sinks import Iceberg, IcebergConfigError, TransactionalSink
+from finishable.connectors.sink_store import SinkError
+from finishable.connectors.sinks import (
+    Iceberg,
+    IcebergConfigError,
+    Kafka,
+    TransactionalSink,
+    check_kafka_columns,
+)
 from finishable.driver.failures import ProgramError
 
 if TYPE_CHECKING:
@@ -56,3 +63,21 @@ def prepared_iceberg(config: JobConfig, sink: Iceberg, dataframe: DataFrame) -> 
     except IcebergConfigError as error:
         raise ProgramError(str(error)) from None
     return sink
+
+
+def prepared_kafka(config: JobConfig, sink: Kafka, dataframe: DataFrame) -> Kafka:
+    """The sink with the runtime's defaults: its commit record staged next to the job's state,
+    and transactional ids ``finishable-<namespace>.<job>-<sink>-<partition>``, unique per job and
+    sink and the same in every attempt, so a new attempt fences what an old one left open."""
+    try:
+        check_kafka_columns(dataframe, has_topic=sink.topic is not None)
+    except SinkError as error:
+        raise ProgramError(str(error)) from None
+    owner = f"{config.namespace}.{config.name}" if config.namespace else config.name
+    return sink.with_defaults(
+        staging_url=None
+        if sink.staging_url or sink.delivery != "exactly-once"
+        else default_staging(config, sink),
+        transactional_id_prefix=f"finishable-{owner}-{sink.sink_name}",
+        run=config.run_key,
+    )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from finishable.api.jobconfig import PREFLIGHT_REFUSED_EXIT_CODE
 from finishable.connectors.jvm import jvm_sink_stream
+from finishable.connectors.kafka_transactions import KafkaTransactionLost
 from finishable.connectors.streaming.commit_hook import HOOK_OPTION, BatchHookClient
 from finishable.driver.failures import PermanentFailure, ProgramError
 from finishable.driver.source_coordinator import SourceCoordinator
@@ -207,11 +208,15 @@ class QueryPlan:
                 timings=timings,
                 pending_key=self.pending[output.name],
             )
-            writer = jvm_sink_stream(
-                output.sink, output.dataframe, endpoint=hook_url, token=token
-            ) or output.sink.write_stream(output.dataframe).option(
-                HOOK_OPTION, BatchHookClient(hook_url, token, output.sink.sink_name).to_option()
-            )
+            try:
+                writer = jvm_sink_stream(
+                    output.sink, output.dataframe, endpoint=hook_url, token=token
+                ) or output.sink.write_stream(output.dataframe).option(
+                    HOOK_OPTION,
+                    BatchHookClient(hook_url, token, output.sink.sink_name).to_option(),
+                )
+            except KafkaTransactionLost as error:  # a restart cannot bring those records back
+                raise PermanentFailure(str(error)) from None
             writer = (
                 writer.option("checkpointLocation", str(directory))
                 .outputMode(output.output_mode)

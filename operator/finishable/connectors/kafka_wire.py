@@ -1,0 +1,378 @@
+"""The four Kafka requests the Kafka sink's committer needs, which no Python client offers.
+
+An exactly-once Kafka sink commits, in the driver, transactions that write tasks opened and
+flushed in their own producers (``connectors.kafka_writing``): Flink's KafkaSink does it by
+reflection into the Java producer; librdkafka cannot resume another process's transaction at
+all. The broker needs no producer for it, only the transactional id, the producer id and the
+epoch: ``EndTxn`` with those, sent to the transaction's coordinator, commits or aborts it. So this
+module speaks that much of the Kafka protocol itself (the message layouts are Apache Kafka's
+``clients/src/main/resources/common/message/*.json``):
+
+* ``FindCoordinator`` v4 (key type transaction): which broker coordinates a transactional id;
+* ``DescribeTransactions`` v0: a transaction's state, producer id and epoch;
+* ``EndTxn`` v3: commit or abort it (the first transaction version; no epoch bump on commit, so a
+  retried commit of a committed transaction is answered with success);
+* ``ListTransactions`` v0: the open transactions a broker coordinates, to abort leftovers.
+
+All four are flexible versions (compact strings and arrays, tagged fields), in brokers since
+Kafka 3.0. The connection is PLAINTEXT or SSL; SASL is refused with a message saying so. The
+encoders and decoders are pure functions over bytes; :class:`KafkaWire` is the socket.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+FIND_COORDINATOR: Final = (10, 4)
+END_TXN: Final = (26, 3)
+DESCRIBE_TRANSACTIONS: Final = (65, 0)
+LIST_TRANSACTIONS: Final = (66, 0)
+TRANSACTION_KEY_TYPE: Final = 1
+
+NONE: Final = 0
+COORDINATOR_LOAD_IN_PROGRESS: Final = 14
+COORDINATOR_NOT_AVAILABLE: Final = 15
+NOT_COORDINATOR: Final = 16
+INVALID_PRODUCER_EPOCH: Final = 47
+INVALID_TXN_STATE: Final = 48
+INVALID_PRODUCER_ID_MAPPING: Final = 49
+CONCURRENT_TRANSACTIONS: Final = 51
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
+PRODUCER_FENCED: Final = 90
+TRANSACTIONAL_ID_NOT_FOUND: Final = 105
+
+ERROR_NAMES: Final = {
+    NONE: "NONE",
+    COORDINATOR_LOAD_IN_PROGRESS: "COORDINATOR_LOAD_IN_PROGRESS",
+    COORDINATOR_NOT_AVAILABLE: "COORDINATOR_NOT_AVAILABLE",
+    NOT_COORDINATOR: "NOT_COORDINATOR",
+    INVALID_PRODUCER_EPOCH: "INVALID_PRODUCER_EPOCH",
+    INVALID_TXN_STATE: "INVALID_TXN_STATE",
+    INVALID_PRODUCER_ID_MAPPING: "INVALID_PRODUCER_ID_MAPPING",
+    CONCURRENT_TRANSACTIONS: "CONCURRENT_TRANSACTIONS",
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    PRODUCER_FENCED: "PRODUCER_FENCED",
+    TRANSACTIONAL_ID_NOT_FOUND: "TRANSACTIONAL_ID_NOT_FOUND",
+}
+RETRIABLE: Final = frozenset(
+    {
+        COORDINATOR_LOAD_IN_PROGRESS,
+        COORDINATOR_NOT_AVAILABLE,
+        NOT_COORDINATOR,
+        CONCURRENT_TRANSACTIONS,
+    }
+)
+"""Errors that go away: the coordinator moves, loads, or is still writing the markers."""
+
+CLIENT_ID: Final = "finishable-kafka-committer"
+_MAX_FRAME = 64 * 1024 * 1024
+
+
+class KafkaWireError(RuntimeError):
+    """A broker could not be reached, or answered something this client does not understand."""
+
+
+def error_name(code: int) -> str:
+    return ERROR_NAMES.get(code, f"error code {code}")
+
+
+# --- encoding ------------------------------------------------------------------------------------
+
+
+def uvarint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def compact_string(text: str) -> bytes:
+    data = text.encode()
+    return uvarint(len(data) + 1) + data
+
+
+def compact_array(items: Sequence[bytes]) -> bytes:
+    return uvarint(len(items) + 1) + b"".join(items)
+
+
+NO_TAGS: Final = b"\x00"
+
+
+def request_frame(api: tuple[int, int], correlation_id: int, body: bytes) -> bytes:
+    """A sized request with header v2 (flexible): key, version, correlation id, client id, tags."""
+    key, version = api
+    client = CLIENT_ID.encode()
+    header = struct.pack(">hhih", key, version, correlation_id, len(client)) + client + NO_TAGS
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def find_coordinator_body(transactional_id: str) -> bytes:
+    return (
+        struct.pack(">b", TRANSACTION_KEY_TYPE)
+        + compact_array([compact_string(transactional_id)])
+        + NO_TAGS
+    )
+
+
+def describe_transactions_body(transactional_ids: Sequence[str]) -> bytes:
+    return compact_array([compact_string(t) for t in transactional_ids]) + NO_TAGS
+
+
+def end_txn_body(transactional_id: str, producer_id: int, epoch: int, commit: bool) -> bytes:
+    return (
+        compact_string(transactional_id) + struct.pack(">qh?", producer_id, epoch, commit) + NO_TAGS
+    )
+
+
+def list_transactions_body(states: Sequence[str]) -> bytes:
+    return compact_array([compact_string(s) for s in states]) + compact_array([]) + NO_TAGS
+
+
+# --- decoding ------------------------------------------------------------------------------------
+
+
+class Reader:
+    """Reads a response body field by field; running out of bytes is a KafkaWireError."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.at = 0
+
+    def take(self, size: int) -> bytes:
+        if self.at + size > len(self.data):
+            raise KafkaWireError(f"truncated Kafka response ({len(self.data)} bytes)")
+        chunk = self.data[self.at : self.at + size]
+        self.at += size
+        return chunk
+
+    def int8(self) -> int:
+        return int(struct.unpack(">b", self.take(1))[0])
+
+    def int16(self) -> int:
+        return int(struct.unpack(">h", self.take(2))[0])
+
+    def int32(self) -> int:
+        return int(struct.unpack(">i", self.take(4))[0])
+
+    def int64(self) -> int:
+        return int(struct.unpack(">q", self.take(8))[0])
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.take(1)[0]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise KafkaWireError("malformed varint in a Kafka response")
+
+    def compact_string(self) -> str | None:
+        size = self.uvarint()
+        return None if size == 0 else self.take(size - 1).decode()
+
+    def string(self) -> str:
+        return self.compact_string() or ""
+
+    def array_length(self) -> int:
+        return max(self.uvarint() - 1, 0)
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.take(self.uvarint())
+
+
+@dataclass(frozen=True)
+class Coordinator:
+    node_id: int
+    host: str
+    port: int
+    error: int
+    message: str
+
+
+def parse_find_coordinator(body: bytes) -> Coordinator:
+    reader = Reader(body)
+    reader.int32()  # throttle
+    count = reader.array_length()
+    if count != 1:
+        raise KafkaWireError(f"FindCoordinator answered {count} coordinators for one key")
+    reader.string()  # key
+    node_id = reader.int32()
+    host = reader.string()
+    port = reader.int32()
+    error = reader.int16()
+    message = reader.compact_string() or ""
+    return Coordinator(node_id, host, port, error, message)
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    """What a transaction coordinator knows of one transactional id."""
+
+    transactional_id: str
+    error: int
+    state: str
+    """``Empty``, ``Ongoing``, ``PrepareCommit``, ``PrepareAbort``, ``CompleteCommit``,
+    ``CompleteAbort``, ``Dead`` or ``PrepareEpochFence``."""
+    timeout_ms: int
+    producer_id: int
+    producer_epoch: int
+
+
+def parse_describe_transactions(body: bytes) -> list[TransactionDescription]:
+    reader = Reader(body)
+    reader.int32()  # throttle
+    found: list[TransactionDescription] = []
+    for _ in range(reader.array_length()):
+        error = reader.int16()
+        transactional_id = reader.string()
+        state = reader.string()
+        timeout_ms = reader.int32()
+        reader.int64()  # start time
+        producer_id = reader.int64()
+        epoch = reader.int16()
+        for _ in range(reader.array_length()):  # topics
+            reader.string()
+            for _ in range(reader.array_length()):
+                reader.int32()
+            reader.skip_tags()
+        reader.skip_tags()
+        found.append(
+            TransactionDescription(transactional_id, error, state, timeout_ms, producer_id, epoch)
+        )
+    return found
+
+
+def parse_end_txn(body: bytes) -> int:
+    reader = Reader(body)
+    reader.int32()  # throttle
+    return reader.int16()
+
+
+@dataclass(frozen=True)
+class ListedTransaction:
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+def parse_list_transactions(body: bytes) -> tuple[int, list[ListedTransaction]]:
+    reader = Reader(body)
+    reader.int32()  # throttle
+    error = reader.int16()
+    for _ in range(reader.array_length()):  # unknown state filters
+        reader.string()
+    listed: list[ListedTransaction] = []
+    for _ in range(reader.array_length()):
+        transactional_id = reader.string()
+        producer_id = reader.int64()
+        state = reader.string()
+        reader.skip_tags()
+        listed.append(ListedTransaction(transactional_id, producer_id, state))
+    return error, listed
+
+
+# --- the connection ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WireSecurity:
+    """How to reach the brokers: PLAINTEXT or SSL, from the producer's librdkafka settings."""
+
+    protocol: str = "PLAINTEXT"
+    ca_location: str | None = None
+    certificate_location: str | None = None
+    key_location: str | None = None
+    key_password: str | None = None
+    verify_hostname: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str]) -> WireSecurity:
+        """The security of a client configuration; SASL is refused, naming the setting."""
+        protocol = settings.get("security.protocol", "PLAINTEXT").upper()
+        if protocol not in ("PLAINTEXT", "SSL"):
+            raise KafkaWireError(
+                f"security.protocol={settings['security.protocol']!r}: the exactly-once Kafka "
+                "sink commits transactions over PLAINTEXT or SSL connections; SASL is not "
+                "supported yet (use delivery='at-least-once', or an SSL listener)"
+            )
+        return cls(
+            protocol=protocol,
+            ca_location=settings.get("ssl.ca.location"),
+            certificate_location=settings.get("ssl.certificate.location"),
+            key_location=settings.get("ssl.key.location"),
+            key_password=settings.get("ssl.key.password"),
+            verify_hostname=settings.get("ssl.endpoint.identification.algorithm", "https")
+            != "none",
+        )
+
+    def wrap(self, sock: socket.socket, host: str) -> socket.socket:
+        if self.protocol != "SSL":
+            return sock
+        context = ssl.create_default_context(cafile=self.ca_location)
+        context.check_hostname = self.verify_hostname
+        if self.certificate_location:
+            context.load_cert_chain(self.certificate_location, self.key_location, self.key_password)
+        return context.wrap_socket(sock, server_hostname=host)
+
+
+class KafkaWire:
+    """One connection to one broker; requests are answered in order (one at a time here)."""
+
+    def __init__(self, host: str, port: int, security: WireSecurity, timeout: float = 30.0) -> None:
+        self.where = f"{host}:{port}"
+        try:
+            raw = socket.create_connection((host, port), timeout=timeout)
+            self._sock = security.wrap(raw, host)
+        except OSError as error:
+            raise KafkaWireError(f"cannot connect to Kafka broker {self.where}: {error}") from None
+        self._correlation = 0
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> KafkaWire:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def call(self, api: tuple[int, int], body: bytes) -> bytes:
+        """Send one request and return its response body (after the v1 response header)."""
+        self._correlation += 1
+        try:
+            self._sock.sendall(request_frame(api, self._correlation, body))
+            size = struct.unpack(">i", self._read(4))[0]
+            if not 0 < size <= _MAX_FRAME:
+                raise KafkaWireError(f"Kafka broker {self.where} sent a frame of {size} bytes")
+            response = Reader(self._read(size))
+        except OSError as error:
+            raise KafkaWireError(f"Kafka broker {self.where}: {error}") from None
+        if response.int32() != self._correlation:
+            raise KafkaWireError(f"Kafka broker {self.where} answered out of order")
+        response.skip_tags()
+        return response.data[response.at :]
+
+    def _read(self, size: int) -> bytes:
+        chunks: list[bytes] = []
+        while size:
+            chunk = self._sock.recv(size)
+            if not chunk:
+                raise KafkaWireError(f"Kafka broker {self.where} closed the connection")
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)

@@ -1,0 +1,351 @@
+"""The Kafka sink's two phases against a real broker (testcluster/kafka.py), and its parts.
+
+Phase one leaves a flushed transaction open when the task's producer goes; phase two commits it
+from another connection by id, producer id and epoch. What a consumer reading
+``read_committed`` sees is the ground truth: each record once after the commit, none before it,
+none of a replay, and none of a transaction the broker aborted, which the sink reports by name.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from finishable.connectors import kafka_wire as wire
+from finishable.connectors.kafka_transactions import (
+    COMMITTED,
+    COMMITTING,
+    CommitRecord,
+    KafkaCommitter,
+    KafkaTransactionLost,
+    OpenTransaction,
+    committing,
+    read_record,
+    write_record,
+)
+from finishable.connectors.kafka_writing import write_plain, write_transaction
+from finishable.connectors.sink_store import SinkError, SinkStore
+from finishable.connectors.sinks import Kafka
+from finishable.connectors.streaming.kafka_writer import commit_batch, recover
+from testcluster.kafka import KafkaBroker, running_broker
+
+pytestmark = pytest.mark.quick
+
+TIMEOUT = 60.0
+SHORT_TIMEOUT_MS = 3000
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    # The broker looks for timed-out transactions every second (default: 10 s), so that a test
+    # of a transaction it aborts waits seconds, not minutes.
+    extra = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+    with running_broker(tmp_path_factory.mktemp("kafka-sink"), extra) as started:
+        yield started
+
+
+def new_topic(broker: KafkaBroker, partitions: int = 2) -> str:
+    topic = f"out-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(TIMEOUT)
+    return topic
+
+
+def read_committed(broker: KafkaBroker, topic: str, partitions: int = 2) -> list[bytes]:
+    """Every record a read_committed consumer sees up to each partition's last stable offset."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": f"check-{uuid.uuid4().hex[:6]}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    done: set[int] = set()
+    deadline = time.monotonic() + TIMEOUT
+    while len(done) < partitions:
+        assert time.monotonic() < deadline, f"no end of {topic} within {TIMEOUT} s"
+        message = consumer.poll(1.0)
+        if message is None:
+            continue
+        if message.error():
+            assert message.error().code() == -191, message.error()  # _PARTITION_EOF
+            done.add(message.partition())
+            continue
+        values.append(message.value())
+    consumer.close()
+    return values
+
+
+def rows(values: list[str], partition: int | None = None) -> pa.RecordBatch:
+    columns = {"value": pa.array(values, pa.string())}
+    if partition is not None:
+        columns["partition"] = pa.array([partition] * len(values), pa.int32())
+    return pa.RecordBatch.from_pydict(columns)
+
+
+def open_transaction(
+    broker: KafkaBroker, topic: str, prefix: str, partition: int, values: list[str], **options: str
+) -> OpenTransaction:
+    opened = write_transaction(
+        [rows(values, partition % 2)],
+        bootstrap_servers=broker.bootstrap_servers,
+        client_options=options,
+        topic=topic,
+        prefix=prefix,
+        partition=partition,
+    )
+    assert opened is not None
+    return opened
+
+
+def committer(broker: KafkaBroker) -> KafkaCommitter:
+    return KafkaCommitter(broker.bootstrap_servers, {})
+
+
+def test_a_task_leaves_its_transaction_open_and_the_driver_commits_it_by_id_and_epoch(
+    broker: KafkaBroker,
+) -> None:
+    topic = new_topic(broker)
+    opened = open_transaction(broker, topic, f"p-{uuid.uuid4().hex[:6]}", 0, ["a", "b", "c"])
+    assert opened.records == 3
+    found = committer(broker).describe(opened.transactional_id)
+    assert found.state == "Ongoing", "the producer's end aborted the transaction"
+    assert read_committed(broker, topic) == []
+    committer(broker).commit_all("s", 0, [opened])
+    assert sorted(read_committed(broker, topic)) == [b"a", b"b", b"c"]
+    committer(broker).commit_all("s", 0, [opened])  # a retry after a crash: success, no copy
+    assert sorted(read_committed(broker, topic)) == [b"a", b"b", b"c"]
+
+
+def test_no_rows_open_no_transaction(broker: KafkaBroker) -> None:
+    topic = new_topic(broker)
+    opened = write_transaction(
+        [rows([])],
+        bootstrap_servers=broker.bootstrap_servers,
+        client_options={},
+        topic=topic,
+        prefix="empty",
+        partition=0,
+    )
+    assert opened is None
+
+
+def test_a_batch_is_committed_once_and_its_replay_is_aborted(
+    broker: KafkaBroker, tmp_path: Path
+) -> None:
+    topic = new_topic(broker)
+    sink = Kafka(
+        topic,
+        broker.bootstrap_servers,
+        transactional_id_prefix=f"b-{uuid.uuid4().hex[:6]}",
+        staging_url=str(tmp_path),
+        name="once",
+    )
+    store, target = sink.store, sink.target
+    assert store is not None
+    first = [
+        open_transaction(broker, topic, target.prefix, p, [f"{p}-x", f"{p}-y"]) for p in (0, 1)
+    ]
+    commit_batch(store, target, 7, first, committer(broker))
+    record = read_record(store)
+    assert record is not None and record.state == COMMITTED and record.batch_id == 7
+    assert sink.last_committed_batch() == 7
+    replay = [
+        open_transaction(broker, topic, target.prefix, p, [f"{p}-x", f"{p}-y"]) for p in (0, 1)
+    ]
+    commit_batch(store, target, 7, replay, committer(broker))
+    assert sorted(read_committed(broker, topic)) == [b"0-x", b"0-y", b"1-x", b"1-y"]
+    for transaction in replay:
+        assert committer(broker).describe(transaction.transactional_id).state == "CompleteAbort"
+
+
+def test_recovery_commits_what_the_record_holds_and_fences_the_sinks_other_open_ids(
+    broker: KafkaBroker, tmp_path: Path
+) -> None:
+    topic = new_topic(broker)
+    sink = Kafka(
+        topic,
+        broker.bootstrap_servers,
+        transactional_id_prefix=f"r-{uuid.uuid4().hex[:6]}",
+        staging_url=str(tmp_path),
+        name="recovered",
+    )
+    store, target = sink.store, sink.target
+    assert store is not None
+    held = open_transaction(broker, topic, target.prefix, 0, ["held"])
+    write_record(store, committing(store.name, 3, [held], "run-1"))  # the driver died here
+    zombie = open_transaction(broker, topic, target.prefix, 1, ["zombie"])
+    other = open_transaction(broker, topic, f"{target.prefix}-other", 0, ["other sink"])
+    recover(store, target)
+    record = read_record(store)
+    assert record is not None and record.state == COMMITTED and record.batch_id == 3
+    fenced = committer(broker).describe(zombie.transactional_id)
+    assert fenced.state != "Ongoing" and fenced.producer_epoch > zombie.epoch
+    assert committer(broker).end(zombie, commit=True) != wire.NONE, "the zombie still commits"
+    assert committer(broker).describe(other.transactional_id).state == "Ongoing"
+    committer(broker).abort_all([other])
+    assert read_committed(broker, topic) == [b"held"]
+
+
+def test_a_transaction_the_broker_aborted_is_reported_lost_with_the_setting_to_raise(
+    broker: KafkaBroker, tmp_path: Path
+) -> None:
+    topic = new_topic(broker)
+    sink = Kafka(
+        topic,
+        broker.bootstrap_servers,
+        transactional_id_prefix=f"t-{uuid.uuid4().hex[:6]}",
+        staging_url=str(tmp_path),
+        name="late",
+        options={"kafka.transaction.timeout.ms": str(SHORT_TIMEOUT_MS)},
+    )
+    store, target = sink.store, sink.target
+    assert store is not None
+    held = open_transaction(
+        broker,
+        topic,
+        target.prefix,
+        0,
+        ["late"],
+        **{"transaction.timeout.ms": str(SHORT_TIMEOUT_MS)},
+    )
+    write_record(store, committing(store.name, 9, [held], "run-1"))
+    deadline = time.monotonic() + TIMEOUT
+    while committer(broker).describe(held.transactional_id).state == "Ongoing":
+        assert time.monotonic() < deadline, "the broker never aborted the timed-out transaction"
+        time.sleep(0.2)
+    with pytest.raises(KafkaTransactionLost) as lost:
+        recover(store, target)
+    message = str(lost.value)
+    assert "batch 9" in message and held.transactional_id in message
+    assert "transaction.timeout.ms (3000 ms)" in message and "lost" in message
+    assert read_record(store) == CommitRecord(
+        store.name,
+        9,
+        COMMITTING,
+        (held,),
+        "run-1",
+        read_record(store).at,  # type: ignore[union-attr]
+    ), "a lost batch stays recorded: the job stops, it does not carry on past it"
+    assert read_committed(broker, topic) == []
+
+
+def test_at_least_once_delivers_before_the_task_ends(broker: KafkaBroker) -> None:
+    topic = new_topic(broker)
+    count = write_plain(
+        [rows(["one", "two"], 0)],
+        bootstrap_servers=broker.bootstrap_servers,
+        client_options={},
+        topic=topic,
+    )
+    assert count == 2
+    assert sorted(read_committed(broker, topic)) == [b"one", b"two"]
+
+
+def test_records_take_key_topic_and_headers_from_their_columns(broker: KafkaBroker) -> None:
+    topic = new_topic(broker, partitions=1)
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "key": pa.array([b"k1", None]),
+            "value": pa.array([b"v1", b"v2"]),
+            "topic": pa.array([topic, topic]),
+            "headers": pa.array(
+                [[{"key": "h", "value": b"1"}], None],
+                pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
+            ),
+        }
+    )
+    write_plain([batch], bootstrap_servers=broker.bootstrap_servers, client_options={}, topic=None)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": "headers",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    seen = []
+    while len(seen) < 2:
+        message = consumer.poll(TIMEOUT)
+        assert message is not None and not message.error()
+        seen.append((message.key(), message.value(), message.headers()))
+    consumer.close()
+    assert seen == [(b"k1", b"v1", [("h", b"1")]), (None, b"v2", None)]
+
+
+# --- without a broker ----------------------------------------------------------------------------
+
+
+def test_the_wire_encoding_round_trips_varints_and_compact_strings() -> None:
+    for value in (0, 1, 127, 128, 300, 2**31, 2**62):
+        assert wire.Reader(wire.uvarint(value)).uvarint() == value
+    reader = wire.Reader(wire.compact_string("héllo") + wire.compact_array([]) + b"\x00")
+    assert reader.string() == "héllo"
+    assert reader.array_length() == 0
+    reader.skip_tags()
+    assert reader.at == len(reader.data)
+    with pytest.raises(wire.KafkaWireError, match="truncated"):
+        wire.Reader(b"\x05ab").string()
+
+
+def test_an_end_txn_request_is_laid_out_as_kafka_defines_it() -> None:
+    frame = wire.request_frame(wire.END_TXN, 7, wire.end_txn_body("t", 5, 2, True))
+    size = int.from_bytes(frame[:4], "big")
+    assert size == len(frame) - 4
+    client = wire.CLIENT_ID.encode()
+    header = (26).to_bytes(2, "big") + (3).to_bytes(2, "big") + (7).to_bytes(4, "big")
+    header += len(client).to_bytes(2, "big") + client + b"\x00"
+    body = b"\x02t" + (5).to_bytes(8, "big") + (2).to_bytes(2, "big") + b"\x01\x00"
+    assert frame[4:] == header + body
+
+
+def test_sasl_is_refused_with_what_to_use_instead() -> None:
+    with pytest.raises(wire.KafkaWireError, match="SASL is not supported yet.*at-least-once"):
+        wire.WireSecurity.from_settings({"security.protocol": "SASL_SSL"})
+
+
+def test_a_damaged_commit_record_is_an_error_naming_it(tmp_path: Path) -> None:
+    store = SinkStore(str(tmp_path), "damaged")
+    store.put_atomic("_kafka_commit.json", b'{"version": 1, "sink": "x"}')
+    with pytest.raises(SinkError, match="_kafka_commit.json: damaged commit record"):
+        read_record(store)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            {"delivery": "twice"},
+            "delivery='twice': expected one of 'exactly-once', 'at-least-once'",
+        ),
+        ({"options": {"linger.ms": "5"}}, r"options\['linger.ms'\]: a Kafka sink takes kafka\.\*"),
+        ({"options": {"kafka.transactional.id": "x"}}, "set by the sink"),
+        ({"bootstrap_servers": " "}, "bootstrap_servers=' ': expected brokers"),
+    ],
+)
+def test_a_sink_declaration_names_the_mistake(arguments: dict[str, object], message: str) -> None:
+    given: dict[str, object] = {"topic": "t", "bootstrap_servers": "127.0.0.1:9092", **arguments}
+    with pytest.raises(ValueError, match=message):
+        Kafka(**given)  # type: ignore[arg-type]
+
+
+def test_exactly_once_outside_a_job_asks_for_its_prefix_and_staging() -> None:
+    sink = Kafka("t", "127.0.0.1:9092")
+    with pytest.raises(SinkError, match="needs transactional_id_prefix"):
+        _ = sink.target
+    with pytest.raises(SinkError, match="needs staging_url"):
+        _ = sink.store
+    assert Kafka("t", "127.0.0.1:9092", delivery="at-least-once").store is None

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, TopicPartition
 
 from finishable.connectors import kafka_wire as wire
 from finishable.connectors.kafka_transactions import (
@@ -35,10 +34,11 @@ from finishable.connectors.sink_store import SinkError, SinkStore
 from finishable.connectors.sinks import Kafka
 from finishable.connectors.streaming.kafka_writer import commit_batch, recover
 from testcluster.kafka import KafkaBroker, running_broker
+from tests.support.kafka import TIMEOUT, new_topic
+from tests.support.kafka import read_committed as read_topic
 
 pytestmark = pytest.mark.quick
 
-TIMEOUT = 60.0
 SHORT_TIMEOUT_MS = 3000
 
 
@@ -51,42 +51,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
         yield started
 
 
-def new_topic(broker: KafkaBroker, partitions: int = 2) -> str:
-    topic = f"out-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(TIMEOUT)
-    return topic
-
-
 def read_committed(broker: KafkaBroker, topic: str, partitions: int = 2) -> list[bytes]:
-    """Every record a read_committed consumer sees up to each partition's last stable offset."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap_servers,
-            "group.id": f"check-{uuid.uuid4().hex[:6]}",
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    values: list[bytes] = []
-    done: set[int] = set()
-    deadline = time.monotonic() + TIMEOUT
-    while len(done) < partitions:
-        assert time.monotonic() < deadline, f"no end of {topic} within {TIMEOUT} s"
-        message = consumer.poll(1.0)
-        if message is None:
-            continue
-        if message.error():
-            assert message.error().code() == -191, message.error()  # _PARTITION_EOF
-            done.add(message.partition())
-            continue
-        values.append(message.value())
-    consumer.close()
-    return values
+    return read_topic(broker, topic, partitions)
 
 
 def rows(values: list[str], partition: int | None = None) -> pa.RecordBatch:
@@ -313,14 +279,14 @@ def test_an_end_txn_request_is_laid_out_as_kafka_defines_it() -> None:
 
 
 def test_sasl_is_refused_with_what_to_use_instead() -> None:
-    with pytest.raises(wire.KafkaWireError, match="SASL is not supported yet.*at-least-once"):
+    with pytest.raises(wire.KafkaWireError, match=r"SASL is not supported yet.*at-least-once"):
         wire.WireSecurity.from_settings({"security.protocol": "SASL_SSL"})
 
 
 def test_a_damaged_commit_record_is_an_error_naming_it(tmp_path: Path) -> None:
     store = SinkStore(str(tmp_path), "damaged")
     store.put_atomic("_kafka_commit.json", b'{"version": 1, "sink": "x"}')
-    with pytest.raises(SinkError, match="_kafka_commit.json: damaged commit record"):
+    with pytest.raises(SinkError, match=r"_kafka_commit\.json: damaged commit record"):
         read_record(store)
 
 

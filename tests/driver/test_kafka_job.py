@@ -19,13 +19,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 
 from finishable import sinks, sources
 from finishable.local.shuffle import LocalShuffle
 from testcluster.kafka import KafkaBroker, running_broker
+from tests.support.kafka import create_topic
 
 from .test_batch_program import make_job, shuffle, spark  # noqa: F401 - its fixtures
 from .test_streaming_job import Job, published
@@ -43,12 +43,6 @@ TIMEOUT = 60.0
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     with running_broker(tmp_path_factory.mktemp("kafka")) as started:
         yield started
-
-
-def create_topic(broker: KafkaBroker, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(TIMEOUT)
 
 
 Click = tuple[datetime, str]

@@ -328,7 +328,8 @@ def clicks_files(inputs: Path, per_batch: int) -> sources.Source:
 
 
 class RuntimeRun:
-    """One FinishableJob run on a thread of this process: ``source`` through ``transform``."""
+    """One FinishableJob run on a thread of this process: ``source`` through ``transform`` into
+    ``sink`` (default: parquet files)."""
 
     def __init__(
         self,
@@ -338,6 +339,7 @@ class RuntimeRun:
         *,
         source: sources.Source,
         transform: Callable[[DataFrame], DataFrame],
+        sink: sinks.TransactionalSink | None = None,
     ) -> None:
         self.config = job_config(work, name)
         self.job = FinishableJob(self.config, spark=spark, token="benchmark-token")
@@ -346,7 +348,8 @@ class RuntimeRun:
         frame = self.job.read_stream(source, name="clicks")
         self.job.write_stream(
             transform(frame),
-            sinks.TransactionalFiles(str(work / f"{name}-out"), format="parquet", name="out"),
+            sink
+            or sinks.TransactionalFiles(str(work / f"{name}-out"), format="parquet", name="out"),
         )
 
     def run(self, monitor: Callable[[float], None]) -> float:

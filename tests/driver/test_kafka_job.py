@@ -72,6 +72,10 @@ def produce_clicks(
                 partition=rng.randrange(partitions),
                 timestamp=int(moment.timestamp() * 1000),
             )
+        # Flushed first: an abort racing the transaction's first records can reach the
+        # coordinator before they registered the transaction's partitions, and librdkafka then
+        # ends the previous, committed transaction's id with INVALID_TXN_STATE, a fatal error.
+        producer.flush(TIMEOUT)
         if index % 4 == 3:
             producer.abort_transaction(TIMEOUT)
         else:

@@ -1,8 +1,11 @@
 """Two-phase-commit sinks for Structured Streaming: executors stage, the driver publishes once.
 
 What a program declares: ``sinks.TransactionalFiles(url, format=...)`` (exactly-once parquet or
-JSON files) or ``sinks.TransactionalCallback(commit)`` (exactly-once delivery into the user's own
-system). Each writes a DataFrame through a Python data source whose writers Spark runs
+JSON files), ``sinks.TransactionalCallback(commit)`` (exactly-once delivery into the user's own
+system), ``sinks.Iceberg(table)`` or ``sinks.Kafka(topic, bootstrap_servers)`` (whose phase one is
+a Kafka transaction per task rather than a staged file: ``connectors.streaming.kafka_writer``).
+One cohesive module: the catalogue of every sink a program can declare, as ``sources`` is of the
+sources. Each writes a DataFrame through a Python data source whose writers Spark runs
 (``connectors.streaming.sink``): every task stages its rows (phase one), and once per micro-batch,
 before Spark records the batch in its commit log, the batch is published (phase two), idempotently
 per (sink name, batch id). Where the files live and how a batch is published is in
@@ -14,10 +17,11 @@ and the micro-batch *is* the checkpoint whose commit publishes it, so there is n
 the last batch of a drained or bounded query is published by its own commit, before Spark writes
 ``commits/<id>``. ``finish()`` exists for the lifecycle executor's symmetry and does nothing.
 ``clean_staging()`` is the ``close()`` counterpart: between query runs no staged file is ever
-reused (Spark re-runs every uncommitted task), so the job calls it before starting and after
-stopping a query.
+reused (Spark re-runs every uncommitted task), so a program may call it between query runs; the
+job runtime relies on each batch's commit removing what earlier batches staged. The Kafka sink's
+counterpart is its recovery before a query starts (``kafka_writer.recover``).
 
-Drain sentinels: both sinks drop the artificial row of a drain and its marker column, so it never
+Drain sentinels: every sink drops the artificial row of a drain and its marker column, so it never
 reaches an output; the constants and helpers that recognise it (``connectors.sentinels``) are
 exported here for programs and tests.
 """

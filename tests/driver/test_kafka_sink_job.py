@@ -10,8 +10,10 @@ restart under the running job, and a partition added to the input while it runs.
 
 from __future__ import annotations
 
+import importlib
 import json
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -19,18 +21,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from finishable.connectors.kafka_transactions import KafkaCommitter
 from testcluster.kafka import KafkaBroker, running_broker
 from tests.support.kafka import TIMEOUT, create_topic, read_committed
 
-from .test_kafka_job import ground_truth, jobs, kafka_job, produce_clicks  # noqa: F401 - fixture
-from .test_streaming_job import Job
+from .test_kafka_job import ground_truth, kafka_job, produce_clicks
+from .test_streaming_job import ROOT, Job
 
 pytestmark = pytest.mark.full
 
 OUTPUT_PARTITIONS = 2
+EXAMPLES = ROOT / "examples" / "streaming"
 TRANSACTION_TIMEOUT_MS = 3000
 
 
@@ -41,6 +45,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     extra = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
     with running_broker(tmp_path_factory.mktemp("kafka-sink-job"), extra) as started:
         yield started
+
+
+@pytest.fixture
+def jobs() -> Iterator[list[Job]]:
+    started: list[Job] = []
+    yield started
+    for job in started:
+        job.cleanup()
 
 
 def sink_job(tmp_path: Path, broker: KafkaBroker, name: str, *args: str) -> tuple[Job, str, str]:
@@ -203,3 +215,37 @@ def test_a_broker_restart_and_a_new_input_partition_lose_and_duplicate_nothing(
     assert job.status()["phase"] == "Finished"
     assert published_to(broker, output) == ground_truth(committed)
     assert no_open_transactions(broker, "ks-restart")
+
+
+def test_the_shipped_example_counts_each_committed_click_once(
+    tmp_path: Path, broker: KafkaBroker, jobs: list[Job]
+) -> None:
+    """``examples/streaming/kafka.yaml`` as shipped, its producer script writing the input, with
+    the broker replaced and ``--bounded`` added so that it ends by itself."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        producer = importlib.import_module("kafka_producer")
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    bootstrap = broker.bootstrap_servers
+    producer.ensure_topic(bootstrap, "clicks", 3)
+    committed = producer.produce(bootstrap, "clicks", clicks=6000, minutes=5, seed=7)
+    create_topic(broker, "page-counts", OUTPUT_PARTITIONS)
+
+    job = Job(tmp_path, "clickstream-kafka")
+    jobs.append(job)
+    document = yaml.safe_load((EXAMPLES / "kafka.yaml").read_text())
+    application = document["spec"]["application"]
+    application["file"] = str(EXAMPLES / application["file"])
+    shipped = [a for a in application["args"] if not a.startswith("--bootstrap-servers=")]
+    application["args"] = [f"--bootstrap-servers={bootstrap}", *shipped, "--bounded"]
+    job.manifest.write_text(yaml.safe_dump(document))
+    job.run()
+    job.finish()
+    assert job.status()["phase"] == "Finished"
+
+    per_page: Counter[str] = Counter()
+    for (_, page), count in published_to(broker, "page-counts").items():
+        per_page[page] += count
+    assert per_page == committed
+    assert no_open_transactions(broker, "clickstream-kafka")

@@ -255,3 +255,33 @@ def test_a_drain_reads_to_the_offsets_of_its_request_and_then_the_sentinel_alone
 
     host.inspect(resume).result(TIMEOUT)  # a failed stop resumes: reading goes on past it
     assert take_when_polled(host, 1) == [KafkaSplit("t", 0, 150, 250)]
+
+
+def test_a_long_stream_keeps_the_splits_of_its_last_checkpoints_not_of_every_batch(
+    make_host: HostFactory,
+) -> None:
+    """A stream's state would grow with every batch if finished splits were kept: the cursor
+    already says they were cut. Their count stays for the progress, and a restore from the
+    compacted state reads on from the cursor."""
+    brokers = FakeBrokers({("t", 0): (0, 0)})
+    host = make_host(provider(brokers, starting_offsets="earliest", split_size=10))
+    ready(host, 0, 0)
+    wait_for(lambda: cursors(host) == {("t", 0): 0}, "the first poll", TIMEOUT)
+    brokers.set(("t", 0), 0, 10_000)
+    sizes: list[int] = []
+    for batch in range(1, 41):  # a batch: a split read, finished, then its checkpoint
+        [split] = take_when_polled(host, 1)
+        finish(host, 0, 0, split.split_id)
+        snapshot = host.checkpoint_coordinator(batch).result(TIMEOUT)
+        host.notify_checkpoint_complete(batch).result(TIMEOUT)
+        sizes.append(len(snapshot))
+    assert sizes[-1] == sizes[20], "the state grows with the number of batches"
+    progress = host.progress().result(TIMEOUT)
+    assert progress.splits_finished == 40 and progress.splits_discovered == 40
+
+    restored = make_host(provider(brokers, starting_offsets="earliest", split_size=10), "again")
+    restored.reset_to_checkpoint(40, snapshot).result(TIMEOUT)
+    ready(restored, 0, 0)
+    assert cursors(restored) == {("t", 0): 400}
+    assert restored.progress().result(TIMEOUT).splits_finished == 40
+    assert take_when_polled(restored, 1) == [KafkaSplit("t", 0, 400, 410)]

@@ -65,6 +65,8 @@ class Ledger:
     orphans: dict[int, dict[str, int]] = field(default_factory=dict)
     finished: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     epoch: int = NO_CHECKPOINT
+    forgotten: set[str] = field(default_factory=set)
+    """Finished splits the enumerator forgot (a range's cursor says they were cut)."""
 
     def assign(self, subtask: int, attempt: int, max_splits: int) -> OperatorEvent:
         mine = self.held.setdefault((subtask, attempt), {})
@@ -96,6 +98,12 @@ class Ledger:
     def finish(self, key: Key, sids: list[str]) -> None:
         for sid in sids:
             self.finished[sid] = (key[0], self.held[key].pop(sid), self.epoch)
+
+    def forget(self, before_epoch: int) -> None:
+        for sid, (_, _, finished) in list(self.finished.items()):
+            if finished < before_epoch:
+                del self.finished[sid]
+                self.forgotten.add(sid)
 
     def fail(self, key: Key) -> None:
         self.pending.update(self.held.pop(key, {}))
@@ -147,6 +155,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.taken: list[int] = []
         self.next_checkpoint = 1
         self.latest = NO_CHECKPOINT  # the latest checkpoint of the current timeline
+        self.completed: int | None = None  # the latest checkpoint notified complete
         for subtask in self.live:
             self.attempt_ready(subtask)
 
@@ -261,11 +270,21 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.taken))
     @rule(data=st.data())
     def checkpoint_complete(self, data: st.DataObject) -> None:
-        self.host.notify_checkpoint_complete(data.draw(st.sampled_from(self.taken))).result(TIMEOUT)
+        checkpoint_id = data.draw(st.sampled_from(self.taken))
+        self.host.notify_checkpoint_complete(checkpoint_id).result(TIMEOUT)
+        previous = self.completed
+        if previous is None or checkpoint_id > previous:
+            self.completed = checkpoint_id
+            if previous is not None:
+                self.model.forget(previous)
 
     def restore_point(self, data: st.DataObject) -> int:
-        """A checkpoint to reset to: mostly the latest, as a scheduler picks, sometimes any."""
+        """A checkpoint to reset a subtask to: mostly the latest, as a scheduler picks, sometimes
+        any, but none before the latest completed one (a scheduler restores from that or later)."""
         latest = self.latest
+        if self.completed is not None:
+            later = [c for c in self.taken if c >= self.completed]
+            return data.draw(st.one_of(st.just(latest), st.sampled_from(later)))
         return data.draw(st.one_of(st.just(latest), st.sampled_from([NO_CHECKPOINT, *self.taken])))
 
     @rule(subtask=SUBTASKS, data=st.data())
@@ -308,6 +327,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.live = {0: set(), 1: set()}
         self.awaiting_reset = {0: False, 1: False}
         self.beliefs = {}
+        self.completed = None
         for subtask in self.live:  # the restarted job deploys every subtask again
             self.attempt_ready(subtask)
 
@@ -325,7 +345,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         view, problems = self.host.inspect(probe).result(TIMEOUT)
         assert problems == []
         model = self.model
-        undiscovered = self.all - set(view.discovered)
+        undiscovered = self.all - set(view.discovered) - model.forgotten
         assert view.pending | undiscovered == model.pending
         assert {k: set(v) for k, v in view.held.items()} == {
             k: set(v) for k, v in model.held.items() if v
@@ -340,7 +360,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if not hasattr(self, "host"):
             return
         model = self.model
-        places: list[set[str]] = [model.pending, set(model.finished)]
+        places: list[set[str]] = [model.pending, set(model.finished), model.forgotten]
         places += [set(ids) for ids in model.held.values()]
         places += [set(ids) for ids in model.orphans.values()]
         assert sum(len(p) for p in places) == len(self.all)
@@ -353,7 +373,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert held == set(model.held.get(key, {}))
         progress = self.host.progress().result(TIMEOUT)
         assert progress is not None
-        assert progress.fully_finished == (len(model.finished) == len(self.all))
+        done = len(model.finished) + len(model.forgotten)
+        assert progress.fully_finished == (done == len(self.all))
+        assert progress.splits_finished == done
 
 
 CoordinatorMachine.TestCase.settings = settings(

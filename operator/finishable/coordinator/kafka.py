@@ -179,6 +179,7 @@ class KafkaSplitEnumerator(SplitEnumerator):
     """Cuts the polled offsets of Kafka topic partitions into splits on request."""
 
     source_kind: ClassVar[str] = "kafka"
+    forgets_finished_splits: ClassVar[bool] = True  # the cursor says what was cut
 
     def __init__(
         self,

@@ -26,6 +26,7 @@ class RangeSplitEnumerator(SplitEnumerator):
     """Splits ``RangeSplit(k, k + split_size)`` of a bounded or unbounded row range."""
 
     source_kind: ClassVar[str] = "ranges"
+    forgets_finished_splits: ClassVar[bool] = True  # the cursor says what was cut
 
     def __init__(
         self,

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from finishable.coordinator.contract import (
     NO_CHECKPOINT,
@@ -89,6 +90,9 @@ class SourceControlState:
 class SplitEnumerator(EnumeratorState, OperatorCoordinator):
     """Base of the file and range enumerators: the ledger, the events and the snapshot."""
 
+    forgets_finished_splits: ClassVar[bool] = False
+    """Whether the cursor alone says what was cut, so finished splits may be forgotten."""
+
     def __init__(self, context: CoordinatorContext, *, bounded: bool) -> None:
         self._context = context
         self._bounded = bounded
@@ -98,6 +102,7 @@ class SplitEnumerator(EnumeratorState, OperatorCoordinator):
         self._suspended = False
         self._held_requests = 0
         self._requests = 0
+        self._last_complete: int | None = None
         self._clear_ledger()
 
     # ------------------------------------------------------------------ hooks for subclasses
@@ -218,10 +223,24 @@ class SplitEnumerator(EnumeratorState, OperatorCoordinator):
         return data
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Forget, if the source may, the splits finished before the previous completed
+        checkpoint: the last two checkpoints' finishes stay, so the batch a restart replays
+        (the one after its checkpoint) is never among the forgotten. A subtask is only ever
+        reset to the latest completed checkpoint or a later one, as Flink's scheduler does, so
+        no reset needs a forgotten finish back."""
         logger.debug("%s: checkpoint %d complete", self._context.name, checkpoint_id)
+        previous = self._last_complete
+        if previous is not None and checkpoint_id <= previous:
+            return  # a late notification of an older checkpoint
+        self._last_complete = checkpoint_id
+        if self.forgets_finished_splits and previous is not None:
+            forgotten = self._forget_finished(previous)
+            if forgotten:
+                logger.debug("%s: %d finished split(s) forgotten", self._context.name, forgotten)
 
     def reset_to_checkpoint(self, checkpoint_id: int, data: bytes | None) -> None:
         self._gateways.clear()
+        self._last_complete = None
         self._clear_ledger()
         if data is None:
             self._epoch = checkpoint_id

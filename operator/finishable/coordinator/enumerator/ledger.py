@@ -11,6 +11,12 @@ only record of who holds which split. Every split is in exactly one state:
 Each assignment and finish is tagged with its *epoch*: the id of the last checkpoint taken before
 it (``NO_CHECKPOINT`` if none), so "after checkpoint c" means "epoch >= c".
 
+A source whose cursor alone says what was cut (Kafka's offsets, a range's next row) *forgets*
+finished splits once two completed checkpoints are past their finish (``_forget_finished``): a
+stream that runs for weeks keeps the splits of its last batches, not of every batch, and so does
+each checkpoint of it. Only their count stays (``forgotten``), for the progress figures. A source
+that tells new input from old by the splits it knows (files) keeps them all.
+
 A request is answered with ``AddSplits`` (possibly empty: 'nothing yet, ask again') or, for a
 bounded source with nothing pending, no orphans and discovery complete, ``NoMoreSplits``. A
 subtask's orphans go to its next attempt's first request, all at once (Flink restores them from
@@ -76,6 +82,8 @@ class SplitLedger(ABC):
     _discovery_complete: bool
     _sentinels: set[str]
     _skipped: dict[str, str]
+    _forgotten: int
+    """Finished splits dropped from the ledger (``_forget_finished``), counted in the progress."""
     # Set by ``SplitEnumerator.__init__``: what the ledger reads of the enumerator around it.
     _context: CoordinatorContext
     _bounded: bool
@@ -148,7 +156,7 @@ class SplitLedger(ABC):
             splits_discovered=self._real_split_count(),
             splits_pending=len(self._pending - sentinels),
             splits_assigned=len(self._holder.keys() - sentinels),
-            splits_finished=len(self._finished.keys() - sentinels),
+            splits_finished=len(self._finished.keys() - sentinels) + self._forgotten,
             fully_finished=self.fully_finished,
         )
 
@@ -158,14 +166,29 @@ class SplitLedger(ABC):
 
         Sentinel splits do not count: they are not input.
         """
-        return (
-            self._bounded
-            and self._discovery_complete
-            and len(self._finished.keys() - self._sentinels) == self._real_split_count()
-        )
+        finished = len(self._finished.keys() - self._sentinels) + self._forgotten
+        return self._bounded and self._discovery_complete and finished == self._real_split_count()
 
     def _real_split_count(self) -> int:
-        return len(self._splits) - len(self._sentinels)
+        return len(self._splits) - len(self._sentinels) + self._forgotten
+
+    def _forget_finished(self, before_epoch: int) -> int:
+        """Drop the splits finished at an epoch before ``before_epoch`` (sentinels and skipped
+        splits stay: the lifecycle and the status read them); how many went."""
+        gone = [
+            (split_id, finish[0])
+            for split_id, finish in self._finished.items()
+            if finish[2] < before_epoch
+            and split_id not in self._sentinels
+            and split_id not in self._skipped
+        ]
+        for split_id, subtask in gone:
+            del self._finished[split_id]
+            self._finished_by_subtask[subtask].discard(split_id)
+            del self._splits[split_id]
+            del self._seq[split_id]
+        self._forgotten += len(gone)
+        return len(gone)
 
     def file_urls(self) -> list[str]:
         """The URLs of the files the splits read, once each (ranges and sentinels apart)."""
@@ -411,4 +434,5 @@ class SplitLedger(ABC):
         self._discovery_complete = False
         self._sentinels = set()
         self._skipped = {}
+        self._forgotten = 0
         self._reset_cursor()

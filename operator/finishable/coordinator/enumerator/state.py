@@ -1,7 +1,8 @@
 """A split enumerator's state: its ledger as one JSON document, and the restore from it.
 
 The document names its format and version and the source it belongs to (the state of another
-input is refused), and holds the discovery cursor and every split in its state with its epochs.
+input is refused), and holds the discovery cursor and every split in its state with its epochs
+(but the finished splits a source forgot: their count, ``forgotten``).
 An unfinished sentinel split stays out: it belongs to a drain in progress, not to the source. A
 restore checks that every split is in exactly one state; a malformed state leaves the ledger
 empty and raises ``EnumeratorStateError``.
@@ -88,6 +89,8 @@ class EnumeratorState(SplitLedger):
         }
         if self._skipped:
             document["skipped"] = dict(sorted(self._skipped.items()))
+        if self._forgotten:
+            document["forgotten"] = self._forgotten
         return json.dumps(document, separators=(",", ":")).encode("utf-8")
 
     def _restore(self, checkpoint_id: int, data: bytes) -> None:
@@ -184,6 +187,10 @@ class EnumeratorState(SplitLedger):
                     f"snapshot.skipped[{split_id!r}]: expected a known split id and a reason"
                 )
             self._skipped[split_id] = reason
+        forgotten = doc.get("forgotten", 0)
+        if isinstance(forgotten, bool) or not isinstance(forgotten, int) or forgotten < 0:
+            raise EnumeratorStateError(f"snapshot.forgotten: expected a count, got {forgotten!r}")
+        self._forgotten = forgotten
         missing = [split_id for split_id in self._splits if split_id not in placed]
         if missing:
             raise EnumeratorStateError(

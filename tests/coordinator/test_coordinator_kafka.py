@@ -20,6 +20,7 @@ from finishable.coordinator.kafka import (
     KafkaOffsetsError,
     KafkaSplitEnumerator,
     Polled,
+    budget_splits,
     cut_splits,
     parse_offsets,
     resolve_offset,
@@ -285,3 +286,60 @@ def test_a_long_stream_keeps_the_splits_of_its_last_checkpoints_not_of_every_bat
     assert cursors(restored) == {("t", 0): 400}
     assert restored.progress().result(TIMEOUT).splits_finished == 40
     assert take_when_polled(restored, 1) == [KafkaSplit("t", 0, 400, 410)]
+
+
+def test_a_limit_per_trigger_is_shared_among_the_partitions_by_their_backlog() -> None:
+    cursors = {("t", 0): 0, ("t", 1): 100, ("t", 2): 5}
+    limits = {("t", 0): 300, ("t", 1): 200, ("t", 2): 5}
+    assert budget_splits(cursors, limits, 1_000, 40) == [
+        KafkaSplit("t", 0, 0, 30),  # 300 of the 400 behind: 3/4 of the limit
+        KafkaSplit("t", 1, 100, 110),
+    ]
+    assert budget_splits(cursors, limits, 20, 400) == [  # no split over split_size
+        KafkaSplit("t", 0, 0, 20),
+        KafkaSplit("t", 1, 100, 120),
+    ]
+    assert budget_splits({("t", 0): 0, ("t", 1): 0}, {("t", 0): 1, ("t", 1): 999}, 99, 2) == [
+        KafkaSplit("t", 0, 0, 1),  # a share under one offset rounds up
+        KafkaSplit("t", 1, 0, 1),
+    ]
+
+
+def test_with_a_limit_per_trigger_each_batch_reads_every_partition_behind(
+    make_host: HostFactory,
+) -> None:
+    brokers = FakeBrokers({("t", 0): (0, 0), ("t", 1): (0, 0)})
+    host = make_host(provider(brokers, starting_offsets="earliest", max_offsets_per_trigger=100))
+    ready(host, 0, 0)
+    wait_for(lambda: cursors(host) == {("t", 0): 0, ("t", 1): 0}, "the first poll", TIMEOUT)
+    brokers.set(("t", 0), 0, 1000)
+    brokers.set(("t", 1), 0, 1000)
+    first = take_when_polled(host)
+    assert first == [KafkaSplit("t", 0, 0, 50), KafkaSplit("t", 1, 0, 50)]
+    assert splits_of(host) == [KafkaSplit("t", 0, 50, 100), KafkaSplit("t", 1, 50, 100)]
+
+
+def test_a_bounded_source_with_a_limit_cuts_batch_by_batch_to_the_ends_it_resolved_once(
+    make_host: HostFactory,
+) -> None:
+    brokers = FakeBrokers({("t", 0): (0, 150)})
+    settings = {
+        "starting_offsets": "earliest",
+        "ending_offsets": "latest",
+        "max_offsets_per_trigger": 100,
+    }
+    host = make_host(provider(brokers, **settings))
+    ready(host, 0, 0)
+    [first] = take_when_polled(host)
+    assert first == KafkaSplit("t", 0, 0, 100)
+    finish(host, 0, 0, first.split_id)
+    snapshot = host.checkpoint_coordinator(1).result(TIMEOUT)
+    brokers.set(("t", 0), 0, 900)  # after the ends were resolved: not read, even after a restore
+
+    restored = make_host(provider(brokers, **settings), "restored")
+    restored.reset_to_checkpoint(1, snapshot).result(TIMEOUT)
+    ready(restored, 0, 0)
+    [last] = take_when_polled(restored)
+    assert last == KafkaSplit("t", 0, 100, 150)
+    finish(restored, 0, 0, last.split_id)
+    assert request(restored, 0, 0) == [NoMoreSplits()]

@@ -708,10 +708,7 @@ class Kafka(Source):
             given["max_offsets_per_trigger"], "maxOffsetsPerTrigger"
         )
         records = _positive(given["max_records_per_partition"], "maxRecordsPerPartition")
-        self.split_size = min(
-            records or KAFKA_SPLIT_SIZE,
-            self.max_offsets_per_trigger or KAFKA_SPLIT_SIZE,
-        )
+        self.split_size = records or KAFKA_SPLIT_SIZE
         self.fail_on_data_loss = _flag(given["fail_on_data_loss"], "failOnDataLoss", default=True)
         self.discovery_interval = (
             discovery_interval
@@ -747,6 +744,7 @@ class Kafka(Source):
             starting_offsets=self.starting_offsets,
             ending_offsets=self.ending_offsets,
             split_size=self.split_size,
+            max_offsets_per_trigger=self.max_offsets_per_trigger,
             discovery_interval=self.discovery_interval.total_seconds(),
         )
 
@@ -766,11 +764,6 @@ class Kafka(Source):
     def _settings(
         self, coordinator: str, endpoint: str, schema: StructType, attempt: int | None, cores: int
     ) -> ReaderSettings:
-        per_batch = (
-            max(1, self.max_offsets_per_trigger // self.split_size)
-            if self.max_offsets_per_trigger
-            else ALL_AVAILABLE_CAP
-        )
         return ReaderSettings(
             coordinator=coordinator,
             endpoint=endpoint,
@@ -780,7 +773,7 @@ class Kafka(Source):
             on_error="fail" if self.fail_on_data_loss else "skip",
             options=dict(self.client_options),
             split_size=self.split_size,
-            max_splits_per_batch=per_batch,
+            max_splits_per_batch=ALL_AVAILABLE_CAP,  # the coordinator keeps maxOffsetsPerTrigger
             max_partition_weight=self.split_size,
             open_cost=0,
             min_partitions=cores,

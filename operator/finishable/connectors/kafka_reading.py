@@ -88,8 +88,13 @@ def kafka_batches(
         consumer.assign([KafkaPartition(split.topic, split.partition, start)])
         waited = 0.0
         done = False
+        position = start
         while not done:
-            messages = consumer.consume(BATCH_ROWS, POLL_SECONDS)
+            # consume() waits for as many events as it asks for: never more than the offsets
+            # left (each record, marker or aborted record takes one), so the last call of a split
+            # returns when its records and the event after them (a later record, or the end of
+            # the partition) are in, not after the timeout.
+            messages = consumer.consume(min(BATCH_ROWS, split.end - position), POLL_SECONDS)
             if not messages:
                 waited += POLL_SECONDS
                 if waited >= read_timeout:
@@ -109,7 +114,8 @@ def kafka_batches(
                     done = True
                     break
                 rows.append(message)
-                if offset + 1 >= split.end:
+                position = offset + 1
+                if position >= split.end:
                     done = True
                     break
             if rows:

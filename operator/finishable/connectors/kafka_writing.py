@@ -17,6 +17,7 @@ confluent-kafka (the ``kafka`` extra) is imported here only: the package imports
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -55,9 +56,11 @@ def _producer(settings: Mapping[str, Any]) -> Any:
     return Producer(dict(settings))
 
 
-def _records(
-    batches: Iterable[pa.RecordBatch], default_topic: str | None
-) -> Iterator[tuple[str, bytes | None, bytes | None, int | None, list[tuple[str, bytes]] | None]]:
+Record = tuple[str, bytes | None, bytes | None, int | None, list[tuple[str, bytes]] | None]
+"""A record to produce: topic, key, value, partition (None: the partitioner's choice), headers."""
+
+
+def _records(batches: Iterable[pa.RecordBatch], default_topic: str | None) -> Iterator[Record]:
     """(topic, key, value, partition, headers) of each row that is not a drain sentinel."""
     for raw in batches:
         batch, _ = drop_sentinels(raw)
@@ -98,13 +101,7 @@ def _bytes(value: object) -> bytes | None:
     raise SinkError(f"a Kafka key or value must be binary or string, got {type(value).__name__}")
 
 
-def _produce_all(
-    producer: Any,
-    records: Iterator[
-        tuple[str, bytes | None, bytes | None, int | None, list[tuple[str, bytes]] | None]
-    ],
-    first: tuple[str, bytes | None, bytes | None, int | None, list[tuple[str, bytes]] | None],
-) -> int:
+def _produce_all(producer: Any, records: Iterator[Record], first: Record) -> int:
     """Produce every record, then flush; the first delivery error fails the task."""
     errors: list[str] = []
 
@@ -113,7 +110,7 @@ def _produce_all(
             errors.append(f"{message.topic()}[{message.partition()}]: {error}")
 
     count = 0
-    for topic, key, value, partition, headers in _chain(first, records):
+    for topic, key, value, partition, headers in itertools.chain([first], records):
         extra: dict[str, Any] = {} if partition is None else {"partition": partition}
         if headers:
             extra["headers"] = headers
@@ -134,11 +131,6 @@ def _produce_all(
             f"{remaining} Kafka record(s) were not delivered within {FLUSH_SECONDS:.0f} s"
         )
     return count
-
-
-def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
-    yield first
-    yield from rest
 
 
 def write_transaction(
@@ -208,7 +200,7 @@ def write_plain(
     try:
         return _produce_all(producer, records, first)
     finally:
-        producer.close() if hasattr(producer, "close") else None
+        producer.close()
 
 
 # --- the driver's chores: what recovery needs a real producer or admin client for ---------------
@@ -243,5 +235,5 @@ def fence(bootstrap_servers: str, client_options: Mapping[str, str], identifier:
     except Exception as error:
         raise SinkError(f"cannot fence Kafka transactional id {identifier!r}: {error}") from None
     finally:
-        producer.close() if hasattr(producer, "close") else None
+        producer.close()
     log.info("fenced Kafka transactional id %s in %.2f s", identifier, time.monotonic() - started)

@@ -32,7 +32,7 @@ from finishable.connectors.kafka_transactions import (
 from finishable.connectors.kafka_writing import write_plain, write_transaction
 from finishable.connectors.sink_store import SinkError, SinkStore
 from finishable.connectors.sinks import Kafka
-from finishable.connectors.streaming.kafka_writer import commit_batch, recover
+from finishable.connectors.streaming.kafka_writer import KafkaTarget, commit_batch, recover
 from testcluster.kafka import KafkaBroker, running_broker
 from tests.support.kafka import TIMEOUT, new_topic
 from tests.support.kafka import read_committed as read_topic
@@ -81,6 +81,23 @@ def committer(broker: KafkaBroker) -> KafkaCommitter:
     return KafkaCommitter(broker.bootstrap_servers, {})
 
 
+def exactly_once(
+    broker: KafkaBroker, tmp_path: Path, name: str, **options: str
+) -> tuple[str, Kafka, SinkStore, KafkaTarget]:
+    """A new topic, an exactly-once sink into it, and the sink's store and target."""
+    topic = new_topic(broker)
+    sink = Kafka(
+        topic,
+        broker.bootstrap_servers,
+        transactional_id_prefix=f"{name}-{uuid.uuid4().hex[:6]}",
+        staging_url=str(tmp_path),
+        name=name,
+        options={f"kafka.{key}": value for key, value in options.items()},
+    )
+    assert sink.store is not None
+    return topic, sink, sink.store, sink.target
+
+
 def test_a_task_leaves_its_transaction_open_and_the_driver_commits_it_by_id_and_epoch(
     broker: KafkaBroker,
 ) -> None:
@@ -112,16 +129,7 @@ def test_no_rows_open_no_transaction(broker: KafkaBroker) -> None:
 def test_a_batch_is_committed_once_and_its_replay_is_aborted(
     broker: KafkaBroker, tmp_path: Path
 ) -> None:
-    topic = new_topic(broker)
-    sink = Kafka(
-        topic,
-        broker.bootstrap_servers,
-        transactional_id_prefix=f"b-{uuid.uuid4().hex[:6]}",
-        staging_url=str(tmp_path),
-        name="once",
-    )
-    store, target = sink.store, sink.target
-    assert store is not None
+    topic, sink, store, target = exactly_once(broker, tmp_path, "once")
     first = [
         open_transaction(broker, topic, target.prefix, p, [f"{p}-x", f"{p}-y"]) for p in (0, 1)
     ]
@@ -141,16 +149,7 @@ def test_a_batch_is_committed_once_and_its_replay_is_aborted(
 def test_recovery_commits_what_the_record_holds_and_fences_the_sinks_other_open_ids(
     broker: KafkaBroker, tmp_path: Path
 ) -> None:
-    topic = new_topic(broker)
-    sink = Kafka(
-        topic,
-        broker.bootstrap_servers,
-        transactional_id_prefix=f"r-{uuid.uuid4().hex[:6]}",
-        staging_url=str(tmp_path),
-        name="recovered",
-    )
-    store, target = sink.store, sink.target
-    assert store is not None
+    topic, _, store, target = exactly_once(broker, tmp_path, "recovered")
     held = open_transaction(broker, topic, target.prefix, 0, ["held"])
     write_record(store, committing(store.name, 3, [held], "run-1"))  # the driver died here
     zombie = open_transaction(broker, topic, target.prefix, 1, ["zombie"])
@@ -169,25 +168,9 @@ def test_recovery_commits_what_the_record_holds_and_fences_the_sinks_other_open_
 def test_a_transaction_the_broker_aborted_is_reported_lost_with_the_setting_to_raise(
     broker: KafkaBroker, tmp_path: Path
 ) -> None:
-    topic = new_topic(broker)
-    sink = Kafka(
-        topic,
-        broker.bootstrap_servers,
-        transactional_id_prefix=f"t-{uuid.uuid4().hex[:6]}",
-        staging_url=str(tmp_path),
-        name="late",
-        options={"kafka.transaction.timeout.ms": str(SHORT_TIMEOUT_MS)},
-    )
-    store, target = sink.store, sink.target
-    assert store is not None
-    held = open_transaction(
-        broker,
-        topic,
-        target.prefix,
-        0,
-        ["late"],
-        **{"transaction.timeout.ms": str(SHORT_TIMEOUT_MS)},
-    )
+    timeout = {"transaction.timeout.ms": str(SHORT_TIMEOUT_MS)}
+    topic, _, store, target = exactly_once(broker, tmp_path, "late", **timeout)
+    held = open_transaction(broker, topic, target.prefix, 0, ["late"], **timeout)
     write_record(store, committing(store.name, 9, [held], "run-1"))
     deadline = time.monotonic() + TIMEOUT
     while committer(broker).describe(held.transactional_id).state == "Ongoing":

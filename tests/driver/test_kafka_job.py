@@ -102,6 +102,34 @@ def kafka_job(tmp_path: Path, broker: KafkaBroker, name: str, topic: str, *args:
     )
 
 
+def kill_at_random_moments(job: Job, rng: random.Random, times: int = 3) -> int:
+    """SIGKILL the running job's driver up to ``times`` times, each 1-5 s into an attempt (mid
+    batch, mid commit or between batches), waiting for the next attempt; how many kills landed
+    before the job finished."""
+    kills = 0
+    for _ in range(times):
+        attempt = int(job.status().get("attempt", 1))
+        job.wait(
+            f"attempt {attempt} running",
+            lambda s, a=attempt: (
+                s.get("phase") in ("Running", "Finished") and s.get("attempt", 0) >= a
+            ),
+        )
+        if job.status().get("phase") == "Finished":
+            break
+        time.sleep(rng.uniform(1.0, 5.0))
+        try:
+            killed = job.kill_driver()
+        except ProcessLookupError:
+            break  # it finished first
+        kills += 1
+        job.wait(
+            "the next attempt",
+            lambda s, k=killed: s.get("attempt", 0) > k or s.get("phase") == "Finished",
+        )
+    return kills
+
+
 @pytest.fixture
 def jobs() -> Iterator[list[Job]]:
     started: list[Job] = []
@@ -147,27 +175,7 @@ def test_a_driver_killed_at_random_moments_reads_each_committed_click_exactly_on
     )
     jobs.append(job)
     job.run()
-    kills = 0
-    for _ in range(3):
-        attempt = int(job.status().get("attempt", 1))
-        job.wait(
-            f"attempt {attempt} running",
-            lambda s, a=attempt: (
-                s.get("phase") in ("Running", "Finished") and s.get("attempt", 0) >= a
-            ),
-        )
-        if job.status().get("phase") == "Finished":
-            break
-        time.sleep(rng.uniform(1.0, 5.0))  # mid-batch, mid-publish or between batches
-        try:
-            killed = job.kill_driver()
-        except ProcessLookupError:
-            break  # it finished first
-        kills += 1
-        job.wait(
-            "the next attempt",
-            lambda s, k=killed: s.get("attempt", 0) > k or s.get("phase") == "Finished",
-        )
+    kills = kill_at_random_moments(job, rng)
     job.finish()
     status = job.status()
     assert status["phase"] == "Finished" and status["restarts"] == kills

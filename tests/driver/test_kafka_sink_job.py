@@ -28,7 +28,7 @@ from finishable.connectors.kafka_transactions import KafkaCommitter
 from testcluster.kafka import KafkaBroker, running_broker
 from tests.support.kafka import TIMEOUT, create_topic, read_committed
 
-from .test_kafka_job import ground_truth, kafka_job, produce_clicks
+from .test_kafka_job import ground_truth, kafka_job, kill_at_random_moments, produce_clicks
 from .test_streaming_job import ROOT, Job
 
 pytestmark = pytest.mark.full
@@ -115,27 +115,7 @@ def test_a_driver_killed_at_random_moments_publishes_each_window_exactly_once(
     create_topic(broker, source, 4)
     committed = produce_clicks(broker, source, 4, transactions=24, seed=22)
     job.run()
-    kills = 0
-    for _ in range(3):
-        attempt = int(job.status().get("attempt", 1))
-        job.wait(
-            f"attempt {attempt} running",
-            lambda s, a=attempt: (
-                s.get("phase") in ("Running", "Finished") and s.get("attempt", 0) >= a
-            ),
-        )
-        if job.status().get("phase") == "Finished":
-            break
-        time.sleep(rng.uniform(1.0, 5.0))  # mid-transaction, mid-commit or between batches
-        try:
-            killed = job.kill_driver()
-        except ProcessLookupError:
-            break
-        kills += 1
-        job.wait(
-            "the next attempt",
-            lambda s, k=killed: s.get("attempt", 0) > k or s.get("phase") == "Finished",
-        )
+    kills = kill_at_random_moments(job, rng)  # mid-transaction, mid-commit, between batches
     job.finish()
     status = job.status()
     assert status["phase"] == "Finished" and status["restarts"] == kills

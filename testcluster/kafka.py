@@ -177,6 +177,40 @@ def broker_properties(
     }
 
 
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def sasl_listener(
+    port: int, controller_port: int, sasl_port: int, users: Mapping[str, str]
+) -> dict[str, str]:
+    """A SASL_PLAINTEXT listener beside the plain one, taking PLAIN and SCRAM for ``users``
+    (SCRAM's credentials are written when the storage is formatted)."""
+    plain_users = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    return {
+        "listeners": (
+            f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port},"
+            f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+        ),
+        "advertised.listeners": (
+            f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+        ),
+        "listener.security.protocol.map": (
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+        ),
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": ",".join(("PLAIN", *SCRAM_MECHANISMS)),
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};"
+        ),
+        **{
+            f"listener.name.sasl_plaintext.{mechanism.lower()}.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            )
+            for mechanism in SCRAM_MECHANISMS
+        },
+    }
+
+
 LOG4J2 = """\
 status = warn
 appender.out.type = Console
@@ -195,17 +229,32 @@ logger.apache.level = {level}
 class KafkaBroker:
     """One Kafka broker process on loopback; its data directory outlives its process."""
 
-    def __init__(self, directory: Path, extra: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        extra: Mapping[str, str] | None = None,
+        *,
+        sasl_users: Mapping[str, str] | None = None,
+    ) -> None:
         if shutil.which("java") is None:
             raise KafkaUnavailable("no `java` on PATH: the Kafka broker needs Java 17")
         self.version, self._jars = kafka_classpath()
         self.directory = directory
         self.port = free_port()
         self.controller_port = free_port()
+        self.sasl_port = free_port() if sasl_users else None
+        self._sasl_users = dict(sasl_users or {})
         self.data_dir = directory / "data"
         self.log_path = directory / "broker.log"
         self._config = directory / "server.properties"
-        properties = broker_properties(self.data_dir, self.port, self.controller_port, extra)
+        sasl = (
+            sasl_listener(self.port, self.controller_port, self.sasl_port, self._sasl_users)
+            if self.sasl_port is not None
+            else {}
+        )
+        properties = broker_properties(
+            self.data_dir, self.port, self.controller_port, {**sasl, **(extra or {})}
+        )
         directory.mkdir(parents=True, exist_ok=True)
         self._config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
         (directory / "log4j2.properties").write_text(LOG4J2.replace("{level}", "INFO"))
@@ -216,6 +265,13 @@ class KafkaBroker:
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """The SASL_PLAINTEXT listener (PLAIN and SCRAM-SHA-256/512 for ``sasl_users``)."""
+        if self.sasl_port is None:
+            raise KafkaUnavailable("this broker was started without sasl_users")
+        return f"127.0.0.1:{self.sasl_port}"
 
     def _java(self, main: str, *arguments: str) -> list[str]:
         return [
@@ -233,7 +289,21 @@ class KafkaBroker:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         done = subprocess.run(
             self._java(
-                "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self._config)
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(self._config),
+                *(
+                    argument
+                    for name, password in self._sasl_users.items()
+                    for mechanism in SCRAM_MECHANISMS
+                    for argument in (
+                        "--add-scram",
+                        f"{mechanism}=[name={name},password={password}]",
+                    )
+                ),
             ),
             capture_output=True,
             text=True,
@@ -302,10 +372,13 @@ class KafkaBroker:
 
 @contextlib.contextmanager
 def running_broker(
-    directory: Path, extra: Mapping[str, str] | None = None
+    directory: Path,
+    extra: Mapping[str, str] | None = None,
+    *,
+    sasl_users: Mapping[str, str] | None = None,
 ) -> Iterator[KafkaBroker]:
     """A started broker for the block, stopped after it (its directory left for the logs)."""
-    broker = KafkaBroker(directory, extra)
+    broker = KafkaBroker(directory, extra, sasl_users=sasl_users)
     broker.start()
     try:
         yield broker

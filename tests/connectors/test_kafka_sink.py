@@ -8,6 +8,7 @@ none of a replay, and none of a transaction the broker aborted, which the sink r
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from collections.abc import Iterator
@@ -261,9 +262,66 @@ def test_an_end_txn_request_is_laid_out_as_kafka_defines_it() -> None:
     assert frame[4:] == header + body
 
 
-def test_sasl_is_refused_with_what_to_use_instead() -> None:
-    with pytest.raises(wire.KafkaWireError, match=r"SASL is not supported yet.*at-least-once"):
-        wire.WireSecurity.from_settings({"security.protocol": "SASL_SSL"})
+def test_kerberos_and_oauth_are_refused_with_what_to_use_instead() -> None:
+    for mechanism in ("GSSAPI", "OAUTHBEARER"):
+        settings = {"security.protocol": "SASL_SSL", "sasl.mechanisms": mechanism}
+        with pytest.raises(wire.KafkaWireError, match=rf"{mechanism}.*not supported yet"):
+            wire.WireSecurity.from_settings(settings)
+    with pytest.raises(wire.KafkaWireError, match=r"needs kafka\.sasl\.username"):
+        wire.WireSecurity.from_settings(
+            {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}
+        )
+
+
+def test_scram_computes_rfc_7677s_proof_and_server_signature() -> None:
+    nonce = "rOprNGfwEbeRWgbNEkqO"
+    server_first = f"r={nonce}%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+    first = wire.scram_client_first("user", nonce)
+    final, signature = wire.scram_client_final(
+        "SCRAM-SHA-256", "pencil", first, server_first, nonce
+    )
+    assert final == (
+        f"c=biws,r={nonce}%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+        "p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+    )
+    assert base64.b64encode(signature).decode() == "6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+    assert wire.scram_client_first("a=b,c", nonce) == f"n=a=3Db=2Cc,r={nonce}"
+
+
+SASL_USERS = {"alice": "alice-secret"}
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    with running_broker(tmp_path_factory.mktemp("kafka-sasl"), sasl_users=SASL_USERS) as started:
+        yield started
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_transactions_are_committed_over_sasl(sasl_broker: KafkaBroker, mechanism: str) -> None:
+    """A broker that takes only authenticated clients: librdkafka's producer and the sink's own
+    commit authenticate with the same settings."""
+    sasl = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": mechanism,
+        "sasl.username": "alice",
+        "sasl.password": SASL_USERS["alice"],
+    }
+    topic = new_topic(sasl_broker)
+    opened = write_transaction(
+        [rows(["secured"], 0)],
+        bootstrap_servers=sasl_broker.sasl_bootstrap_servers,
+        client_options=sasl,
+        topic=topic,
+        prefix=f"sasl-{mechanism.lower()}",
+        partition=0,
+    )
+    assert opened is not None
+    KafkaCommitter(sasl_broker.sasl_bootstrap_servers, sasl).commit_all("s", 0, [opened])
+    assert read_committed(sasl_broker, topic) == [b"secured"]
+    wrong = {**sasl, "sasl.password": "not-it"}
+    with pytest.raises(wire.KafkaAuthError, match="refused the SASL authentication"):
+        KafkaCommitter(sasl_broker.sasl_bootstrap_servers, wrong).describe(opened.transactional_id)
 
 
 def test_a_damaged_commit_record_is_an_error_naming_it(tmp_path: Path) -> None:

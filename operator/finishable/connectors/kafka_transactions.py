@@ -192,6 +192,8 @@ class KafkaCommitter:
                             wire.FIND_COORDINATOR, wire.find_coordinator_body(transactional_id)
                         )
                     )
+            except wire.KafkaAuthError:
+                raise
             except wire.KafkaWireError as error:
                 last = str(error)
                 continue
@@ -209,6 +211,8 @@ class KafkaCommitter:
         try:
             with wire.KafkaWire(host, port, self.security) as connection:
                 return connection.call(api, body)
+        except wire.KafkaAuthError:
+            raise
         except wire.KafkaWireError as error:
             raise _Retry(str(error), wire.COORDINATOR_NOT_AVAILABLE) from None
 

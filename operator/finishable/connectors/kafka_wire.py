@@ -15,23 +15,32 @@ module speaks that much of the Kafka protocol itself (the message layouts are Ap
 * ``ListTransactions`` v0: the open transactions a broker coordinates, to abort leftovers.
 
 All four are flexible versions (compact strings and arrays, tagged fields), in brokers since
-Kafka 3.0. The connection is PLAINTEXT or SSL; SASL is refused with a message saying so. The
-encoders and decoders are pure functions over bytes; :class:`KafkaWire` is the socket.
+Kafka 3.0. The connection is PLAINTEXT, SSL, or either with SASL (``SaslHandshake`` v1 and
+``SaslAuthenticate`` v2) by PLAIN or SCRAM-SHA-256/512 (RFC 5802), the mechanisms brokers are
+secured with besides Kerberos and OAuth, which are refused naming the setting. The encoders,
+decoders and the SCRAM exchange are pure functions over bytes; :class:`KafkaWire` is the socket.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import secrets
 import socket
 import ssl
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 FIND_COORDINATOR: Final = (10, 4)
 END_TXN: Final = (26, 3)
 DESCRIBE_TRANSACTIONS: Final = (65, 0)
 LIST_TRANSACTIONS: Final = (66, 0)
+SASL_HANDSHAKE: Final = (17, 1)
+SASL_AUTHENTICATE: Final = (36, 2)
+SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 TRANSACTION_KEY_TYPE: Final = 1
 
 NONE: Final = 0
@@ -77,6 +86,10 @@ class KafkaWireError(RuntimeError):
     """A broker could not be reached, or answered something this client does not understand."""
 
 
+class KafkaAuthError(KafkaWireError):
+    """A broker refused this client's credentials or mechanism: no retry will change that."""
+
+
 def error_name(code: int) -> str:
     return ERROR_NAMES.get(code, f"error code {code}")
 
@@ -108,12 +121,15 @@ def compact_array(items: Sequence[bytes]) -> bytes:
 NO_TAGS: Final = b"\x00"
 
 
-def request_frame(api: tuple[int, int], correlation_id: int, body: bytes) -> bytes:
-    """A sized request with header v2 (flexible): key, version, correlation id, client id, tags."""
+def request_frame(
+    api: tuple[int, int], correlation_id: int, body: bytes, *, flexible: bool = True
+) -> bytes:
+    """A sized request with header v2 (flexible: key, version, correlation id, client id, tags)
+    or v1 (the same without tags, for ``SaslHandshake``)."""
     key, version = api
     client = CLIENT_ID.encode()
-    header = struct.pack(">hhih", key, version, correlation_id, len(client)) + client + NO_TAGS
-    payload = header + body
+    header = struct.pack(">hhih", key, version, correlation_id, len(client)) + client
+    payload = header + (NO_TAGS if flexible else b"") + body
     return struct.pack(">i", len(payload)) + payload
 
 
@@ -137,6 +153,15 @@ def end_txn_body(transactional_id: str, producer_id: int, epoch: int, commit: bo
 
 def list_transactions_body(states: Sequence[str]) -> bytes:
     return compact_array([compact_string(s) for s in states]) + compact_array([]) + NO_TAGS
+
+
+def sasl_handshake_body(mechanism: str) -> bytes:
+    data = mechanism.encode()
+    return struct.pack(">h", len(data)) + data
+
+
+def sasl_authenticate_body(auth: bytes) -> bytes:
+    return uvarint(len(auth) + 1) + auth + NO_TAGS
 
 
 # --- decoding ------------------------------------------------------------------------------------
@@ -193,6 +218,59 @@ class Reader:
         for _ in range(self.uvarint()):
             self.uvarint()
             self.take(self.uvarint())
+
+
+def parse_sasl_handshake(body: bytes) -> tuple[int, list[str]]:
+    """The error code and the mechanisms the broker enables (a non-flexible response)."""
+    reader = Reader(body)
+    error = reader.int16()
+    mechanisms = []
+    for _ in range(max(reader.int32(), 0)):
+        mechanisms.append(reader.take(reader.int16()).decode())
+    return error, mechanisms
+
+
+def parse_sasl_authenticate(body: bytes) -> tuple[int, str, bytes]:
+    """The error code, the broker's message and its authentication bytes."""
+    reader = Reader(body)
+    error = reader.int16()
+    message = reader.compact_string() or ""
+    auth = reader.take(max(reader.uvarint() - 1, 0))
+    return error, message, auth
+
+
+# --- SCRAM (RFC 5802; SHA-256 and SHA-512, as in Kafka) ---------------------------------------
+
+
+def scram_name(username: str) -> str:
+    return username.replace("=", "=3D").replace(",", "=2C")
+
+
+def scram_client_first(username: str, nonce: str) -> str:
+    """The client-first-message's bare part (the GS2 header ``n,,`` goes before it)."""
+    return f"n={scram_name(username)},r={nonce}"
+
+
+def scram_client_final(
+    mechanism: str, password: str, client_first_bare: str, server_first: str, nonce: str
+) -> tuple[str, bytes]:
+    """The client-final-message for ``server_first``, and the server signature that proves the
+    broker knew the password too."""
+    fields = dict(part.split("=", 1) for part in server_first.split(","))
+    combined, salt, iterations = fields.get("r", ""), fields.get("s", ""), fields.get("i", "0")
+    if not combined.startswith(nonce) or not salt or not iterations.isdigit():
+        raise KafkaWireError(f"malformed SCRAM server-first-message {server_first!r}")
+    digest = mechanism.removeprefix("SCRAM-").replace("-", "").lower()
+    salted = hashlib.pbkdf2_hmac(digest, password.encode(), base64.b64decode(salt), int(iterations))
+    client_key = hmac.digest(salted, b"Client Key", digest)
+    stored_key = hashlib.new(digest, client_key).digest()
+    without_proof = f"c=biws,r={combined}"
+    auth_message = f"{client_first_bare},{server_first},{without_proof}".encode()
+    signature = hmac.digest(stored_key, auth_message, digest)
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    server_key = hmac.digest(salted, b"Server Key", digest)
+    server_signature = hmac.digest(server_key, auth_message, digest)
+    return f"{without_proof},p={base64.b64encode(proof).decode()}", server_signature
 
 
 @dataclass(frozen=True)
@@ -291,7 +369,8 @@ def parse_list_transactions(body: bytes) -> tuple[int, list[ListedTransaction]]:
 
 @dataclass(frozen=True)
 class WireSecurity:
-    """How to reach the brokers: PLAINTEXT or SSL, from the producer's librdkafka settings."""
+    """How to reach the brokers, from the producer's librdkafka settings: PLAINTEXT or SSL, either
+    with SASL PLAIN or SCRAM."""
 
     protocol: str = "PLAINTEXT"
     ca_location: str | None = None
@@ -299,17 +378,33 @@ class WireSecurity:
     key_location: str | None = None
     key_password: str | None = None
     verify_hostname: bool = True
+    mechanism: str | None = None
+    username: str = ""
+    password: str = field(default="", repr=False)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, str]) -> WireSecurity:
-        """The security of a client configuration; SASL is refused, naming the setting."""
+        """The security of a client configuration; what this client cannot speak is refused,
+        naming the setting."""
         protocol = settings.get("security.protocol", "PLAINTEXT").upper()
-        if protocol not in ("PLAINTEXT", "SSL"):
-            raise KafkaWireError(
-                f"security.protocol={settings['security.protocol']!r}: the exactly-once Kafka "
-                "sink commits transactions over PLAINTEXT or SSL connections; SASL is not "
-                "supported yet (use delivery='at-least-once', or an SSL listener)"
-            )
+        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise KafkaWireError(f"security.protocol={settings['security.protocol']!r} is unknown")
+        mechanism = None
+        if protocol.startswith("SASL_"):
+            mechanism = (
+                settings.get("sasl.mechanisms") or settings.get("sasl.mechanism") or "GSSAPI"
+            ).upper()
+            if mechanism not in SASL_MECHANISMS:
+                raise KafkaWireError(
+                    f"sasl.mechanisms={mechanism!r}: the exactly-once Kafka sink commits "
+                    f"transactions with SASL {', '.join(SASL_MECHANISMS)}; GSSAPI (Kerberos) and "
+                    "OAUTHBEARER are not supported yet (use delivery='at-least-once', or a "
+                    "listener with one of those)"
+                )
+            if not settings.get("sasl.username") or "sasl.password" not in settings:
+                raise KafkaWireError(
+                    f"SASL {mechanism} needs kafka.sasl.username and kafka.sasl.password"
+                )
         return cls(
             protocol=protocol,
             ca_location=settings.get("ssl.ca.location"),
@@ -318,10 +413,13 @@ class WireSecurity:
             key_password=settings.get("ssl.key.password"),
             verify_hostname=settings.get("ssl.endpoint.identification.algorithm", "https")
             != "none",
+            mechanism=mechanism,
+            username=settings.get("sasl.username", ""),
+            password=settings.get("sasl.password", ""),
         )
 
     def wrap(self, sock: socket.socket, host: str) -> socket.socket:
-        if self.protocol != "SSL":
+        if not self.protocol.endswith("SSL"):
             return sock
         context = ssl.create_default_context(cafile=self.ca_location)
         context.check_hostname = self.verify_hostname
@@ -341,6 +439,47 @@ class KafkaWire:
         except OSError as error:
             raise KafkaWireError(f"cannot connect to Kafka broker {self.where}: {error}") from None
         self._correlation = 0
+        if security.mechanism is not None:
+            try:
+                self._authenticate(security)
+            except BaseException:
+                self.close()
+                raise
+
+    def _authenticate(self, security: WireSecurity) -> None:
+        mechanism = security.mechanism or ""
+        error, enabled = parse_sasl_handshake(
+            self.call(SASL_HANDSHAKE, sasl_handshake_body(mechanism), flexible=False)
+        )
+        if error != NONE:
+            raise KafkaAuthError(
+                f"Kafka broker {self.where} does not take SASL {mechanism} "
+                f"(it enables {', '.join(enabled) or 'none'})"
+            )
+        if mechanism == "PLAIN":
+            self._sasl_step(f"\0{security.username}\0{security.password}".encode())
+            return
+        nonce = secrets.token_urlsafe(24)
+        first = scram_client_first(security.username, nonce)
+        server_first = self._sasl_step(f"n,,{first}".encode()).decode()
+        final, expected = scram_client_final(
+            mechanism, security.password, first, server_first, nonce
+        )
+        server_final = self._sasl_step(final.encode()).decode()
+        if not server_final.startswith("v=") or not hmac.compare_digest(
+            base64.b64decode(server_final[2:]), expected
+        ):
+            raise KafkaAuthError(f"Kafka broker {self.where} failed SCRAM's server proof")
+
+    def _sasl_step(self, auth: bytes) -> bytes:
+        error, message, answer = parse_sasl_authenticate(
+            self.call(SASL_AUTHENTICATE, sasl_authenticate_body(auth))
+        )
+        if error != NONE:
+            raise KafkaAuthError(
+                f"Kafka broker {self.where} refused the SASL authentication: {message or error}"
+            )
+        return answer
 
     def close(self) -> None:
         self._sock.close()
@@ -351,11 +490,12 @@ class KafkaWire:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def call(self, api: tuple[int, int], body: bytes) -> bytes:
-        """Send one request and return its response body (after the v1 response header)."""
+    def call(self, api: tuple[int, int], body: bytes, *, flexible: bool = True) -> bytes:
+        """Send one request and return its response body (after the response header: v1 with
+        tags for a flexible version, v0 without)."""
         self._correlation += 1
         try:
-            self._sock.sendall(request_frame(api, self._correlation, body))
+            self._sock.sendall(request_frame(api, self._correlation, body, flexible=flexible))
             size = struct.unpack(">i", self._read(4))[0]
             if not 0 < size <= _MAX_FRAME:
                 raise KafkaWireError(f"Kafka broker {self.where} sent a frame of {size} bytes")
@@ -364,7 +504,8 @@ class KafkaWire:
             raise KafkaWireError(f"Kafka broker {self.where}: {error}") from None
         if response.int32() != self._correlation:
             raise KafkaWireError(f"Kafka broker {self.where} answered out of order")
-        response.skip_tags()
+        if flexible:
+            response.skip_tags()
         return response.data[response.at :]
 
     def _read(self, size: int) -> bytes:

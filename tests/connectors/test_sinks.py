@@ -25,6 +25,7 @@ from finishable.connectors.sink_store import SinkStore
 from finishable.connectors.sinks import (
     SENTINEL_COLUMN,
     SENTINEL_EVENT_TIME,
+    Kafka,
     SinkError,
     TransactionalCallback,
     TransactionalFiles,
@@ -360,3 +361,26 @@ def test_bad_sink_settings_fail_with_the_value_named(spark: Any, tmp_path: Path)
     with pytest.raises(Exception, match="unknown format 'xml'"):
         run_available_now(writer, tmp_path / "cp")
     assert SinkStore(str(tmp_path / "out"), "raw").committed_batches() == []
+
+
+@pytest.mark.parametrize(
+    ("columns", "topic", "message"),
+    [
+        ("id AS key", "t", r"writes a 'value' column \(binary or string\); the DataFrame has key"),
+        ("id AS value", "t", r"'value' column must be string or binary, got bigint"),
+        ("'v' AS value; id AS partition", "t", r"'partition' column must be integer, got bigint"),
+        (
+            "'v' AS value; array(named_struct('k', 'a')) AS headers",
+            "t",
+            r"'headers' column must be array<struct<key: string, value: binary>>",
+        ),
+        ("'v' AS value", None, r"needs topic=\.\.\. or a 'topic' column"),
+    ],
+)
+def test_a_kafka_sink_names_the_column_it_cannot_write(
+    spark: Any, columns: str, topic: str | None, message: str
+) -> None:
+    frame = spark.range(1).selectExpr(*(c.strip() for c in columns.split(";")))
+    sink = Kafka(topic, "127.0.0.1:9092", transactional_id_prefix="p", staging_url="/tmp/x")
+    with pytest.raises(SinkError, match=message):
+        sink.check(frame)

@@ -578,20 +578,25 @@ class Kafka:
             "sink": self.sink_name,
         }
 
+    def check(self, df: DataFrame) -> None:
+        """Refuse, naming the mistake, a DataFrame or a session this sink cannot write."""
+        check_kafka_columns(df, has_topic=self.topic is not None)
+        speculation = df.sparkSession.conf.get("spark.speculation", "false")
+        if self.delivery == EXACTLY_ONCE and str(speculation).lower() == "true":
+            raise SinkError(
+                f"Kafka sink {self.sink_name!r}: exactly-once delivery gives each output "
+                "partition one transactional id, and spark.speculation=true runs two attempts "
+                "of a task at once, which fence each other; turn speculation off or use "
+                "delivery='at-least-once'"
+            )
+
     def write_stream(self, df: DataFrame) -> DataStreamWriter:
         """``df.writeStream`` aimed at this sink, after committing what the last checkpoint
         holds and fencing the sink's other open transactions."""
-        check_kafka_columns(df, has_topic=self.topic is not None)
+        self.check(df)
         store = self.store
         if store is not None:
             store.probe()
-            if str(df.sparkSession.conf.get("spark.speculation", "false")).lower() == "true":
-                raise SinkError(
-                    f"Kafka sink {self.sink_name!r}: exactly-once delivery gives each output "
-                    "partition one transactional id, and spark.speculation=true runs two "
-                    "attempts of a task at once, which fence each other; turn speculation off "
-                    "or use delivery='at-least-once'"
-                )
         recover(store, self.target)
         df.sparkSession.dataSource.register(KafkaDataSource)
         return df.writeStream.format(KafkaDataSource.name()).options(**self.options_for_spark())

@@ -21,7 +21,6 @@ from finishable.connectors.sinks import (
     IcebergConfigError,
     Kafka,
     TransactionalSink,
-    check_kafka_columns,
 )
 from finishable.driver.failures import ProgramError
 
@@ -70,7 +69,7 @@ def prepared_kafka(config: JobConfig, sink: Kafka, dataframe: DataFrame) -> Kafk
     and transactional ids ``finishable-<namespace>.<job>-<sink>-<partition>``, unique per job and
     sink and the same in every attempt, so a new attempt fences what an old one left open."""
     try:
-        check_kafka_columns(dataframe, has_topic=sink.topic is not None)
+        sink.check(dataframe)
     except SinkError as error:
         raise ProgramError(str(error)) from None
     owner = f"{config.namespace}.{config.name}" if config.namespace else config.name

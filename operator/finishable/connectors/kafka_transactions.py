@@ -23,6 +23,7 @@ whose message says which batch lost what and which setting to raise.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -164,7 +165,10 @@ def lost_message(
 
 
 class KafkaCommitter:
-    """Ends transactions other processes opened, by id, producer id and epoch (``EndTxn``)."""
+    """Ends transactions other processes opened, by id, producer id and epoch (``EndTxn``).
+
+    It keeps one connection per broker and each id's coordinator while it is used, so a batch of
+    many transactions costs a round trip each; ``close()`` (or ``with``) ends the connections."""
 
     def __init__(
         self,
@@ -179,41 +183,89 @@ class KafkaCommitter:
         self.security = wire.WireSecurity.from_settings(settings)
         self.retry_seconds = retry_seconds
         self.sleep = sleep
+        self._wires: dict[tuple[str, int], wire.KafkaWire] = {}
+        self._coordinators: dict[str, tuple[str, int]] = {}
+
+    def close(self) -> None:
+        for connection in self._wires.values():
+            connection.close()
+        self._wires.clear()
+        self._coordinators.clear()
+
+    def __enter__(self) -> KafkaCommitter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- requests, each retried while the coordinator moves or loads --
 
+    def _call(self, broker: tuple[str, int], api: tuple[int, int], body: bytes) -> bytes:
+        """One request on the broker's kept connection; a broken one is dropped and raised."""
+        return self._call_many(broker, [(api, body)])[0]
+
+    def _call_many(
+        self, broker: tuple[str, int], requests: Sequence[tuple[tuple[int, int], bytes]]
+    ) -> list[bytes]:
+        connection = self._wires.get(broker)
+        if connection is None:
+            connection = wire.KafkaWire(*broker, self.security)
+            self._wires[broker] = connection
+        try:
+            return connection.call_many(requests)
+        except wire.KafkaWireError:
+            self._wires.pop(broker, None)
+            connection.close()
+            raise
+
     def _coordinator(self, transactional_id: str) -> tuple[str, int]:
+        self._locate([transactional_id])
+        return self._coordinators[transactional_id]
+
+    def _locate(self, transactional_ids: Sequence[str]) -> None:
+        """Learn the coordinators of the ids not known yet, in one request; ``_Retry`` if one
+        has none yet (the others are kept)."""
+        wanted = sorted({t for t in transactional_ids if t not in self._coordinators})
+        if not wanted:
+            return
         last = ""
-        for host, port in self.bootstrap:
+        for broker in self.bootstrap:
             try:
-                with wire.KafkaWire(host, port, self.security) as connection:
-                    found = wire.parse_find_coordinator(
-                        connection.call(
-                            wire.FIND_COORDINATOR, wire.find_coordinator_body(transactional_id)
-                        )
-                    )
+                found = wire.parse_find_coordinator(
+                    self._call(broker, wire.FIND_COORDINATOR, wire.find_coordinator_body(wanted))
+                )
             except wire.KafkaAuthError:
                 raise
             except wire.KafkaWireError as error:
                 last = str(error)
                 continue
-            if found.error != wire.NONE:
+            missing = []
+            for coordinator in found:
+                if coordinator.error == wire.NONE:
+                    self._coordinators[coordinator.key] = (coordinator.host, coordinator.port)
+                else:
+                    missing.append(coordinator)
+            if missing:
                 raise _Retry(
-                    f"no transaction coordinator for {transactional_id!r} yet: "
-                    f"{wire.error_name(found.error)} {found.message}".strip(),
-                    found.error,
+                    f"no transaction coordinator for {missing[0].key!r} yet: "
+                    f"{wire.error_name(missing[0].error)} {missing[0].message}".strip(),
+                    missing[0].error,
                 )
-            return found.host, found.port
+            if any(t not in self._coordinators for t in wanted):
+                raise wire.KafkaWireError(
+                    f"FindCoordinator did not answer for every id of {wanted}"
+                )
+            return
         raise _Retry(f"no bootstrap broker answered: {last}", wire.COORDINATOR_NOT_AVAILABLE)
 
     def _on_coordinator(self, transactional_id: str, api: tuple[int, int], body: bytes) -> bytes:
-        host, port = self._coordinator(transactional_id)
+        broker = self._coordinator(transactional_id)
         try:
-            with wire.KafkaWire(host, port, self.security) as connection:
-                return connection.call(api, body)
+            return self._call(broker, api, body)
         except wire.KafkaAuthError:
             raise
         except wire.KafkaWireError as error:
+            self._coordinators.pop(transactional_id, None)
             raise _Retry(str(error), wire.COORDINATOR_NOT_AVAILABLE) from None
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
@@ -243,6 +295,7 @@ class KafkaCommitter:
             if len(found) != 1:
                 raise wire.KafkaWireError(f"DescribeTransactions answered {len(found)} states")
             if found[0].error in wire.RETRIABLE:
+                self._coordinators.pop(transactional_id, None)
                 raise _Retry(wire.error_name(found[0].error), found[0].error)
             return found[0]
 
@@ -253,17 +306,11 @@ class KafkaCommitter:
 
         def once() -> int:
             body = self._on_coordinator(
-                transaction.transactional_id,
-                wire.END_TXN,
-                wire.end_txn_body(
-                    transaction.transactional_id,
-                    transaction.producer_id,
-                    transaction.epoch,
-                    commit,
-                ),
+                transaction.transactional_id, wire.END_TXN, _end_txn_body(transaction, commit)
             )
             code = wire.parse_end_txn(body)
             if code in wire.RETRIABLE:
+                self._coordinators.pop(transaction.transactional_id, None)
                 raise _Retry(wire.error_name(code), code)
             return code
 
@@ -272,12 +319,44 @@ class KafkaCommitter:
 
     # -- what the sink does with them --
 
+    def end_all(self, transactions: Sequence[OpenTransaction], *, commit: bool) -> list[int]:
+        """``EndTxn`` for each transaction, the broker's error code of each: pipelined on one
+        connection per coordinator, then one by one (``end``) for those that must be retried."""
+        codes: list[int | None] = [None] * len(transactions)
+        groups: dict[tuple[str, int], list[int]] = {}
+        with contextlib.suppress(_Retry):  # those without a coordinator yet go one by one
+            self._locate([t.transactional_id for t in transactions])
+        for index, transaction in enumerate(transactions):
+            try:
+                broker = self._coordinator(transaction.transactional_id)
+            except _Retry:
+                continue
+            groups.setdefault(broker, []).append(index)
+        for broker, indexes in groups.items():
+            requests = [
+                (wire.END_TXN, _end_txn_body(transactions[index], commit)) for index in indexes
+            ]
+            try:
+                bodies = self._call_many(broker, requests)
+            except wire.KafkaAuthError:
+                raise
+            except wire.KafkaWireError:
+                continue  # each is retried on its own below
+            for index, body in zip(indexes, bodies, strict=True):
+                code = wire.parse_end_txn(body)
+                codes[index] = None if code in wire.RETRIABLE else code
+        return [
+            self.end(transaction, commit=commit) if code is None else code
+            for transaction, code in zip(transactions, codes, strict=True)
+        ]
+
     def commit_all(self, sink: str, batch_id: int, transactions: Sequence[OpenTransaction]) -> None:
         """Commit every transaction of a batch; one the broker aborted is KafkaTransactionLost.
 
         A commit that already happened is answered with success (a retry after a crash)."""
-        for transaction in transactions:
-            code = self.end(transaction, commit=True)
+        for transaction, code in zip(
+            transactions, self.end_all(transactions, commit=True), strict=True
+        ):
             if code == wire.NONE:
                 continue
             found = self.describe(transaction.transactional_id)
@@ -301,8 +380,9 @@ class KafkaCommitter:
 
     def abort_all(self, transactions: Sequence[OpenTransaction]) -> None:
         """Abort transactions nobody will commit (a replay's); gone or ended ones are fine."""
-        for transaction in transactions:
-            code = self.end(transaction, commit=False)
+        for transaction, code in zip(
+            transactions, self.end_all(transactions, commit=False), strict=True
+        ):
             if code not in (wire.NONE, *_ALREADY_ENDED):
                 log.warning(
                     "could not abort Kafka transaction %s: %s",
@@ -314,10 +394,9 @@ class KafkaCommitter:
         """Transactional ids starting with ``prefix`` that a broker has open (``Ongoing``)."""
         found: set[str] = set()
         for host, port in brokers:
-            with wire.KafkaWire(host, port, self.security) as connection:
-                body = connection.call(
-                    wire.LIST_TRANSACTIONS, wire.list_transactions_body(["Ongoing"])
-                )
+            body = self._call(
+                (host, port), wire.LIST_TRANSACTIONS, wire.list_transactions_body(["Ongoing"])
+            )
             error, listed = wire.parse_list_transactions(body)
             if error != wire.NONE:
                 raise SinkError(
@@ -336,6 +415,12 @@ _ALREADY_ENDED: Final = (
     wire.PRODUCER_FENCED,
     wire.INVALID_PRODUCER_ID_MAPPING,
 )
+
+
+def _end_txn_body(transaction: OpenTransaction, commit: bool) -> bytes:
+    return wire.end_txn_body(
+        transaction.transactional_id, transaction.producer_id, transaction.epoch, commit
+    )
 
 
 class _Retry(Exception):

@@ -133,10 +133,11 @@ def request_frame(
     return struct.pack(">i", len(payload)) + payload
 
 
-def find_coordinator_body(transactional_id: str) -> bytes:
+def find_coordinator_body(transactional_ids: Sequence[str]) -> bytes:
+    """One request for the coordinators of many ids (version 4 takes a list of keys)."""
     return (
         struct.pack(">b", TRANSACTION_KEY_TYPE)
-        + compact_array([compact_string(transactional_id)])
+        + compact_array([compact_string(t) for t in transactional_ids])
         + NO_TAGS
     )
 
@@ -275,6 +276,7 @@ def scram_client_final(
 
 @dataclass(frozen=True)
 class Coordinator:
+    key: str
     node_id: int
     host: str
     port: int
@@ -282,19 +284,21 @@ class Coordinator:
     message: str
 
 
-def parse_find_coordinator(body: bytes) -> Coordinator:
+def parse_find_coordinator(body: bytes) -> list[Coordinator]:
+    """The coordinator of each key asked for, with its error code."""
     reader = Reader(body)
     reader.int32()  # throttle
-    count = reader.array_length()
-    if count != 1:
-        raise KafkaWireError(f"FindCoordinator answered {count} coordinators for one key")
-    reader.string()  # key
-    node_id = reader.int32()
-    host = reader.string()
-    port = reader.int32()
-    error = reader.int16()
-    message = reader.compact_string() or ""
-    return Coordinator(node_id, host, port, error, message)
+    found = []
+    for _ in range(reader.array_length()):
+        key = reader.string()
+        node_id = reader.int32()
+        host = reader.string()
+        port = reader.int32()
+        error = reader.int16()
+        message = reader.compact_string() or ""
+        reader.skip_tags()
+        found.append(Coordinator(key, node_id, host, port, error, message))
+    return found
 
 
 @dataclass(frozen=True)
@@ -493,20 +497,34 @@ class KafkaWire:
     def call(self, api: tuple[int, int], body: bytes, *, flexible: bool = True) -> bytes:
         """Send one request and return its response body (after the response header: v1 with
         tags for a flexible version, v0 without)."""
-        self._correlation += 1
+        return self.call_many([(api, body)], flexible=flexible)[0]
+
+    def call_many(
+        self, requests: Sequence[tuple[tuple[int, int], bytes]], *, flexible: bool = True
+    ) -> list[bytes]:
+        """Send the requests at once and return their response bodies, in order: a broker
+        answers a connection's requests in the order they came (pipelining)."""
+        first = self._correlation + 1
+        frames = []
+        for api, body in requests:
+            self._correlation += 1
+            frames.append(request_frame(api, self._correlation, body, flexible=flexible))
+        bodies: list[bytes] = []
         try:
-            self._sock.sendall(request_frame(api, self._correlation, body, flexible=flexible))
-            size = struct.unpack(">i", self._read(4))[0]
-            if not 0 < size <= _MAX_FRAME:
-                raise KafkaWireError(f"Kafka broker {self.where} sent a frame of {size} bytes")
-            response = Reader(self._read(size))
+            self._sock.sendall(b"".join(frames))
+            for expected in range(first, self._correlation + 1):
+                size = struct.unpack(">i", self._read(4))[0]
+                if not 0 < size <= _MAX_FRAME:
+                    raise KafkaWireError(f"Kafka broker {self.where} sent a frame of {size} bytes")
+                response = Reader(self._read(size))
+                if response.int32() != expected:
+                    raise KafkaWireError(f"Kafka broker {self.where} answered out of order")
+                if flexible:
+                    response.skip_tags()
+                bodies.append(response.data[response.at :])
         except OSError as error:
             raise KafkaWireError(f"Kafka broker {self.where}: {error}") from None
-        if response.int32() != self._correlation:
-            raise KafkaWireError(f"Kafka broker {self.where} answered out of order")
-        if flexible:
-            response.skip_tags()
-        return response.data[response.at :]
+        return bodies
 
     def _read(self, size: int) -> bytes:
         chunks: list[bytes] = []

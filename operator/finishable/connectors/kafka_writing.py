@@ -164,7 +164,8 @@ def write_transaction(
     except Exception as error:
         _abort_quietly(producer)
         raise SinkError(f"Kafka transaction {identifier!r}: {error}") from error
-    found = KafkaCommitter(bootstrap_servers, client_options).describe(identifier)
+    with KafkaCommitter(bootstrap_servers, client_options) as committer:
+        found = committer.describe(identifier)
     if found.state != "Ongoing":
         raise SinkError(
             f"Kafka transaction {identifier!r} is {found.state} right after its records were "

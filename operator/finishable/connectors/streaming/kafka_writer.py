@@ -177,16 +177,16 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         self._notify("prepare", batch_id)
         if self.target.delivery == EXACTLY_ONCE:
-            commit_batch(
-                self._store(), self.target, batch_id, _opened(messages), self.target.committer()
-            )
+            with self.target.committer() as committer:
+                commit_batch(self._store(), self.target, batch_id, _opened(messages), committer)
         self._notify("published", batch_id)
 
     def abort(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         """The batch failed: abort what its tasks reported (what they did not report is fenced
         by the next attempt of their ids, or at the next start)."""
         if self.target.delivery == EXACTLY_ONCE:
-            self.target.committer().abort_all(_opened(messages))
+            with self.target.committer() as committer:
+                committer.abort_all(_opened(messages))
         log.info("aborted batch %d of Kafka sink %s", batch_id, self.name)
 
     def _store(self) -> SinkStore:
@@ -238,19 +238,20 @@ def recover(store: SinkStore | None, target: KafkaTarget) -> None:
     consumers back until their timeout). A lost transaction is KafkaTransactionLost."""
     if target.delivery != EXACTLY_ONCE or store is None:
         return
-    committer = target.committer()
-    record = read_record(store)
-    if record is not None and record.state == COMMITTING:
-        log.info(
-            "Kafka sink %s: committing the %d transaction(s) of batch %d its last checkpoint holds",
-            store.name,
-            len(record.transactions),
-            record.batch_id,
-        )
-        committer.commit_all(store.name, record.batch_id, record.transactions)
-        write_record(store, committed(record))
-    ours = f"{target.prefix}-"
-    brokers_found = brokers(target.bootstrap_servers, target.settings)
-    for identifier in committer.open_transactions(brokers_found, ours):
-        if identifier[len(ours) :].isdigit():
-            fence(target.bootstrap_servers, target.settings, identifier)
+    with target.committer() as committer:
+        record = read_record(store)
+        if record is not None and record.state == COMMITTING:
+            log.info(
+                "Kafka sink %s: committing the %d transaction(s) of batch %d its last checkpoint "
+                "holds",
+                store.name,
+                len(record.transactions),
+                record.batch_id,
+            )
+            committer.commit_all(store.name, record.batch_id, record.transactions)
+            write_record(store, committed(record))
+        ours = f"{target.prefix}-"
+        brokers_found = brokers(target.bootstrap_servers, target.settings)
+        for identifier in committer.open_transactions(brokers_found, ours):
+            if identifier[len(ours) :].isdigit():
+                fence(target.bootstrap_servers, target.settings, identifier)

@@ -30,12 +30,13 @@ spec:
 
 
 def test_examples_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
-    # job, bounded, postgres and cluster (streaming); local, cluster, promote and top (batch)
-    assert len(EXAMPLES) == 8
+    # job, bounded, postgres, kafka and cluster (streaming); local, cluster, promote and top (batch)
+    assert len(EXAMPLES) == 9
     assert main(["validate", *map(str, EXAMPLES)]) == 0
     out = capsys.readouterr().out
     assert "Streaming job 'clickstream'" in out
     assert "Streaming job 'clickstream-postgres'" in out
+    assert "Streaming job 'clickstream-kafka'" in out
     assert "Batch job 'paid-totals'" in out
 
 

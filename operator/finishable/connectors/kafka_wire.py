@@ -19,6 +19,10 @@ Kafka 3.0. The connection is PLAINTEXT, SSL, or either with SASL (``SaslHandshak
 ``SaslAuthenticate`` v2) by PLAIN or SCRAM-SHA-256/512 (RFC 5802), the mechanisms brokers are
 secured with besides Kerberos and OAuth, which are refused naming the setting. The encoders,
 decoders and the SCRAM exchange are pure functions over bytes; :class:`KafkaWire` is the socket.
+
+One cohesive module: the client side of the part of the Kafka protocol this project speaks
+(framing, the messages, authentication and the connection), which change together when a broker
+version moves a message's version.
 """
 
 from __future__ import annotations

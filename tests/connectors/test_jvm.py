@@ -15,6 +15,7 @@ from finishable.connectors.jvm import (
     chosen_path,
     hadoop_settings,
     hadoop_url,
+    jvm_kafka_stream_options,
     jvm_read_options,
     jvm_stream_options,
     partition_columns,
@@ -24,8 +25,9 @@ from finishable.connectors.jvm import (
     why_not_jvm,
     why_not_jvm_sink,
 )
+from finishable.connectors.kafka_reading import NoJavaSetting, java_consumer_settings
 from finishable.connectors.sinks import TransactionalCallback, TransactionalFiles
-from finishable.connectors.sources import Files, Range
+from finishable.connectors.sources import Files, Kafka, Range
 
 pytestmark = pytest.mark.quick
 
@@ -178,3 +180,70 @@ def test_a_sink_writes_options_say_where_hadoop_finds_its_directory(tmp_path: Pa
     streaming = sink_write_options(sink, endpoint="http://d", token="t", batch_id=None, environ={})
     assert "batchId" not in streaming  # each micro-batch stages under its own id
     assert hadoop_url(sink.store, "_staging/x") == f"file:{tmp_path}/out dir/totals/_staging/x"
+
+
+def test_kafka_client_settings_become_the_java_consumers_or_say_which_has_none() -> None:
+    settings = java_consumer_settings(
+        "b1:9092,b2:9092",
+        {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": "reader",
+            "sasl.password": 'p"a\\ss',
+            "ssl.ca.location": "/etc/kafka/ca.pem",
+            "fetch.message.max.bytes": "1048576",
+            "group.id": "ignored",
+        },
+    )
+    assert settings == {
+        "bootstrap.servers": "b1:9092,b2:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="reader" password="p\\"a\\\\ss";',
+        "ssl.truststore.location": "/etc/kafka/ca.pem",
+        "ssl.truststore.type": "PEM",
+        "max.partition.fetch.bytes": "1048576",  # the user's, over the default
+        "fetch.max.bytes": str(64 << 20),
+        "max.poll.records": "10000",
+        "enable.auto.commit": "false",
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "none",
+    }
+    with pytest.raises(NoJavaSetting, match=r"kafka.ssl.key.location has no Java"):
+        java_consumer_settings("b:9092", {"ssl.key.location": "/k.pem"})
+    with pytest.raises(NoJavaSetting, match="SASL GSSAPI"):
+        java_consumer_settings("b:9092", {"sasl.username": "u", "sasl.password": "p"})
+
+
+def test_a_kafka_source_takes_the_jvm_unless_a_client_setting_has_no_java_name() -> None:
+    assert why_not_jvm(Kafka("b:9092", topics="clicks")) is None
+    reason = why_not_jvm(
+        Kafka("b:9092", topics="clicks", options={"kafka.ssl.key.location": "/k.pem"})
+    )
+    assert reason is not None and "kafka.ssl.key.location" in reason
+
+
+def test_a_kafka_streams_options_carry_the_consumer_and_one_split_per_task() -> None:
+    source = Kafka(
+        "b:9092",
+        topics="clicks",
+        max_records_per_partition=5000,
+        fail_on_data_loss=False,
+        options={"kafka.client.id": "me"},
+    )
+    options = jvm_kafka_stream_options(
+        source,
+        coordinator="clicks",
+        endpoint="http://d:1",
+        token="t",
+        attempt=None,
+        min_partitions=4,
+    )
+    assert json.loads(options["consumer"])["client.id"] == "me"
+    assert json.loads(options["schema"]) == source.schema.jsonValue()
+    assert options["failOnDataLoss"] == "false"
+    assert options["attempt"] == "-1"
+    # A split weighs its offsets; a group is full at one split's worth, as the Python reader's.
+    assert options["maxPartitionWeight"] == options["splitSize"] == "5000"
+    assert options["openCost"] == "0"

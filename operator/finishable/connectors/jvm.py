@@ -3,13 +3,14 @@ streaming source, ``connectors.streaming.source``).
 
 The rows of a Python data source or writer cross from the JVM to a Python worker and back (the
 batch benchmark's floor: 2.7x plain Spark on JSON). The project's jar keeps them in the JVM:
-``dev.finishable.spark.FilesRead`` is a Batch read's reader slots and, as ``FilesStream``, a
+``dev.finishable.spark.FilesRead`` is a Batch read's reader slots and, as ``SplitStream``, a
 streaming read of a ``sources.Files`` source, each split the coordinator hands out read by the
-format reader ``spark.read`` would use; ``StageWrite`` and ``StageRead`` are a Batch stage's
-writers and the next stage's readers, Arrow to and from the shuffle servers. All keep the round
-property, offsets and driver calls of the Python ones. The decisions here are pure functions
-(which path, and the options that tell the JVM what to do); ``jvm_stream`` and
-``jvm_source_loadable`` are the edges that ask Spark and list files.
+format reader ``spark.read`` would use; ``KafkaRead`` is a ``SplitStream`` of a
+``sources.Kafka`` source, each split read by Kafka's Java consumer; ``StageWrite`` and
+``StageRead`` are a Batch stage's writers and the next stage's readers, Arrow to and from the
+shuffle servers. All keep the round property, offsets and driver calls of the Python ones. The
+decisions here are pure functions (which path, and the options that tell the JVM what to do);
+``jvm_stream`` and ``jvm_class_loadable`` are the edges that ask Spark and list files.
 """
 
 from __future__ import annotations
@@ -22,9 +23,15 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from finishable.connectors.batch.datasources import format_name
+from finishable.connectors.kafka_reading import (
+    READ_TIMEOUT_SECONDS,
+    NoJavaSetting,
+    java_consumer_settings,
+)
 from finishable.connectors.sink_store import SinkStore
 from finishable.connectors.sinks import TransactionalFiles, TransactionalSink
-from finishable.connectors.sources import Files, Source
+from finishable.connectors.sources import Files, Kafka, Source
+from finishable.connectors.streaming.source import ALL_AVAILABLE_CAP
 from finishable.coordinator.files import list_files, partition_values
 
 if TYPE_CHECKING:
@@ -35,13 +42,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 JVM_SOURCE = "dev.finishable.spark.FilesRead"
+JVM_KAFKA_SOURCE = "dev.finishable.spark.KafkaRead"
+KAFKA_CLIENT = "org.apache.kafka.clients.consumer.KafkaConsumer"
+"""Kafka's Java client (docker/spark-jars.txt), which ``KafkaRead`` reads with."""
 JVM_STAGE_WRITE = "dev.finishable.spark.StageWrite"
 JVM_STAGE_READ = "dev.finishable.spark.StageRead"
 JVM_SINK_WRITE = "dev.finishable.spark.SinkWrite"
 DATA_PATH_CONF = "spark.finishable.dataPath"
 """Batch jobs: ``jvm`` (the default: the JVM where a read or stage allows it) or ``python``."""
 STREAMING_DATA_PATH_CONF = "spark.finishable.dataPath.streaming"
-"""Streaming queries: ``jvm`` (the default: ``FilesStream`` where a source allows it) or
+"""Streaming queries: ``jvm`` (the default: ``SplitStream`` where a source allows it) or
 ``python``."""
 DATA_PATHS = ("jvm", "python")
 _NOT_PASSED = frozenset({"ignoreCorruptFiles", "ignoreMissingFiles"})
@@ -70,7 +80,13 @@ connectors the image does not carry: pyarrow reads them."""
 
 
 def why_not_jvm(source: Source) -> str | None:
-    """Why Spark's own readers cannot read ``source`` here (None: they can)."""
+    """Why the JVM cannot read ``source`` here (None: it can)."""
+    if isinstance(source, Kafka):
+        try:
+            java_consumer_settings(source.bootstrap_servers, source.client_options)
+        except NoJavaSetting as error:
+            return f"{error} (the Python reader takes librdkafka's settings)"
+        return None
     if not isinstance(source, Files):
         return f"{type(source).__name__} sources are read by Python"
     scheme = urlsplit(source.url).scheme
@@ -278,7 +294,7 @@ def jvm_stream_options(
     partitions: list[str],
     environ: Mapping[str, str],
 ) -> dict[str, str]:
-    """The options of a streaming read's ``FilesRead`` (its ``FilesStream``)."""
+    """The options of a streaming read's ``FilesRead`` (its ``SplitStream``)."""
     return {
         **_source_options(
             source,
@@ -297,6 +313,36 @@ def jvm_stream_options(
     }
 
 
+def jvm_kafka_stream_options(
+    source: Kafka,
+    *,
+    coordinator: str,
+    endpoint: str,
+    token: str,
+    attempt: int | None,
+    min_partitions: int,
+) -> dict[str, str]:
+    """The options of a streaming read's ``KafkaRead`` (its ``SplitStream``), grouped into tasks
+    as the Python reader groups a Kafka batch (``Kafka._settings``): one split, one task."""
+    consumer = java_consumer_settings(source.bootstrap_servers, source.client_options)
+    return {
+        "name": f"finishable_stream__{coordinator}",
+        "endpoint": endpoint,
+        "token": token,
+        "coordinator": coordinator,
+        "schema": source.schema.json(),
+        "consumer": json.dumps(consumer, sort_keys=True),
+        "failOnDataLoss": str(source.fail_on_data_loss).lower(),
+        "readTimeoutMs": str(int(READ_TIMEOUT_SECONDS * 1000)),
+        "attempt": str(-1 if attempt is None else attempt),
+        "maxSplitsPerBatch": str(ALL_AVAILABLE_CAP),  # the coordinator keeps maxOffsetsPerTrigger
+        "maxPartitionWeight": str(source.split_size),
+        "openCost": "0",
+        "minPartitions": str(min_partitions),
+        "splitSize": str(source.split_size),
+    }
+
+
 def jvm_stream(
     spark: SparkSession,
     source: Source,
@@ -308,20 +354,35 @@ def jvm_stream(
     min_partitions: int | None,
     sentinel_column: bool,
 ) -> DataFrame | None:
-    """``source``'s streaming DataFrame read by Spark's own file readers (``FilesStream``), or
-    None where the Python reader reads it: ``spark.finishable.dataPath.streaming: python``, a
-    source that is not local files or S3, a drain marker column asked for, or no jar."""
+    """``source``'s streaming DataFrame read in the JVM (``SplitStream``: Spark's own file readers
+    for files, Kafka's Java consumer for Kafka), or None where the Python reader reads it:
+    ``spark.finishable.dataPath.streaming: python``, a source the JVM cannot read, a drain marker
+    column asked for, or no jar."""
     path = chosen_path(
         spark.conf.get(STREAMING_DATA_PATH_CONF, None), conf=STREAMING_DATA_PATH_CONF
     )
-    if path == "python" or not isinstance(source, Files) or sentinel_column:
+    if path == "python" or not isinstance(source, Files | Kafka) or sentinel_column:
         return None
     reason = why_not_jvm(source)
     if reason is None and not jvm_source_loadable(spark):
         reason = f"{JVM_SOURCE} is not on Spark's classpath"
+    if reason is None and isinstance(source, Kafka) and not jvm_class_loadable(spark, KAFKA_CLIENT):
+        reason = f"Kafka's Java client ({KAFKA_CLIENT}) is not on Spark's classpath"
     if reason is not None:
         log.info("source %r: read by Python: %s", coordinator, reason)
         return None
+    cores = min_partitions or max(1, int(spark.sparkContext.defaultParallelism))
+    if isinstance(source, Kafka):
+        log.info("source %r: Kafka's Java consumer under the coordinator", coordinator)
+        options = jvm_kafka_stream_options(
+            source,
+            coordinator=coordinator,
+            endpoint=endpoint,
+            token=token,
+            attempt=attempt,
+            min_partitions=cores,
+        )
+        return spark.readStream.format(JVM_KAFKA_SOURCE).options(**options).load()
     # Partition columns are decided from the files there now (a key=value directory that first
     # appears later is read as a data column). The coordinator may not have listed yet (a job
     # declares its streams before it starts them): list here, once.
@@ -339,7 +400,7 @@ def jvm_stream(
         endpoint=endpoint,
         token=token,
         attempt=attempt,
-        min_partitions=min_partitions or max(1, int(spark.sparkContext.defaultParallelism)),
+        min_partitions=cores,
         partitions=partitions,
         environ=os.environ,
     )
@@ -376,11 +437,16 @@ def stage_read_options(
 
 def jvm_source_loadable(spark: SparkSession) -> bool:
     """Whether the project's jar is on Spark's classpath (``make jars``; the image has it)."""
+    return jvm_class_loadable(spark, JVM_SOURCE)
+
+
+def jvm_class_loadable(spark: SparkSession, name: str) -> bool:
+    """Whether Spark's driver JVM can load the class ``name``."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     try:
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        jvm.java.lang.Class.forName(JVM_SOURCE, False, loader)
+        jvm.java.lang.Class.forName(name, False, loader)
     except Exception:
         return False
     return True

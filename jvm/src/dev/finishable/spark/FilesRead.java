@@ -163,7 +163,7 @@ public final class FilesRead implements TableProvider {
 
         @Override
         public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-            return new FilesStream(options, splitReader(options, requiredData), readSchema());
+            return new SplitStream(options.stream, splitReader(options, requiredData), readSchema());
         }
     }
 

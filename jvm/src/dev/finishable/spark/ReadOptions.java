@@ -24,6 +24,7 @@ import org.apache.spark.sql.types.StructType;
 final class ReadOptions implements Serializable {
     private static final long serialVersionUID = 1L;
     static final ObjectMapper JSON = new ObjectMapper();
+    private static final String WHAT = "the finishable read source (declare reads with job.read())";
 
     final String name;
     final String read;
@@ -39,25 +40,15 @@ final class ReadOptions implements Serializable {
     final Map<String, String> sparkOptions;
     /** Hadoop settings for the source's store (S3's endpoint and keys; connectors/jvm.py). */
     final Map<String, String> hadoopConf;
-    /** Streaming: the pinned run attempt (-1: the one the driver made ready), the batch limits. */
-    final int attempt;
-    final int maxSplitsPerBatch;
-    final long maxPartitionWeight;
-    final long openCost;
-    final int minPartitions;
-    final long splitSize;
+    /** Streaming: the run's attempt and how a batch's splits make tasks. */
+    final StreamOptions stream;
 
     private ReadOptions(Map<String, String> options) {
         coordinator = required(options, "coordinator");
         name = options.getOrDefault("name", "finishable_stream__" + coordinator);
         read = options.getOrDefault("read", coordinator);
         slots = Integer.parseInt(options.getOrDefault("slots", "0"));
-        attempt = Integer.parseInt(options.getOrDefault("attempt", "-1"));
-        maxSplitsPerBatch = Integer.parseInt(options.getOrDefault("maxSplitsPerBatch", "256"));
-        maxPartitionWeight = Long.parseLong(options.getOrDefault("maxPartitionWeight", "134217728"));
-        openCost = Long.parseLong(options.getOrDefault("openCost", "4194304"));
-        minPartitions = Integer.parseInt(options.getOrDefault("minPartitions", "1"));
-        splitSize = Long.parseLong(options.getOrDefault("splitSize", "0"));
+        stream = new StreamOptions(options, WHAT);
         endpoint = required(options, "endpoint");
         token = required(options, "token");
         format = required(options, "format");
@@ -107,7 +98,7 @@ final class ReadOptions implements Serializable {
     }
 
     private static String required(Map<String, String> options, String key) {
-        return required(options, key, "the finishable read source (declare reads with job.read())");
+        return required(options, key, WHAT);
     }
 
     /** An option the Python side always sets; its absence is a bug, named. */

@@ -28,7 +28,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * unreadable split fails with an error naming it, or, when skipping is on, is reported and read as
  * no rows (read whole first, so a skipped split leaves no partial rows behind).
  */
-final class SplitReader implements Serializable {
+final class SplitReader implements SplitRows {
     private static final long serialVersionUID = 1L;
     private static final String HIVE_NULL = "__HIVE_DEFAULT_PARTITION__";
     private static final Logger LOG = LoggerFactory.getLogger(SplitReader.class);
@@ -43,7 +43,11 @@ final class SplitReader implements Serializable {
     }
 
     /** The split's rows; {@code skipped(splitId, reason)} is called for a split skipped. */
-    Iterator<InternalRow> rows(JsonNode split, BiConsumer<String, String> skipped) {
+    @Override
+    public Iterator<InternalRow> rows(JsonNode split, BiConsumer<String, String> skipped) {
+        if (!"file".equals(split.path("kind").asText())) {
+            throw new IllegalStateException("the JVM file reader got a split of kind " + split.path("kind"));
+        }
         String url = split.path("url").asText();
         String hadoopUrl = hadoopUrl(url);
         long start = split.path("start").asLong();

@@ -40,31 +40,39 @@ import org.apache.spark.sql.types.TimestampType;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * A streaming read of a {@code sources.Files} source by Spark's own file readers: the JVM twin of
+ * A streaming read whose splits come from the driver's coordinator and whose rows never leave the
+ * JVM: a {@code sources.Files} source read by Spark's own file readers, a {@code sources.Kafka}
+ * source by the Kafka consumer ({@link SplitRows}). It is the JVM twin of
  * {@code FinishableStreamReader} (connectors/streaming/source.py). Offsets are the Python
  * reader's, byte for byte in meaning ({@code {"format": "finishable.splits", "version": 1,
  * "coordinator", "seq", "attempt", "splits"}}): each batch's splits are asked from the
  * coordinator when Spark plans it and carried in its offset, so a stop, a savepoint or a drain
  * cuts at that boundary and a checkpoint written by either reader is read by the other.
  */
-final class FilesStream implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow {
+final class SplitStream implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow {
     static final String OFFSET_FORMAT = "finishable.splits";
     static final int OFFSET_VERSION = 1;
     static final int ALL_AVAILABLE_CAP = 10_000;
     static final int MAX_SPLITS_PER_REQUEST = 100_000;
     private static final int READER_SUBTASK = 0;
 
-    private final ReadOptions options;
-    private final SplitReader splitReader;
+    private final StreamOptions options;
+    private final SplitRows splitReader;
     private final StructType readSchema;
     private final DriverCalls driver;
     private Integer attempt;
 
-    FilesStream(ReadOptions options, SplitReader splitReader, StructType readSchema) {
+    SplitStream(StreamOptions options, SplitRows splitReader, StructType readSchema) {
         this.options = options;
         this.splitReader = splitReader;
         this.readSchema = readSchema;
         this.driver = new DriverCalls(options.endpoint, options.token);
+    }
+
+    /** What Spark's progress reports and UI name the source by: its coordinator and reader. */
+    @Override
+    public String toString() {
+        return "finishable " + options.coordinator + " (" + splitReader.getClass().getSimpleName() + ")";
     }
 
     @Override
@@ -178,8 +186,7 @@ final class FilesStream implements MicroBatchStream, SupportsAdmissionControl, S
         long total = 0;
         List<Long> weights = new ArrayList<>();
         for (JsonNode split : splits) {
-            long weight = ("file".equals(split.path("kind").asText()) ? split.path("length").asLong() : 1)
-                + options.openCost;
+            long weight = weight(split) + options.openCost;
             weights.add(weight);
             total += weight;
         }
@@ -209,6 +216,18 @@ final class FilesStream implements MicroBatchStream, SupportsAdmissionControl, S
         return groups;
     }
 
+    /** The cost of reading a split (split_weight): bytes of a file range, offsets of a Kafka one. */
+    static long weight(JsonNode split) {
+        switch (split.path("kind").asText()) {
+            case "file":
+                return split.path("length").asLong();
+            case "kafka":
+                return split.path("end").asLong() - split.path("start").asLong();
+            default:
+                return 1;
+        }
+    }
+
     @Override
     public PartitionReaderFactory createReaderFactory() {
         return new Factory(options, splitReader, readSchema);
@@ -228,11 +247,11 @@ final class FilesStream implements MicroBatchStream, SupportsAdmissionControl, S
 
     private static final class Factory implements PartitionReaderFactory {
         private static final long serialVersionUID = 1L;
-        private final ReadOptions options;
-        private final SplitReader splitReader;
+        private final StreamOptions options;
+        private final SplitRows splitReader;
         private final StructType readSchema;
 
-        Factory(ReadOptions options, SplitReader splitReader, StructType readSchema) {
+        Factory(StreamOptions options, SplitRows splitReader, StructType readSchema) {
             this.options = options;
             this.splitReader = splitReader;
             this.readSchema = readSchema;
@@ -253,7 +272,7 @@ final class FilesStream implements MicroBatchStream, SupportsAdmissionControl, S
                 String kind = split.path("kind").asText();
                 if ("sentinel".equals(kind)) {
                     parts.add(List.<InternalRow>of(sentinelRow(split.path("row"), readSchema)).iterator());
-                } else if ("file".equals(kind)) {
+                } else {
                     parts.add(splitReader.rows(split, (id, reason) -> {
                         ObjectNode event = ReadOptions.JSON.createObjectNode();
                         event.put("type", "SplitSkipped");
@@ -262,8 +281,6 @@ final class FilesStream implements MicroBatchStream, SupportsAdmissionControl, S
                         int run = splits.attempt >= 0 ? splits.attempt : liveAttempt(driver, options.coordinator);
                         driver.coordinatorEvent(options.coordinator, READER_SUBTASK, run, event);
                     }));
-                } else {
-                    throw new IllegalStateException("the JVM file reader got a split of kind " + kind);
                 }
             }
             Iterator<InternalRow> rows = SplitReader.concat(parts);

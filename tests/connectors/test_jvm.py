@@ -25,7 +25,7 @@ from finishable.connectors.jvm import (
     why_not_jvm,
     why_not_jvm_sink,
 )
-from finishable.connectors.kafka_reading import NoJavaSetting, java_consumer_settings
+from finishable.connectors.kafka_java import NoJavaSetting, java_consumer_settings
 from finishable.connectors.sinks import TransactionalCallback, TransactionalFiles
 from finishable.connectors.sources import Files, Kafka, Range
 

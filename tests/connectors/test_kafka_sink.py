@@ -9,16 +9,20 @@ none of a replay, and none of a transaction the broker aborted, which the sink r
 from __future__ import annotations
 
 import base64
+import json
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from pyspark.sql import SparkSession
 
 from finishable.connectors import kafka_wire as wire
+from finishable.connectors.jvm import JVM_KAFKA_WRITE, kafka_write_options, why_not_jvm_sink
 from finishable.connectors.kafka_transactions import (
     COMMITTED,
     COMMITTING,
@@ -33,7 +37,13 @@ from finishable.connectors.kafka_transactions import (
 from finishable.connectors.kafka_writing import write_plain, write_transaction
 from finishable.connectors.sink_store import SinkError, SinkStore
 from finishable.connectors.sinks import Kafka
-from finishable.connectors.streaming.kafka_writer import KafkaTarget, commit_batch, recover
+from finishable.connectors.streaming.kafka_writer import (
+    KafkaTarget,
+    commit_batch,
+    commit_jvm_batch,
+    recover,
+)
+from finishable.coordinator.endpoint import DriverEndpoint
 from testcluster.kafka import KafkaBroker, running_broker
 from tests.support.kafka import TIMEOUT, new_topic
 from tests.support.kafka import read_committed as read_topic
@@ -356,3 +366,74 @@ def test_exactly_once_outside_a_job_asks_for_its_prefix_and_staging() -> None:
     with pytest.raises(SinkError, match="needs staging_url"):
         _ = sink.store
     assert Kafka("t", "127.0.0.1:9092", delivery="at-least-once").store is None
+
+
+# --- the JVM writer (dev.finishable.spark.KafkaWrite) ---------------------------------------------
+
+
+def test_the_jvm_writer_leaves_each_tasks_transaction_open_and_the_driver_commits_it(
+    spark: SparkSession, broker: KafkaBroker, tmp_path: Path
+) -> None:
+    """A real micro-batch through Kafka's Java producer: its tasks' transactions (version 2 on
+    this 4.x broker) are open and unread when the commit reaches the driver, and committed by
+    ``EndTxn`` v5 from there; a retried commit is answered with success; every value is read
+    once."""
+    topic, sink, store, target = exactly_once(broker, tmp_path / "staging", "jvm")
+    source = tmp_path / "in"
+    source.mkdir()
+    values = [f"v{index}" for index in range(300)]
+    (source / "part.json").write_text("".join(f'{{"value": "{v}"}}\n' for v in values))
+    seen: list[dict[str, object]] = []
+
+    def hook(stage: str, batch_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        assert stage == "publish"
+        seen.extend(body["transactions"])
+        assert read_committed(broker, topic) == []  # open: nothing is read yet
+        commit_jvm_batch(store, target, batch_id, body)
+        return {}
+
+    endpoint = DriverEndpoint("jvm-sink-token")
+    endpoint.set_batch_hook(hook)
+    endpoint.start()
+    try:
+        frame = spark.readStream.schema("value string").json(str(source)).repartition(3)
+        sink.prepare(frame)
+        options = kafka_write_options(sink, endpoint=endpoint.url, token="jvm-sink-token")
+        query = (
+            frame.writeStream.format(JVM_KAFKA_WRITE)
+            .options(**options)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(240)
+    finally:
+        endpoint.stop()
+    assert sorted(read_committed(broker, topic)) == sorted(v.encode() for v in values)
+    opened = [OpenTransaction.from_dict(t) for t in seen]
+    assert sorted(t.partition for t in opened) == [0, 1, 2]
+    assert {t.version for t in opened} == {2}
+    assert sum(t.records for t in opened) == len(values)
+    with committer(broker) as again:
+        again.commit_all("jvm", 0, opened)  # a retry after a crash: already committed is fine
+    assert sorted(read_committed(broker, topic)) == sorted(v.encode() for v in values)
+
+
+def test_librdkafka_settings_reach_the_java_producer_translated_or_keep_the_python_writer() -> None:
+    sink = Kafka(
+        "out",
+        "b:9092",
+        transactional_id_prefix="p",
+        staging_url="/tmp/x",
+        options={"kafka.compression.codec": "zstd", "kafka.queue.buffering.max.ms": "20"},
+    )
+    settings = json.loads(kafka_write_options(sink, endpoint="http://d", token="t")["producer"])
+    assert settings == {
+        "bootstrap.servers": "b:9092",
+        "compression.type": "zstd",
+        "linger.ms": "20",
+        "transaction.timeout.ms": "900000",
+    }
+    assert why_not_jvm_sink(sink) is None
+    odd = Kafka("out", "b:9092", options={"kafka.partitioner": "murmur2_random"})
+    assert "kafka.partitioner has no Java" in (why_not_jvm_sink(odd) or "")

@@ -23,14 +23,18 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from finishable.connectors.batch.datasources import format_name
-from finishable.connectors.kafka_reading import (
-    READ_TIMEOUT_SECONDS,
+from finishable.connectors.kafka_java import (
     NoJavaSetting,
     java_consumer_settings,
+    java_producer_settings,
 )
+from finishable.connectors.kafka_reading import READ_TIMEOUT_SECONDS
+from finishable.connectors.kafka_writing import DEFAULT_TRANSACTION_TIMEOUT_MS
 from finishable.connectors.sink_store import SinkStore
+from finishable.connectors.sinks import Kafka as KafkaSink
 from finishable.connectors.sinks import TransactionalFiles, TransactionalSink
 from finishable.connectors.sources import Files, Kafka, Source
+from finishable.connectors.streaming.kafka_writer import EXACTLY_ONCE
 from finishable.connectors.streaming.source import ALL_AVAILABLE_CAP
 from finishable.coordinator.files import list_files, partition_values
 
@@ -48,6 +52,7 @@ KAFKA_CLIENT = "org.apache.kafka.clients.consumer.KafkaConsumer"
 JVM_STAGE_WRITE = "dev.finishable.spark.StageWrite"
 JVM_STAGE_READ = "dev.finishable.spark.StageRead"
 JVM_SINK_WRITE = "dev.finishable.spark.SinkWrite"
+JVM_KAFKA_WRITE = "dev.finishable.spark.KafkaWrite"
 DATA_PATH_CONF = "spark.finishable.dataPath"
 """Batch jobs: ``jvm`` (the default: the JVM where a read or stage allows it) or ``python``."""
 STREAMING_DATA_PATH_CONF = "spark.finishable.dataPath.streaming"
@@ -101,8 +106,15 @@ writer spells decimals as numbers and times with its own pattern, not what ``rea
 and earlier output read."""
 
 
-def why_not_jvm_sink(sink: TransactionalSink) -> str | None:
-    """Why Spark's own writers cannot stage ``sink``'s files in a Batch job (None: they can)."""
+def why_not_jvm_sink(sink: TransactionalSink | KafkaSink) -> str | None:
+    """Why Spark's own writers (or Kafka's Java producer) cannot write ``sink``'s micro-batches
+    here (None: they can)."""
+    if isinstance(sink, KafkaSink):
+        try:
+            kafka_producer_settings(sink)
+        except NoJavaSetting as error:
+            return f"{error} (the Python writer takes librdkafka's settings)"
+        return None
     if not isinstance(sink, TransactionalFiles):
         return f"{type(sink).__name__} sinks are staged by Python"
     if sink.format not in JVM_SINK_FORMATS:
@@ -111,6 +123,31 @@ def why_not_jvm_sink(sink: TransactionalSink) -> str | None:
     if scheme not in JVM_SCHEMES:
         return f"{scheme}:// sinks are written by Python (pyarrow's file systems)"
     return None
+
+
+def kafka_producer_settings(sink: KafkaSink) -> dict[str, str]:
+    """The Java producer's settings for ``sink``: the Python writer's, translated (an exactly-once
+    sink's transaction timeout defaults as there)."""
+    client = {key.removeprefix("kafka."): value for key, value in (sink.options or {}).items()}
+    if sink.delivery == EXACTLY_ONCE:
+        client.setdefault("transaction.timeout.ms", str(DEFAULT_TRANSACTION_TIMEOUT_MS))
+    return java_producer_settings(sink.bootstrap_servers, client)
+
+
+def kafka_write_options(sink: KafkaSink, *, endpoint: str, token: str) -> dict[str, str]:
+    """The options of a streaming query's ``KafkaWrite`` (KafkaWrite.Settings reads them)."""
+    target = sink.target
+    options = {
+        "endpoint": endpoint,
+        "token": token,
+        "sink": sink.sink_name,
+        "delivery": target.delivery,
+        "prefix": target.prefix,
+        "producer": json.dumps(kafka_producer_settings(sink), sort_keys=True),
+    }
+    if target.topic is not None:
+        options["topic"] = target.topic
+    return options
 
 
 def hadoop_url(store: SinkStore, relative: str) -> str:
@@ -144,22 +181,27 @@ def sink_write_options(
 
 
 def jvm_sink_stream(
-    sink: TransactionalSink, frame: DataFrame, *, endpoint: str, token: str
+    sink: TransactionalSink | KafkaSink, frame: DataFrame, *, endpoint: str, token: str
 ) -> DataStreamWriter | None:
-    """``frame``'s stream writer into ``sink`` by Spark's own writers (``SinkWrite``: each
-    micro-batch published by the driver through ``endpoint``), or None where the Python writer
-    writes it: ``spark.finishable.dataPath.streaming: python``, a sink they cannot write, or no
-    jar."""
+    """``frame``'s stream writer into ``sink`` in the JVM (``SinkWrite``: Spark's own file
+    writers; ``KafkaWrite``: Kafka's Java producer; each micro-batch published or committed by the
+    driver through ``endpoint``), or None where the Python writer writes it:
+    ``spark.finishable.dataPath.streaming: python``, a sink they cannot write, or no jar."""
     spark = frame.sparkSession
     path = chosen_path(
         spark.conf.get(STREAMING_DATA_PATH_CONF, None), conf=STREAMING_DATA_PATH_CONF
     )
     reason = "python" if path == "python" else why_not_jvm_sink(sink)
-    if reason is None and not jvm_source_loadable(spark):
-        reason = f"{JVM_SINK_WRITE} is not on Spark's classpath"
+    if reason is None:
+        reason = missing_classes(spark, kafka=isinstance(sink, KafkaSink))
     if reason is not None:
         log.info("sink %r: written by Python: %s", sink.sink_name, reason)
         return None
+    if isinstance(sink, KafkaSink):
+        sink.prepare(frame)
+        log.info("sink %r: Kafka's Java producer, committed by the driver", sink.sink_name)
+        options = kafka_write_options(sink, endpoint=endpoint, token=token)
+        return frame.writeStream.format(JVM_KAFKA_WRITE).options(**options)
     assert isinstance(sink, TransactionalFiles)  # why_not_jvm_sink said so
     options = sink_write_options(
         sink, endpoint=endpoint, token=token, batch_id=None, environ=os.environ
@@ -363,11 +405,7 @@ def jvm_stream(
     )
     if path == "python" or not isinstance(source, Files | Kafka) or sentinel_column:
         return None
-    reason = why_not_jvm(source)
-    if reason is None and not jvm_source_loadable(spark):
-        reason = f"{JVM_SOURCE} is not on Spark's classpath"
-    if reason is None and isinstance(source, Kafka) and not jvm_class_loadable(spark, KAFKA_CLIENT):
-        reason = f"Kafka's Java client ({KAFKA_CLIENT}) is not on Spark's classpath"
+    reason = why_not_jvm(source) or missing_classes(spark, kafka=isinstance(source, Kafka))
     if reason is not None:
         log.info("source %r: read by Python: %s", coordinator, reason)
         return None
@@ -438,6 +476,16 @@ def stage_read_options(
 def jvm_source_loadable(spark: SparkSession) -> bool:
     """Whether the project's jar is on Spark's classpath (``make jars``; the image has it)."""
     return jvm_class_loadable(spark, JVM_SOURCE)
+
+
+def missing_classes(spark: SparkSession, *, kafka: bool) -> str | None:
+    """What the JVM path lacks on Spark's classpath: the project's jar, or (``kafka``) Kafka's
+    Java client; None when nothing is missing."""
+    if not jvm_source_loadable(spark):
+        return f"the project's jar ({JVM_SOURCE}) is not on Spark's classpath"
+    if kafka and not jvm_class_loadable(spark, KAFKA_CLIENT):
+        return f"Kafka's Java client ({KAFKA_CLIENT}) is not on Spark's classpath"
+    return None
 
 
 def jvm_class_loadable(spark: SparkSession, name: str) -> bool:

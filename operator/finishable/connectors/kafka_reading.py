@@ -34,46 +34,6 @@ partition made a split's reading 3.7 times slower than 8 MB (400,000 records of 
 125,000 against 464,000 records/s, measured)."""
 
 
-JAVA_FETCH_DEFAULTS = {
-    "max.partition.fetch.bytes": FETCH_DEFAULTS["fetch.message.max.bytes"],
-    "fetch.max.bytes": FETCH_DEFAULTS["fetch.max.bytes"],
-    "max.poll.records": str(BATCH_ROWS),
-}
-"""The same fetch sizes for the Java consumer (``KafkaSplitReader``), and polls as large as
-the Python reader's batches."""
-_JAVA_SAME = frozenset(
-    {
-        "client.id",
-        "client.rack",
-        "fetch.min.bytes",
-        "fetch.max.bytes",
-        "max.partition.fetch.bytes",
-        "sasl.mechanism",
-        "security.protocol",
-        "ssl.endpoint.identification.algorithm",
-    }
-)
-"""librdkafka settings the Java client spells and means the same way."""
-_JAVA_RENAMED = {
-    "fetch.message.max.bytes": "max.partition.fetch.bytes",
-    "fetch.wait.max.ms": "fetch.max.wait.ms",
-    "sasl.mechanisms": "sasl.mechanism",
-    "socket.receive.buffer.bytes": "receive.buffer.bytes",
-    "ssl.ca.location": "ssl.truststore.location",
-}
-_JAVA_IGNORED = frozenset({"group.id"})
-"""Settings a reader that assigns its partitions and commits nothing has no use for."""
-_JAAS_MODULES = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
-
-
-class NoJavaSetting(ValueError):
-    """A client setting (librdkafka's name) the Java consumer has no translation for here."""
-
-
 class KafkaReadError(RuntimeError):
     """A Kafka split could not be read; the message names the partition and its offsets."""
 
@@ -92,50 +52,6 @@ def consumer_settings(bootstrap_servers: str, client_options: Mapping[str, str])
         "enable.partition.eof": True,
         "auto.offset.reset": "error",
     }
-
-
-def java_consumer_settings(
-    bootstrap_servers: str, client_options: Mapping[str, str]
-) -> dict[str, str]:
-    """``consumer_settings`` in the Java client's names, for the JVM reader: the same fetch
-    sizes, the user's settings translated, then what exactly-once reading needs. A setting with no
-    translation here raises ``NoJavaSetting`` naming it (the Python reader reads that source)."""
-    translated: dict[str, str] = {}
-    for key, value in client_options.items():
-        if key in _JAVA_IGNORED or key in ("sasl.username", "sasl.password"):
-            continue
-        if key in _JAVA_SAME:
-            translated[key] = value
-        elif key in _JAVA_RENAMED:
-            translated[_JAVA_RENAMED[key]] = value
-        else:
-            raise NoJavaSetting(f"kafka.{key} has no Java client equivalent here")
-    if "ssl.ca.location" in client_options:
-        translated["ssl.truststore.type"] = "PEM"
-    if translated.get("ssl.endpoint.identification.algorithm") == "none":
-        translated["ssl.endpoint.identification.algorithm"] = ""
-    if "sasl.username" in client_options or "sasl.password" in client_options:
-        mechanism = translated.get("sasl.mechanism", "GSSAPI").upper()
-        module = _JAAS_MODULES.get(mechanism)
-        if module is None:
-            raise NoJavaSetting(f"SASL {mechanism} with a user name and password")
-        user = _jaas_quoted(client_options.get("sasl.username", ""))
-        password = _jaas_quoted(client_options.get("sasl.password", ""))
-        translated["sasl.jaas.config"] = f"{module} required username={user} password={password};"
-    return {
-        **JAVA_FETCH_DEFAULTS,
-        **translated,
-        "bootstrap.servers": bootstrap_servers,
-        "enable.auto.commit": "false",
-        "isolation.level": "read_committed",
-        "auto.offset.reset": "none",
-    }
-
-
-def _jaas_quoted(value: str) -> str:
-    """A JAAS option value, quoted (Kafka's JaasConfig reads it as a Java string token)."""
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
 
 
 def kafka_batches(

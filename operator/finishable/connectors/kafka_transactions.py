@@ -59,6 +59,9 @@ class OpenTransaction:
     epoch: int
     partition: int
     records: int
+    version: int = 1
+    """The transaction version the producer used: 1 (librdkafka) or 2 (KIP-890: the Java
+    client's on a 4.x broker), which must be ended with ``EndTxn`` v5."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +74,7 @@ class OpenTransaction:
             epoch=int(doc["epoch"]),
             partition=int(doc["partition"]),
             records=int(doc["records"]),
+            version=int(doc.get("version", 1)),
         )
 
 
@@ -306,7 +310,7 @@ class KafkaCommitter:
 
         def once() -> int:
             body = self._on_coordinator(
-                transaction.transactional_id, wire.END_TXN, _end_txn_body(transaction, commit)
+                transaction.transactional_id, *_end_txn(transaction, commit)
             )
             code = wire.parse_end_txn(body)
             if code in wire.RETRIABLE:
@@ -333,9 +337,7 @@ class KafkaCommitter:
                 continue
             groups.setdefault(broker, []).append(index)
         for broker, indexes in groups.items():
-            requests = [
-                (wire.END_TXN, _end_txn_body(transactions[index], commit)) for index in indexes
-            ]
+            requests = [_end_txn(transactions[index], commit) for index in indexes]
             try:
                 bodies = self._call_many(broker, requests)
             except wire.KafkaAuthError:
@@ -360,11 +362,7 @@ class KafkaCommitter:
             if code == wire.NONE:
                 continue
             found = self.describe(transaction.transactional_id)
-            if (
-                found.state == "CompleteCommit"
-                and found.producer_id == transaction.producer_id
-                and found.producer_epoch == transaction.epoch
-            ):
+            if found.state == "CompleteCommit" and _ended_by(transaction, found):
                 continue
             if code in (
                 wire.INVALID_TXN_STATE,
@@ -417,10 +415,21 @@ _ALREADY_ENDED: Final = (
 )
 
 
-def _end_txn_body(transaction: OpenTransaction, commit: bool) -> bytes:
-    return wire.end_txn_body(
+def _end_txn(transaction: OpenTransaction, commit: bool) -> tuple[tuple[int, int], bytes]:
+    """The EndTxn request (its api and version, and body) that ends ``transaction``."""
+    api = wire.END_TXN_V2 if transaction.version >= 2 else wire.END_TXN
+    return api, wire.end_txn_body(
         transaction.transactional_id, transaction.producer_id, transaction.epoch, commit
     )
+
+
+def _ended_by(transaction: OpenTransaction, found: wire.TransactionDescription) -> bool:
+    """Whether the id's last transaction, as described, is ``transaction`` itself: same producer
+    and epoch, or (transaction version 2) the epoch its end moved to."""
+    if found.producer_id != transaction.producer_id:
+        return False
+    bumped = 1 if transaction.version >= 2 else 0
+    return found.producer_epoch in (transaction.epoch, transaction.epoch + bumped)
 
 
 class _Retry(Exception):

@@ -10,8 +10,10 @@ module speaks that much of the Kafka protocol itself (the message layouts are Ap
 
 * ``FindCoordinator`` v4 (key type transaction): which broker coordinates a transactional id;
 * ``DescribeTransactions`` v0: a transaction's state, producer id and epoch;
-* ``EndTxn`` v3: commit or abort it (the first transaction version; no epoch bump on commit, so a
-  retried commit of a committed transaction is answered with success);
+* ``EndTxn`` v3: commit or abort a transaction of the first transaction version (librdkafka's;
+  no epoch bump on commit, so a retried commit of a committed transaction is answered with
+  success), v5 one of version 2 (KIP-890, the Java client's on a 4.x broker: the broker bumps the
+  epoch as it ends the transaction);
 * ``ListTransactions`` v0: the open transactions a broker coordinates, to abort leftovers.
 
 All four are flexible versions (compact strings and arrays, tagged fields), in brokers since
@@ -40,6 +42,9 @@ from typing import Final
 
 FIND_COORDINATOR: Final = (10, 4)
 END_TXN: Final = (26, 3)
+END_TXN_V2: Final = (26, 5)
+"""EndTxn for a transaction of transaction version 2: the same fields; the response adds the
+producer id and epoch the broker moved to (read past, not needed)."""
 DESCRIBE_TRANSACTIONS: Final = (65, 0)
 LIST_TRANSACTIONS: Final = (66, 0)
 SASL_HANDSHAKE: Final = (17, 1)

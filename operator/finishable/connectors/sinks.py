@@ -590,14 +590,18 @@ class Kafka:
                 "delivery='at-least-once'"
             )
 
-    def write_stream(self, df: DataFrame) -> DataStreamWriter:
-        """``df.writeStream`` aimed at this sink, after committing what the last checkpoint
-        holds and fencing the sink's other open transactions."""
+    def prepare(self, df: DataFrame) -> None:
+        """Before a query writes ``df`` here, by either writer: check it, then commit what the
+        last checkpoint holds and fence the sink's other open transactions."""
         self.check(df)
         store = self.store
         if store is not None:
             store.probe()
         recover(store, self.target)
+
+    def write_stream(self, df: DataFrame) -> DataStreamWriter:
+        """``df.writeStream`` aimed at this sink's Python writer, once prepared."""
+        self.prepare(df)
         df.sparkSession.dataSource.register(KafkaDataSource)
         return df.writeStream.format(KafkaDataSource.name()).options(**self.options_for_spark())
 

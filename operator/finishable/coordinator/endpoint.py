@@ -18,7 +18,8 @@ API (JSON bodies; every route but ``/v1/health`` needs ``Authorization: Bearer <
     POST /v1/batches/{batch}/{stage}                   {"sink"}  a sink's commit of a micro-batch
          reached ``stage`` (prepare, published): the runtime's batch hook runs it
     POST /v1/batches/{batch}/publish    {"sink", "parts", "schema", "overwrite"}  the JVM sink
-         writer's commit: the runtime publishes the parts its tasks staged, between both stages
+         writer's commit: the runtime publishes the parts its tasks staged, between both stages;
+         a Kafka sink's ({"sink", "transactions", "records"}): it commits the open transactions
 
 Errors: 400 malformed request (the message names the field), 401 missing or wrong token
 (nothing is changed), 404 unknown coordinator or route, 409 order violation or rejected event

@@ -137,6 +137,28 @@ def commit_batch(
     )
 
 
+def commit_jvm_batch(
+    store: SinkStore | None, target: KafkaTarget, batch_id: int, body: Mapping[str, object]
+) -> None:
+    """Phase two of a micro-batch Kafka's Java producer wrote (``dev.finishable.spark.KafkaWrite``):
+    its commit sends the transactions its tasks left open (``{"transactions": [...]}``, each an
+    ``OpenTransaction``) to the driver, which commits them here as ``KafkaStreamWriter.commit``
+    would. A malformed body is a ValueError naming it."""
+    raw = body.get("transactions")
+    if not isinstance(raw, list):
+        raise ValueError(f"commit of batch {batch_id}: 'transactions' must be a list, not {raw!r}")
+    try:
+        opened = [OpenTransaction.from_dict(transaction) for transaction in raw]
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"commit of batch {batch_id}: a malformed transaction: {error}") from None
+    if target.delivery != EXACTLY_ONCE:
+        return
+    if store is None:
+        raise SinkError("a Kafka sink needs staging_url for exactly-once delivery")
+    with target.committer() as committer:
+        commit_batch(store, target, batch_id, opened, committer)
+
+
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
     """Writes each task's rows to Kafka; ``commit`` commits the batch's transactions."""
 

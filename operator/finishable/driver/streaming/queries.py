@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import pyspark
 
 from finishable.api.status import CheckpointStatus, QueryStatus
-from finishable.connectors.sinks import TransactionalFiles, TransactionalSink
+from finishable.connectors.sinks import Kafka, TransactionalFiles, TransactionalSink
+from finishable.connectors.streaming.kafka_writer import commit_jvm_batch
 from finishable.connectors.streaming.sink import publish_jvm_batch
 from finishable.driver.checkpoint_log import CheckpointLog
 from finishable.driver.failures import ProgramError
@@ -229,18 +230,23 @@ class QuerySet:
 
     def hook(self, stage: str, batch_id: int, body: dict[str, Any]) -> dict[str, Any]:
         """For ``DriverEndpoint.set_batch_hook``: the keeper of the query writing
-        ``body["sink"]``; a ``publish`` (Spark's own sink writers') runs both of its stages around
-        the publish, as a Python sink writer's commit calls them around its own."""
+        ``body["sink"]``; a ``publish`` (the JVM writers': Spark's own file writers' parts, Kafka's
+        Java producer's open transactions) runs both of its stages around the publish or commit,
+        as a Python sink writer's commit calls them around its own."""
         sink = str(body.get("sink", ""))
         query = self._by_sink.get(sink)
         if query is None:
             raise ValueError(f"no query of this job writes to the sink {sink!r}")
         if stage != "publish":
             return query.keeper.hook(stage, batch_id, sink)
-        if not isinstance(query.sink, TransactionalFiles):
+        target = query.sink
+        if not isinstance(target, TransactionalFiles | Kafka):
             raise ValueError(f"sink {sink!r} is not published by the driver")
         query.keeper.hook("prepare", batch_id, sink)
-        publish_jvm_batch(query.sink.url, sink, query.sink.format, batch_id, body)
+        if isinstance(target, Kafka):
+            commit_jvm_batch(target.store, target.target, batch_id, body)
+        else:
+            publish_jvm_batch(target.url, sink, target.format, batch_id, body)
         return query.keeper.hook("published", batch_id, sink)
 
     @property

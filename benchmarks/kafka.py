@@ -8,9 +8,10 @@ each window written as one JSON record to an output topic) runs two ways:
 * *plain*: Spark's Kafka source (``format("kafka")``, ``read_committed``) and Spark's Kafka sink
   (at least once), spark-sql-kafka 4.2.0 pinned in testcluster/spark-kafka-jars.txt;
 * *runtime*: ``FinishableJob`` with ``sources.Kafka`` (the coordinator cutting the partitions'
-  offsets into splits, records read in Python workers with confluent-kafka) and ``sinks.Kafka``
-  (exactly once: a transaction per task and batch, committed by the batch's commit), with a
-  stored checkpoint per batch.
+  offsets into splits) and ``sinks.Kafka`` (exactly once: a transaction per task and batch,
+  committed by the batch's commit), with a stored checkpoint per batch. ``--data-path`` says who
+  carries the records: ``jvm`` (the default: Kafka's Java consumer and producer, ``KafkaRead``
+  and ``KafkaWrite``) or ``python`` (confluent-kafka in Python workers).
 
 Two measurements, each way in turn, a warm-up round and then the median of ``--rounds``:
 
@@ -26,6 +27,7 @@ Two measurements, each way in turn, a warm-up round and then the median of ``--r
 Prints one JSON line.
 
     .venv/bin/python benchmarks/kafka.py [--records 400000] [--partitions 4] [--per-trigger 50000]
+        [--data-path jvm|python]
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from streaming import (  # noqa: E402 - benchmarks/streaming.py: the runs and th
 )
 
 from finishable import sinks, sources  # noqa: E402
+from finishable.connectors.jvm import DATA_PATHS, STREAMING_DATA_PATH_CONF  # noqa: E402
 from testcluster.kafka import KafkaBroker, spark_kafka_jars  # noqa: E402
 
 TOPIC = "clicks"
@@ -342,6 +345,7 @@ def main() -> None:
     parser.add_argument("--live-rate", type=int, default=2_000, help="clicks/s of the latency run")
     parser.add_argument("--live-seconds", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=3, help="measured runs of each (median)")
+    parser.add_argument("--data-path", choices=DATA_PATHS, default="jvm", help="the runtime's")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -362,6 +366,7 @@ def main() -> None:
                 .getOrCreate()
             )
             spark.sparkContext.setLogLevel("ERROR")
+            spark.conf.set(STREAMING_DATA_PATH_CONF, args.data_path)
             bootstrap = broker.bootstrap_servers
             throughput = {"plain": plain, "runtime": runtime}
             latency = {"plain": live_plain, "runtime": live_runtime}
@@ -402,6 +407,7 @@ def main() -> None:
                 "partitions": args.partitions,
                 "per_trigger": args.per_trigger,
                 "rounds": args.rounds,
+                "runtime_data_path": args.data_path,
                 **{f"{name}_rows_per_s": round(rate) for name, rate in medians.items()},
                 **{f"steady_{name}_rows_per_s": round(rate) for name, rate in steady.items()},
                 "runtime_time_vs_plain": round(medians["plain"] / medians["runtime"], 2),

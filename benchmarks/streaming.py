@@ -12,7 +12,7 @@ three ways:
 * *runtime*: ``FinishableJob`` with ``sources.Files`` and ``sinks.TransactionalFiles``
   (coordinator requests, a stored checkpoint per batch, the sink's two-phase commit);
   *runtime_jvm* the same on the JVM data path: the source read by Spark's own reader
-  (``FilesStream``) and the sink's files written by Spark's own parquet writer (``SinkWrite``).
+  (``SplitStream``) and the sink's files written by Spark's own parquet writer (``SinkWrite``).
 
 All read the same number of files per micro-batch with the same trigger; rows/s is counted from the
 query's own progress events until every row was read, over the whole run (``*_rows_per_s``: the
@@ -387,7 +387,7 @@ def runtime(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch
 
 def runtime_jvm(spark: SparkSession, inputs: Path, work: Path, total: int, per_batch: int) -> Run:
     """The runtime on the JVM data path (the default): the source read by Spark's own JSON
-    reader (``FilesStream``), the sink's files written by Spark's own parquet writer."""
+    reader (``SplitStream``), the sink's files written by Spark's own parquet writer."""
     return on_path(spark, "jvm", runtime_run, inputs, work, total, per_batch)
 
 

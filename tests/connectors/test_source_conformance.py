@@ -3,7 +3,7 @@
 Every case is a directory of files, a format, a schema and Spark reader options. The source reads
 it through its coordinator in a real Structured Streaming query (``availableNow``), with byte
 ranges small enough that every file is cut, on both data paths (the Python reader, and Spark's
-own readers in ``FilesStream``: ``spark.finishable.dataPath.streaming``); ``spark.read`` reads it
+own readers in ``SplitStream``: ``spark.finishable.dataPath.streaming``); ``spark.read`` reads it
 in the same session; the two DataFrames must have the same columns and the same rows, as many
 times each. (tests/driver/test_batch_reads.py reads the corpus through Batch jobs.)
 """

@@ -91,7 +91,16 @@ def ground_truth(clicks: list[Click]) -> Counter[tuple[datetime, str]]:
     return Counter({(ts.to_pydatetime(), page): int(n) for (ts, page), n in counts.items()})
 
 
-def kafka_job(tmp_path: Path, broker: KafkaBroker, name: str, topic: str, *args: str) -> Job:
+def kafka_job(
+    tmp_path: Path,
+    broker: KafkaBroker,
+    name: str,
+    topic: str,
+    *args: str,
+    data_path: str = "jvm",
+) -> Job:
+    """A job reading ``topic``; its records carried by the JVM (Kafka's Java client, what users
+    get) unless ``data_path`` says ``python``."""
     return Job(
         tmp_path,
         name,
@@ -99,7 +108,15 @@ def kafka_job(tmp_path: Path, broker: KafkaBroker, name: str, topic: str, *args:
         f"--topic={topic}",
         *args,
         program=PROGRAM,
+        data_path=data_path,
     )
+
+
+def took_path(job: Job, data_path: str) -> bool:
+    """Whether the driver logged that the job's Kafka records took ``data_path``."""
+    logs = job.driver_logs()
+    jvm = "Kafka's Java consumer under the coordinator" in logs
+    return jvm == (data_path == "jvm") and (jvm or "read by Python: python" in logs)
 
 
 def kill_at_random_moments(job: Job, rng: random.Random, times: int = 3) -> int:
@@ -139,12 +156,14 @@ def jobs() -> Iterator[list[Job]]:
 
 
 @pytest.mark.quick
+@pytest.mark.parametrize("data_path", ["jvm", "python"])
 def test_a_bounded_read_counts_every_committed_click_once_and_no_aborted_one(
-    tmp_path: Path, broker: KafkaBroker, jobs: list[Job]
+    tmp_path: Path, broker: KafkaBroker, jobs: list[Job], data_path: str
 ) -> None:
-    create_topic(broker, "clicks-bounded", 3)
-    committed = produce_clicks(broker, "clicks-bounded", 3, transactions=8, seed=1)
-    job = kafka_job(tmp_path, broker, "kafka-bounded", "clicks-bounded", "--bounded")
+    topic = f"clicks-bounded-{data_path}"
+    create_topic(broker, topic, 3)
+    committed = produce_clicks(broker, topic, 3, transactions=8, seed=1)
+    job = kafka_job(tmp_path, broker, "kafka-bounded", topic, "--bounded", data_path=data_path)
     jobs.append(job)
     job.run()
     output = job.finish()
@@ -153,6 +172,7 @@ def test_a_bounded_read_counts_every_committed_click_once_and_no_aborted_one(
     assert status["phase"] == "Finished"
     assert status["lifecycle"]["mode"] == "FINAL_CHECKPOINT"
     assert published(job.output) == ground_truth(committed)
+    assert took_path(job, data_path), job.driver_logs()
 
 
 def test_a_driver_killed_at_random_moments_reads_each_committed_click_exactly_once(

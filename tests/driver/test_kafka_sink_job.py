@@ -28,7 +28,13 @@ from finishable.connectors.kafka_transactions import KafkaCommitter
 from testcluster.kafka import KafkaBroker, running_broker
 from tests.support.kafka import TIMEOUT, create_topic, read_committed
 
-from .test_kafka_job import ground_truth, kafka_job, kill_at_random_moments, produce_clicks
+from .test_kafka_job import (
+    ground_truth,
+    kafka_job,
+    kill_at_random_moments,
+    produce_clicks,
+    took_path,
+)
 from .test_streaming_job import ROOT, Job
 
 pytestmark = pytest.mark.full
@@ -55,11 +61,15 @@ def jobs() -> Iterator[list[Job]]:
         job.cleanup()
 
 
-def sink_job(tmp_path: Path, broker: KafkaBroker, name: str, *args: str) -> tuple[Job, str, str]:
+def sink_job(
+    tmp_path: Path, broker: KafkaBroker, name: str, *args: str, data_path: str = "jvm"
+) -> tuple[Job, str, str]:
     """A job counting ``<name>-in`` into ``<name>-out``; the two topic names."""
     source, output = f"{name}-in", f"{name}-out"
     create_topic(broker, output, OUTPUT_PARTITIONS)
-    job = kafka_job(tmp_path, broker, name, source, f"--output-topic={output}", *args)
+    job = kafka_job(
+        tmp_path, broker, name, source, f"--output-topic={output}", *args, data_path=data_path
+    )
     return job, source, output
 
 
@@ -84,10 +94,12 @@ def no_open_transactions(broker: KafkaBroker, job: str) -> bool:
 
 
 @pytest.mark.quick
+@pytest.mark.parametrize("data_path", ["jvm", "python"])
 def test_a_bounded_read_publishes_each_window_once_to_a_kafka_topic(
-    tmp_path: Path, broker: KafkaBroker, jobs: list[Job]
+    tmp_path: Path, broker: KafkaBroker, jobs: list[Job], data_path: str
 ) -> None:
-    job, source, output = sink_job(tmp_path, broker, "ks-bounded", "--bounded")
+    name = f"ks-bounded-{data_path}"
+    job, source, output = sink_job(tmp_path, broker, name, "--bounded", data_path=data_path)
     jobs.append(job)
     create_topic(broker, source, 3)
     committed = produce_clicks(broker, source, 3, transactions=8, seed=21)
@@ -95,7 +107,10 @@ def test_a_bounded_read_publishes_each_window_once_to_a_kafka_topic(
     job.finish()
     assert job.status()["phase"] == "Finished"
     assert published_to(broker, output) == ground_truth(committed)
-    assert no_open_transactions(broker, "ks-bounded")
+    assert no_open_transactions(broker, name)
+    assert took_path(job, data_path), job.driver_logs()
+    producer = "Kafka's Java producer, committed by the driver" in job.driver_logs()
+    assert producer == (data_path == "jvm")
 
 
 def test_a_driver_killed_at_random_moments_publishes_each_window_exactly_once(

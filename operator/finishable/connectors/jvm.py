@@ -403,9 +403,13 @@ def jvm_stream(
     path = chosen_path(
         spark.conf.get(STREAMING_DATA_PATH_CONF, None), conf=STREAMING_DATA_PATH_CONF
     )
-    if path == "python" or not isinstance(source, Files | Kafka) or sentinel_column:
+    if not isinstance(source, Files | Kafka) or sentinel_column:
         return None
-    reason = why_not_jvm(source) or missing_classes(spark, kafka=isinstance(source, Kafka))
+    reason = (
+        "python"
+        if path == "python"
+        else why_not_jvm(source) or missing_classes(spark, kafka=isinstance(source, Kafka))
+    )
     if reason is not None:
         log.info("source %r: read by Python: %s", coordinator, reason)
         return None

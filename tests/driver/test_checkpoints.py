@@ -183,6 +183,37 @@ def test_a_start_behind_what_the_sink_published_is_refused_naming_both_positions
     assert fresh is not None and "starts from nothing" in fresh
 
 
+def test_a_first_batch_published_before_any_checkpoint_is_replayed_from_its_offsets(
+    tmp_path: Path, store: CheckpointStore
+) -> None:
+    """A driver killed after its sink published batch 0 and before checkpoint 0 was stored: the
+    next attempt starts from nothing, replays batch 0 from its stored offsets, and is not refused
+    for a sink ahead; another lineage's batch 0 is not taken."""
+    ours = lineage_of("uid-r1", "")
+    pending = {LINEAGE_KEY: ours, "batch": 0, "offsets": 'v1\n{}\n{"clicks":1}'}
+    store.backend.put(PENDING_OFFSETS, json.dumps(pending).encode())
+    restored = find_restore(
+        store, lineage=ours, restore_from="", allow_drained=False, fingerprints=PRINTS
+    )
+    assert restored.savepoint is None and restored.pending_offsets is not None
+    assert sink_ahead_problem(restored, "counts", 0, allowed=False) is None
+    target = tmp_path / "attempt-2"
+    restored.apply(target)
+    log = CheckpointLog(str(target))
+    assert log.read_entry("offsets", 0) == pending["offsets"].encode()
+    assert log.last_committed() == -1  # nothing committed: Spark runs batch 0 again
+
+    other = find_restore(
+        store,
+        lineage=lineage_of("uid-r2", ""),
+        restore_from="",
+        allow_drained=False,
+        fingerprints=PRINTS,
+    )
+    assert other.pending_offsets is None
+    assert sink_ahead_problem(other, "counts", 0, allowed=False) is not None
+
+
 def test_a_run_continuing_its_own_checkpoint_is_never_refused(
     tmp_path: Path, store: CheckpointStore
 ) -> None:

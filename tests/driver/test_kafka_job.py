@@ -112,9 +112,13 @@ def kafka_job(
     )
 
 
+def whole_driver_logs(job: Job) -> str:
+    return "".join(p.read_text() for p in sorted((job.state / job.name).glob("driver-*.log")))
+
+
 def took_path(job: Job, data_path: str) -> bool:
     """Whether the driver logged that the job's Kafka records took ``data_path``."""
-    logs = job.driver_logs()
+    logs = whole_driver_logs(job)
     jvm = "Kafka's Java consumer under the coordinator" in logs
     return jvm == (data_path == "jvm") and (jvm or "read by Python: python" in logs)
 

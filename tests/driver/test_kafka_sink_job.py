@@ -34,6 +34,7 @@ from .test_kafka_job import (
     kill_at_random_moments,
     produce_clicks,
     took_path,
+    whole_driver_logs,
 )
 from .test_streaming_job import ROOT, Job
 
@@ -109,7 +110,7 @@ def test_a_bounded_read_publishes_each_window_once_to_a_kafka_topic(
     assert published_to(broker, output) == ground_truth(committed)
     assert no_open_transactions(broker, name)
     assert took_path(job, data_path), job.driver_logs()
-    producer = "Kafka's Java producer, committed by the driver" in job.driver_logs()
+    producer = "Kafka's Java producer, committed by the driver" in whole_driver_logs(job)
     assert producer == (data_path == "jvm")
 
 

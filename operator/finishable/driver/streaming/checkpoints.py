@@ -113,6 +113,9 @@ class Restored:
         """Unpack into the empty ``checkpoint_dir`` and write back the pending offsets entry."""
         if self.savepoint is None:
             checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            if self.pending_offsets is not None:
+                CheckpointLog(str(checkpoint_dir)).write_entry("offsets", 0, self.pending_offsets)
+                log.info("batch 0 will replay from its stored offsets")
             return
         if self.savepoint.incremental and self.contents is None:
             raise UnrestorableSavepoint(
@@ -146,6 +149,8 @@ def sink_ahead_problem(
         return None
     if published <= restored.batch_id:
         return None
+    if restored.pending_offsets is not None and published == restored.batch_id + 1 == 0:
+        return None  # batch 0 of this lineage, published before its first checkpoint: replayed
     start = "nothing" if restored.savepoint is None else f"batch {restored.batch_id}"
     return (
         f"sink {sink!r} has already published batches up to {published}, but this run starts "
@@ -172,7 +177,7 @@ def find_restore(
     if newest is not None:
         return newest
     if not restore_from:
-        return Restored("nothing (a new run)", None)
+        return from_nothing(store, lineage)
     try:
         payload, what = read_snapshot_location(restore_from, store, reach_like)
         savepoint = decode_savepoint(payload, restore_from)
@@ -198,6 +203,15 @@ def find_restore(
         savepoint,
         contents=ContentStore(store.backend, store.prefix) if own else None,
     )
+
+
+def from_nothing(
+    store: CheckpointStore, lineage: str, pending_key: str = PENDING_OFFSETS
+) -> Restored:
+    """A start from nothing. An earlier attempt of the lineage may have published batch 0 and
+    died before its first checkpoint was stored: batch 0's stored offsets, then, so that Spark
+    replays that very batch, which the sink knows it published."""
+    return Restored("nothing (a new run)", None, _pending_offsets(store, lineage, 0, pending_key))
 
 
 def newest_checkpoint(

@@ -37,6 +37,7 @@ from finishable.driver.streaming.checkpoints import (
     Restored,
     StoredCheckpoint,
     UnrestorableSavepoint,
+    from_nothing,
     newest_checkpoint,
 )
 from finishable.driver.streaming.locations import SavepointUnreachable, read_snapshot_location
@@ -364,7 +365,7 @@ def find_query_restores(
             continue
         part = savepoint.queries.get(name) if savepoint is not None else None
         if part is None:
-            restored[name] = Restored("nothing (a new run)", None)
+            restored[name] = from_nothing(stores[name], lineage, pending_key(name))
         else:
             origin = f"{what} at batch {part.manifest.batch_id} (query {name!r})"
             restored[name] = Restored(origin, part)

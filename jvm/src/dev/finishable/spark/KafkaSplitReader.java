@@ -81,9 +81,17 @@ final class KafkaSplitReader implements SplitRows {
         return new KafkaConsumer<>(config, new ByteArrayDeserializer(), new ByteArrayDeserializer());
     }
 
+    /** A consumer done with its split serves the next one; one that cannot be reset (its task
+     * was interrupted mid-fetch) is closed. */
     private void giveBack(KafkaConsumer<byte[], byte[]> consumer) {
         ConcurrentLinkedDeque<KafkaConsumer<byte[], byte[]>> idle = IDLE.computeIfAbsent(settings, key -> new ConcurrentLinkedDeque<>());
-        consumer.unsubscribe();
+        try {
+            consumer.unsubscribe();
+        } catch (RuntimeException error) {
+            LOG.info("a Kafka consumer is closed, not kept: {}", error.toString());
+            consumer.close(CloseOptions.timeout(Duration.ZERO));
+            return;
+        }
         if (idle.size() < IDLE_PER_SETTINGS) {
             idle.addFirst(consumer);
         } else {
@@ -94,6 +102,7 @@ final class KafkaSplitReader implements SplitRows {
     /** One split's records, read lazily; the consumer goes back to the pool when they end. */
     private final class Records implements Iterator<InternalRow> {
         private final TopicPartition partition;
+        private final long start;
         private final long end;
         private final String where;
         private final UTF8String topic;
@@ -104,26 +113,21 @@ final class KafkaSplitReader implements SplitRows {
 
         Records(TopicPartition partition, long start, long end) {
             this.partition = partition;
+            this.start = start;
             this.end = end;
             this.where = partition.topic() + "-" + partition.partition() + " offsets [" + start + ", " + end + ")";
             this.topic = UTF8String.fromString(partition.topic());
-            this.consumer = borrow();
-            boolean ready = false;
-            try {
-                consumer.assign(List.of(partition));
-                consumer.seek(partition, start);
-                ready = true;
-            } finally {
-                if (!ready) {
-                    discard();
-                }
-            }
         }
 
         @Override
         public boolean hasNext() {
             if (next == null && !done) {
                 try {
+                    if (consumer == null) {  // opened when first read: a task's splits take turns
+                        consumer = borrow();
+                        consumer.assign(List.of(partition));
+                        consumer.seek(partition, start);
+                    }
                     next = advance();
                 } catch (RuntimeException error) {
                     discard();

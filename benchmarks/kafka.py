@@ -389,6 +389,10 @@ def main() -> None:
             broker.stop()
 
     medians = {name: statistics.median(rate for rate, _ in done) for name, done in runs.items()}
+    per_batch = {  # where the median run's data batches spent their time (Spark's progress)
+        name: sorted(done, key=lambda run: run[0])[len(done) // 2][1].get("per_batch", {})
+        for name, done in runs.items()
+    }
     steady = {
         name: statistics.median(steady_rate(run, args.records) for run in done)
         for name, done in runs.items()
@@ -415,6 +419,7 @@ def main() -> None:
                 "live_rate": args.live_rate,
                 "windows_measured": {name: len(found) for name, found in delays.items()},
                 **latency_ms,
+                **{f"{name}_per_batch_s": phases for name, phases in per_batch.items()},
             }
         )
     )

@@ -26,7 +26,6 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
-import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
@@ -41,7 +40,6 @@ import org.apache.spark.sql.internal.connector.SupportsStreamingUpdateAsAppend;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -60,19 +58,9 @@ import org.slf4j.LoggerFactory;
  * the Python writer's commit does. At least once, each task's records are delivered before it
  * ends.
  */
-public final class KafkaWrite implements TableProvider {
+public final class KafkaWrite extends WriteProvider {
     private static final Logger LOG = LoggerFactory.getLogger(KafkaWrite.class);
     static final String EXACTLY_ONCE = "exactly-once";
-
-    @Override
-    public StructType inferSchema(CaseInsensitiveStringMap options) {
-        throw new UnsupportedOperationException("a finishable sink takes the DataFrame's schema");
-    }
-
-    @Override
-    public boolean supportsExternalMetadata() {
-        return true;
-    }
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {

@@ -24,7 +24,6 @@ import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
-import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.write.BatchWrite;
 import org.apache.spark.sql.connector.write.DataWriter;
@@ -41,7 +40,6 @@ import org.apache.spark.sql.execution.datasources.OutputWriter;
 import org.apache.spark.sql.execution.datasources.OutputWriterFactory;
 import org.apache.spark.sql.internal.connector.SupportsStreamingUpdateAsAppend;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.apache.spark.util.SerializableConfiguration;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -58,18 +56,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * publishes them as the Python writer's {@code commit} does (connectors/streaming/sink.py).
  * Manifest, atomic publish and crash windows are those of connectors/staging.py either way.
  */
-public final class SinkWrite implements TableProvider {
+public final class SinkWrite extends WriteProvider {
     private static final Logger LOG = LoggerFactory.getLogger(SinkWrite.class);
-
-    @Override
-    public StructType inferSchema(CaseInsensitiveStringMap options) {
-        throw new UnsupportedOperationException("a finishable sink takes the DataFrame's schema");
-    }
-
-    @Override
-    public boolean supportsExternalMetadata() {
-        return true;
-    }
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {

@@ -17,7 +17,6 @@ import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
-import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.write.BatchWrite;
 import org.apache.spark.sql.connector.write.DataWriter;
@@ -29,7 +28,6 @@ import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * A Batch stage's writers in the JVM: each task streams its rows as one Arrow IPC partition to a
@@ -38,18 +36,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * connectors/batch/datasources.py: same round property, same server choice, same calls; the rows
  * never reach a Python worker.
  */
-public final class StageWrite implements TableProvider {
+public final class StageWrite extends WriteProvider {
     private static final int BATCH_ROWS = 65_536;
-
-    @Override
-    public StructType inferSchema(CaseInsensitiveStringMap options) {
-        throw new UnsupportedOperationException("a finishable stage takes the DataFrame's schema");
-    }
-
-    @Override
-    public boolean supportsExternalMetadata() {
-        return true;
-    }
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {

@@ -15,7 +15,6 @@ from finishable.connectors.jvm import (
     chosen_path,
     hadoop_settings,
     hadoop_url,
-    jvm_kafka_stream_options,
     jvm_read_options,
     jvm_stream_options,
     partition_columns,
@@ -25,7 +24,11 @@ from finishable.connectors.jvm import (
     why_not_jvm,
     why_not_jvm_sink,
 )
-from finishable.connectors.kafka_java import NoJavaSetting, java_consumer_settings
+from finishable.connectors.kafka_java import (
+    NoJavaSetting,
+    java_consumer_settings,
+    jvm_kafka_stream_options,
+)
 from finishable.connectors.sinks import TransactionalCallback, TransactionalFiles
 from finishable.connectors.sources import Files, Kafka, Range
 

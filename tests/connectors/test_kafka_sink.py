@@ -22,7 +22,8 @@ from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
 from finishable.connectors import kafka_wire as wire
-from finishable.connectors.jvm import JVM_KAFKA_WRITE, kafka_write_options, why_not_jvm_sink
+from finishable.connectors.jvm import JVM_KAFKA_WRITE, why_not_jvm_sink
+from finishable.connectors.kafka_java import kafka_write_options
 from finishable.connectors.kafka_transactions import (
     COMMITTED,
     COMMITTING,

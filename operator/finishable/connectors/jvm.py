@@ -26,16 +26,14 @@ from finishable.connectors.batch.datasources import format_name
 from finishable.connectors.kafka_java import (
     NoJavaSetting,
     java_consumer_settings,
-    java_producer_settings,
+    jvm_kafka_stream_options,
+    kafka_producer_settings,
+    kafka_write_options,
 )
-from finishable.connectors.kafka_reading import READ_TIMEOUT_SECONDS
-from finishable.connectors.kafka_writing import DEFAULT_TRANSACTION_TIMEOUT_MS
 from finishable.connectors.sink_store import SinkStore
 from finishable.connectors.sinks import Kafka as KafkaSink
 from finishable.connectors.sinks import TransactionalFiles, TransactionalSink
 from finishable.connectors.sources import Files, Kafka, Source
-from finishable.connectors.streaming.kafka_writer import EXACTLY_ONCE
-from finishable.connectors.streaming.source import ALL_AVAILABLE_CAP
 from finishable.coordinator.files import list_files, partition_values
 
 if TYPE_CHECKING:
@@ -123,31 +121,6 @@ def why_not_jvm_sink(sink: TransactionalSink | KafkaSink) -> str | None:
     if scheme not in JVM_SCHEMES:
         return f"{scheme}:// sinks are written by Python (pyarrow's file systems)"
     return None
-
-
-def kafka_producer_settings(sink: KafkaSink) -> dict[str, str]:
-    """The Java producer's settings for ``sink``: the Python writer's, translated (an exactly-once
-    sink's transaction timeout defaults as there)."""
-    client = {key.removeprefix("kafka."): value for key, value in (sink.options or {}).items()}
-    if sink.delivery == EXACTLY_ONCE:
-        client.setdefault("transaction.timeout.ms", str(DEFAULT_TRANSACTION_TIMEOUT_MS))
-    return java_producer_settings(sink.bootstrap_servers, client)
-
-
-def kafka_write_options(sink: KafkaSink, *, endpoint: str, token: str) -> dict[str, str]:
-    """The options of a streaming query's ``KafkaWrite`` (KafkaWrite.Settings reads them)."""
-    target = sink.target
-    options = {
-        "endpoint": endpoint,
-        "token": token,
-        "sink": sink.sink_name,
-        "delivery": target.delivery,
-        "prefix": target.prefix,
-        "producer": json.dumps(kafka_producer_settings(sink), sort_keys=True),
-    }
-    if target.topic is not None:
-        options["topic"] = target.topic
-    return options
 
 
 def hadoop_url(store: SinkStore, relative: str) -> str:
@@ -352,36 +325,6 @@ def jvm_stream_options(
         "openCost": str(source.open_cost),
         "minPartitions": str(min_partitions),
         "splitSize": str(source.split_size or 0),
-    }
-
-
-def jvm_kafka_stream_options(
-    source: Kafka,
-    *,
-    coordinator: str,
-    endpoint: str,
-    token: str,
-    attempt: int | None,
-    min_partitions: int,
-) -> dict[str, str]:
-    """The options of a streaming read's ``KafkaRead`` (its ``SplitStream``), grouped into tasks
-    as the Python reader groups a Kafka batch (``Kafka._settings``): one split, one task."""
-    consumer = java_consumer_settings(source.bootstrap_servers, source.client_options)
-    return {
-        "name": f"finishable_stream__{coordinator}",
-        "endpoint": endpoint,
-        "token": token,
-        "coordinator": coordinator,
-        "schema": source.schema.json(),
-        "consumer": json.dumps(consumer, sort_keys=True),
-        "failOnDataLoss": str(source.fail_on_data_loss).lower(),
-        "readTimeoutMs": str(int(READ_TIMEOUT_SECONDS * 1000)),
-        "attempt": str(-1 if attempt is None else attempt),
-        "maxSplitsPerBatch": str(ALL_AVAILABLE_CAP),  # the coordinator keeps maxOffsetsPerTrigger
-        "maxPartitionWeight": str(source.split_size),
-        "openCost": "0",
-        "minPartitions": str(min_partitions),
-        "splitSize": str(source.split_size),
     }
 
 

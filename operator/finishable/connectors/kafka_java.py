@@ -5,14 +5,22 @@ Users give ``kafka.*`` settings in librdkafka's names, which the Python path han
 confluent-kafka as they are. Most common settings are spelt and meant the same way by Kafka's
 Java client; a few are renamed, and SASL's user name and password become a JAAS line. A setting
 with no translation here raises ``NoJavaSetting`` naming it, and the Python path carries that
-source or sink: a user never loses a setting to the faster path.
+source or sink: a user never loses a setting to the faster path. The options the JVM reader and
+writer are handed (``KafkaRead``, ``KafkaWrite``) are built here too; ``connectors.jvm`` decides
+which path each source and sink takes.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
-from finishable.connectors.kafka_reading import BATCH_ROWS, FETCH_DEFAULTS
+from finishable.connectors.kafka_reading import BATCH_ROWS, FETCH_DEFAULTS, READ_TIMEOUT_SECONDS
+from finishable.connectors.kafka_writing import DEFAULT_TRANSACTION_TIMEOUT_MS
+from finishable.connectors.sinks import Kafka as KafkaSink
+from finishable.connectors.sources import Kafka
+from finishable.connectors.streaming.kafka_writer import EXACTLY_ONCE
+from finishable.connectors.streaming.source import ALL_AVAILABLE_CAP
 
 JAVA_FETCH_DEFAULTS = {
     "max.partition.fetch.bytes": FETCH_DEFAULTS["fetch.message.max.bytes"],
@@ -126,3 +134,58 @@ def _jaas_quoted(value: str) -> str:
     """A JAAS option value, quoted (Kafka's JaasConfig reads it as a Java string token)."""
     escaped = value.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'
+
+
+def jvm_kafka_stream_options(
+    source: Kafka,
+    *,
+    coordinator: str,
+    endpoint: str,
+    token: str,
+    attempt: int | None,
+    min_partitions: int,
+) -> dict[str, str]:
+    """The options of a streaming read's ``KafkaRead`` (its ``SplitStream``), grouped into tasks
+    as the Python reader groups a Kafka batch (``Kafka._settings``): one split, one task."""
+    consumer = java_consumer_settings(source.bootstrap_servers, source.client_options)
+    return {
+        "name": f"finishable_stream__{coordinator}",
+        "endpoint": endpoint,
+        "token": token,
+        "coordinator": coordinator,
+        "schema": source.schema.json(),
+        "consumer": json.dumps(consumer, sort_keys=True),
+        "failOnDataLoss": str(source.fail_on_data_loss).lower(),
+        "readTimeoutMs": str(int(READ_TIMEOUT_SECONDS * 1000)),
+        "attempt": str(-1 if attempt is None else attempt),
+        "maxSplitsPerBatch": str(ALL_AVAILABLE_CAP),  # the coordinator keeps maxOffsetsPerTrigger
+        "maxPartitionWeight": str(source.split_size),
+        "openCost": "0",
+        "minPartitions": str(min_partitions),
+        "splitSize": str(source.split_size),
+    }
+
+
+def kafka_producer_settings(sink: KafkaSink) -> dict[str, str]:
+    """The Java producer's settings for ``sink``: the Python writer's, translated (an exactly-once
+    sink's transaction timeout defaults as there)."""
+    client = {key.removeprefix("kafka."): value for key, value in (sink.options or {}).items()}
+    if sink.delivery == EXACTLY_ONCE:
+        client.setdefault("transaction.timeout.ms", str(DEFAULT_TRANSACTION_TIMEOUT_MS))
+    return java_producer_settings(sink.bootstrap_servers, client)
+
+
+def kafka_write_options(sink: KafkaSink, *, endpoint: str, token: str) -> dict[str, str]:
+    """The options of a streaming query's ``KafkaWrite`` (KafkaWrite.Settings reads them)."""
+    target = sink.target
+    options = {
+        "endpoint": endpoint,
+        "token": token,
+        "sink": sink.sink_name,
+        "delivery": target.delivery,
+        "prefix": target.prefix,
+        "producer": json.dumps(kafka_producer_settings(sink), sort_keys=True),
+    }
+    if target.topic is not None:
+        options["topic"] = target.topic
+    return options

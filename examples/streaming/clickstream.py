@@ -33,6 +33,11 @@ def arguments() -> argparse.Namespace:
         metavar="SECONDS",
         help="unbounded input: write one more file every SECONDS until the job ends",
     )
+    parser.add_argument(
+        "--unbounded",
+        action="store_true",
+        help="unbounded input written by another process: read new files until the job ends",
+    )
     return parser.parse_args()
 
 
@@ -64,7 +69,7 @@ def main() -> None:
             args.input,
             format="json",
             schema=SCHEMA,
-            bounded=args.keep_generating <= 0,
+            bounded=args.keep_generating <= 0 and not args.unbounded,
             discovery_interval="2s",
             max_splits_per_batch=args.files_per_batch,
         ),

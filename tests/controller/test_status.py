@@ -16,6 +16,7 @@ from finishable.api.status import (
     CheckpointStatus,
     CoordinatorStatus,
     FinishableSparkJobStatus,
+    LoadReport,
     SavepointStatus,
 )
 from finishable.controller.job.observe import driver_pod_of, parse_report, refine_departure
@@ -350,3 +351,47 @@ def test_no_metric_label_collides_with_the_labels_prometheus_sets_on_scrape() ->
     labels = {name for family in registry.collect() for s in family.samples for name in s.labels}
     assert "job_name" in labels and "namespace" in labels
     assert not labels & {"job", "instance"}
+
+
+def test_metrics_of_a_rescale() -> None:
+    registry = CollectorRegistry()
+    autoscaler = {
+        "enabled": True,
+        "maxExecutors": 3,
+        "metricsWindow": "30s",
+        "stabilizationWindow": "10s",
+    }
+    job = Job(registry, executor={"instances": 1}, autoscaler=autoscaler)
+    job.step(PodPhase.ABSENT)
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING))
+    assert value(registry, "finishable_executors", namespace="ns", job_name="job") == 1
+    assert (
+        registry.get_sample_value(
+            "finishable_executors_recommended", {"namespace": "ns", "job_name": "job"}
+        )
+        is None
+    ), "no recommendation before the first full window"
+    busy = LoadReport(window_seconds=30, batches=12, busy=0.9, rows_per_second=50.0)
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING, load=busy))
+    assert value(registry, "finishable_executors_recommended", namespace="ns", job_name="job") == 2
+    assert (
+        value(registry, "finishable_autoscaler_utilization", namespace="ns", job_name="job") == 0.9
+    )
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING, load=busy), after=11)
+    request = job.status.pending_request
+    assert request is not None and job.status.phase is Phase.SAVEPOINTING
+    labels = {"namespace": "ns", "job_name": "job"}
+    assert value(registry, "finishable_rescales_total", direction="up", **labels) == 1
+    assert value(registry, "finishable_rescales_total", direction="down", **labels) == 0
+    done = job.report(
+        DriverState.SUSPENDED,
+        savepoint=SavepointStatus(location="sp-1"),
+        request=RequestReport(id=request.id, outcome=RequestOutcome.COMPLETED),
+    )
+    job.step(PodPhase.SUCCEEDED, done, after=4)
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING), after=20)
+    assert value(registry, "finishable_executors", **labels) == 2
+    assert transition_seconds(registry, "rescale") == (1, 24)
+    assert transition_seconds(registry, "resume") == (0, 0), "a rescale, not a resume"
+    job.metrics.forget(KEY)
+    assert registry.get_sample_value("finishable_executors", labels) is None

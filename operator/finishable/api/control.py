@@ -20,6 +20,7 @@ from finishable.api.status import (
     ControlRequest,
     CoordinatorStatus,
     LifecycleStatus,
+    LoadReport,
     QueryStatus,
     SavepointStatus,
 )
@@ -82,6 +83,10 @@ class DriverReport(ApiModel):
         ),
     )
     updated_at: datetime | None = Field(default=None, description="When the report was written.")
+    load: LoadReport | None = Field(
+        default=None,
+        description="Streaming with spec.autoscaler: the load over the metrics window, once full.",
+    )
 
 
 DEPARTURE_REQUEST_PREFIX = "departure-"

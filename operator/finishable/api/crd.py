@@ -256,6 +256,13 @@ def build_crd() -> dict[str, Any]:
                 "jsonPath": ".status.attempt",
             },
             {
+                "name": "Executors",
+                "type": "integer",
+                "priority": 1,
+                "description": "Executor pods of the current attempt (the autoscaler's count).",
+                "jsonPath": ".status.executors",
+            },
+            {
                 "name": "Mode",
                 "type": "string",
                 "priority": 1,

@@ -168,6 +168,8 @@ class Transition(StrEnum):
     RELOCATION = "relocation"
     """A driver Kubernetes asked to leave (eviction, node drain, deletion): to Running again,
     from the savepoint it took on its way out when it had the time."""
+    RESCALE = "rescale"
+    """The autoscaler's new executor count applied: stop with savepoint, to Running with it."""
 
 
 class SavepointTrigger(StrEnum):
@@ -185,6 +187,8 @@ class SavepointTrigger(StrEnum):
     """A changed spec applied with spec.upgradeMode: savepoint."""
     DEPARTURE = "departure"
     """The driver's pod was asked to stop (eviction, node drain, deletion): its last act."""
+    RESCALE = "rescale"
+    """spec.autoscaler: the stop before a restart with another executor count."""
 
 
 class DepartureReason(StrEnum):

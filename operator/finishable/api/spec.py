@@ -7,7 +7,8 @@ Streaming mode) with a message that says what to write instead; the CRD's schema
 from these models. The pods' own settings (driver, executors, the work volume) are
 :mod:`finishable.api.pods`, a Batch job's shuffle pods and cluster partitions
 :mod:`finishable.api.batchspec`, savepoints and the upgrade check
-:mod:`finishable.api.savepointspec`.
+:mod:`finishable.api.savepointspec`, crash recovery :mod:`finishable.api.recoveryspec`, the
+executors' autoscaler :mod:`finishable.api.autoscalerspec`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from finishable.api.autoscalerspec import AutoscalerSpec
 from finishable.api.batchspec import ClusterPartitionsSpec, ShuffleSpec
 from finishable.api.models import (
     OBJECT_STORE_SCHEMES,
@@ -31,8 +33,9 @@ from finishable.api.models import (
     UpgradeMode,
 )
 from finishable.api.pods import DriverSpec, ExecutorSpec, WorkVolumeSpec
+from finishable.api.recoveryspec import RecoverySpec
 from finishable.api.savepointspec import SavepointsSpec, UpgradeCheckSpec
-from finishable.api.units import Duration, Quantity, positive
+from finishable.api.units import Duration, positive
 from finishable.api.volumes import driver_volumes
 
 APPLICATION_SCHEMES = ("local", "file", "s3", "s3a", "gs", "hdfs", "http", "https")
@@ -245,84 +248,6 @@ class CheckpointingSpec(ApiModel):
         return positive(value)
 
 
-class EventStoreSpec(ApiModel):
-    """Buffering of the batch job event log (FLIP-383)."""
-
-    write_buffer_size: Quantity = Field(
-        default=Quantity(1024**2),
-        description="Flush the buffered job events when they reach this size.",
-    )
-    flush_interval: Duration = Field(
-        default=Duration(seconds=1),
-        description="Flush the buffered job events at least this often.",
-    )
-
-
-class RecoverySpec(ApiModel):
-    """What happens when the driver is lost."""
-
-    enabled: bool = Field(default=True, description="Start a new driver attempt after a crash.")
-    max_attempts: int = Field(
-        default=3,
-        ge=0,
-        le=100,
-        description=(
-            "Driver restarts allowed within failureRateInterval; one more driver loss in that "
-            "window fails the job."
-        ),
-    )
-    failure_rate_interval: Duration = Field(
-        default=Duration(hours=1),
-        description=(
-            "The sliding window in which driver losses count against maxAttempts (Flink's "
-            "failure-rate strategy): older losses count for nothing, for the budget and the "
-            "restart backoff alike. 0s counts every loss of the run."
-        ),
-    )
-    previous_worker_recovery_timeout: Duration = Field(
-        default=Duration(seconds=30),
-        description=(
-            "Batch: how long a new driver waits for surviving shuffle pods to re-register "
-            "their partitions before it recomputes what is missing."
-        ),
-    )
-    snapshot_min_pause: Duration = Field(
-        default=Duration(minutes=3),
-        description=(
-            "Batch: minimum pause between enumerator states in the job event log (the "
-            "listing a recovery restores; tasks finished after the newest are kept all the same)."
-        ),
-    )
-    read_task_size: Quantity = Field(
-        default=Quantity(64 * 1024**2),
-        description=(
-            "Batch: the least input a reader task is given when the source's size is known "
-            "(files), such as 64Mi; a read gets at most 16 tasks per core and at least one per "
-            "core. A crash re-reads only the running tasks' input, so smaller tasks lose less, "
-            "but each task costs ~0.1 s of its own."
-        ),
-    )
-    event_store: EventStoreSpec = Field(
-        default_factory=EventStoreSpec, description="Batch: buffering of the job event log."
-    )
-    standby: bool = Field(
-        default=False,
-        description=(
-            "Keep a warm standby driver: a second driver with its Spark session (and, on a "
-            "cluster, its executors) started, which takes over at once when the active driver "
-            "is lost, fenced by the next attempt's epoch. Costs one idle driver and its "
-            "executors; a new standby is started after each takeover."
-        ),
-    )
-
-    @field_validator("read_task_size")
-    @classmethod
-    def _positive_task_size(cls, value: Quantity) -> Quantity:
-        if value <= 0:
-            raise ValueError(f"must be larger than zero, got {int(value)}")
-        return value
-
-
 class FinishableSparkJobSpec(ApiModel):
     """The desired state of a FinishableSparkJob."""
 
@@ -418,6 +343,13 @@ class FinishableSparkJobSpec(ApiModel):
         default_factory=ClusterPartitionsSpec,
         description="Batch: where promoted datasets (cluster partitions) are kept, and how long.",
     )
+    autoscaler: AutoscalerSpec = Field(
+        default_factory=AutoscalerSpec,
+        description=(
+            "Streaming: size the executors from the load, within bounds; a rescale is a stop "
+            "with savepoint and a restart with the new count (docs/autoscaler.md)."
+        ),
+    )
     stop_timeout: Duration = Field(
         default=Duration(minutes=10),
         description=(
@@ -446,6 +378,31 @@ class FinishableSparkJobSpec(ApiModel):
                 "shuffle partitions are its state); remove it or set spec.mode: Streaming"
             )
         return self
+
+    @model_validator(mode="after")
+    def _autoscaler_only_in_streaming(self) -> Self:
+        if self.mode is JobMode.BATCH and self.autoscaler.enabled:
+            raise ValueError(
+                "spec.autoscaler.enabled: true rescales a Streaming job through savepoints; a "
+                "Batch job cannot be stopped with a savepoint. Remove it or set spec.mode: "
+                "Streaming"
+            )
+        return self
+
+    @property
+    def executors(self) -> int:
+        """The executor pods a new run starts with: spec.executor.instances, within the
+        autoscaler's bounds when it is on."""
+        instances = self.executor.instances
+        return self.autoscaler.bounded(instances) if self.autoscaler.enabled else instances
+
+    def sized(self, executors: int | None) -> FinishableSparkJobSpec:
+        """The spec a driver attempt runs: with the autoscaler on, ``executors`` (the attempt's
+        count, ``status.executors``) in place of spec.executor.instances."""
+        if not self.autoscaler.enabled or executors is None:
+            return self
+        executor = self.executor.model_copy(update={"instances": executors})
+        return self.model_copy(update={"executor": executor})
 
     @property
     def effective_shuffle(self) -> ShuffleSpec:

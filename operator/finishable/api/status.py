@@ -97,6 +97,71 @@ class QueryStatus(ApiModel):
     splits_finished: int = Field(default=0, ge=0, description="Splits it fully read.")
 
 
+class SourceLoad(ApiModel):
+    """How far one source is behind, and how fast it is read (the autoscaler's catch-up)."""
+
+    name: str = Field(description="The source's name.")
+    unit: str = Field(description="splits (files) or offsets (Kafka).")
+    backlog: int = Field(ge=0, description="Input not read yet, in unit.")
+    read_per_second: float = Field(ge=0, description="Input read per second over the window.")
+    arrived_per_second: float = Field(
+        ge=0, description="Input that arrived per second over the window (read plus growth)."
+    )
+
+
+class LoadReport(ApiModel):
+    """What the driver's micro-batches cost over the autoscaler's metrics window."""
+
+    window_seconds: float = Field(ge=0, description="The span measured.")
+    batches: int = Field(ge=0, description="Micro-batches that ran in it.")
+    busy: float = Field(
+        ge=0,
+        description=(
+            "The share of the window spent in micro-batches (of every query: above 1 when "
+            "queries run at once)."
+        ),
+    )
+    rows_per_second: float = Field(ge=0, description="Rows read per second over the window.")
+    sources: list[SourceLoad] = Field(default_factory=list, description="Per source.")
+
+
+class RecommendationStatus(ApiModel):
+    """The autoscaler's recommendation from ``since`` on (until the next one)."""
+
+    since: datetime = Field(description="When it was first made.")
+    executors: int = Field(ge=1, description="The executors recommended.")
+
+
+class RescaleStatus(ApiModel):
+    """A rescale the autoscaler started."""
+
+    started_at: datetime = Field(description="When it was decided (the stop was asked for).")
+    from_executors: int = Field(ge=1, description="The executors the job ran with.")
+    to_executors: int = Field(ge=1, description="The executors it restarts with.")
+    reason: str = Field(default="", description="Why.")
+
+
+class AutoscalerStatus(ApiModel):
+    """What the autoscaler (spec.autoscaler) measured, recommends and did."""
+
+    executors: int = Field(
+        ge=1, description="The executors it set: the next driver attempt starts with them."
+    )
+    recommended: int | None = Field(
+        default=None, ge=1, description="The executors the newest load asks for."
+    )
+    reason: str = Field(default="", description="Why, from the load below.")
+    load: LoadReport | None = Field(
+        default=None, description="The newest load the driver reported (its metrics window)."
+    )
+    recommendations: list[RecommendationStatus] = Field(
+        default_factory=list,
+        description="The recommendations within the stabilization window, oldest first.",
+    )
+    rescales: int = Field(default=0, ge=0, description="Rescales started.")
+    last_rescale: RescaleStatus | None = Field(default=None, description="The newest rescale.")
+
+
 class TransitionStatus(ApiModel):
     """The lifecycle transition under way."""
 
@@ -207,6 +272,17 @@ class FinishableSparkJobStatus(ApiModel):
             "started). Partitions are placed by pod, so a change of the spec applies to the "
             "next run."
         ),
+    )
+    executors: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "The executor pods the current driver attempt was started with (spec.executor."
+            "instances, or the autoscaler's count)."
+        ),
+    )
+    autoscaler: AutoscalerStatus | None = Field(
+        default=None, description="Streaming with spec.autoscaler: its measure and decisions."
     )
     restarts: int = Field(default=0, ge=0, description="Driver restarts after crashes.")
     departures: int = Field(

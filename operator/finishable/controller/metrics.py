@@ -37,6 +37,8 @@ JOB_LABEL = "job_name"
 """The label naming a FinishableSparkJob (as kube-state-metrics names a Kubernetes Job): not
 ``job``, which Prometheus sets on every series to the scrape job's name."""
 
+_DIRECTIONS = ("up", "down")
+
 _DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
 
 
@@ -166,6 +168,32 @@ class Metrics:
             per_job,
             registry=registry,
         )
+        self.executors = Gauge(
+            "finishable_executors",
+            "The executor pods the current driver attempt was started with.",
+            per_job,
+            registry=registry,
+        )
+        self.executors_recommended = Gauge(
+            "finishable_executors_recommended",
+            "spec.autoscaler: the executors the newest load asks for (no series before its "
+            "first full metrics window).",
+            per_job,
+            registry=registry,
+        )
+        self.utilization = Gauge(
+            "finishable_autoscaler_utilization",
+            "spec.autoscaler: the share of the metrics window the micro-batches kept the "
+            "executors busy, as the newest load says.",
+            per_job,
+            registry=registry,
+        )
+        self.rescales = Counter(
+            "finishable_rescales",
+            "Rescales the autoscaler started, by direction (up, down).",
+            [*per_job, "direction"],
+            registry=registry,
+        )
         self.snapshots = Gauge(
             "finishable_snapshots",
             "FinishableSparkSnapshots per job and state (Pending, InProgress, Completed, "
@@ -204,6 +232,8 @@ class Metrics:
             counter.labels(*key)
         for reason in DepartureReason:
             self.driver_departures.labels(*key, reason.value)
+        for direction in _DIRECTIONS:
+            self.rescales.labels(*key, direction)
 
     def forget(self, key: JobKey) -> None:
         """The job is gone: drop it from the per-phase count and its per-job series."""
@@ -218,9 +248,15 @@ class Metrics:
             self.checkpoints_stalled,
             self.phase_since,
             self.request_deadline,
+            self.executors,
+            self.executors_recommended,
+            self.utilization,
         ):
             with contextlib.suppress(KeyError):
                 metric.remove(*key)
+        for direction in _DIRECTIONS:
+            with contextlib.suppress(KeyError):
+                self.rescales.remove(*key, direction)
         for reason in DepartureReason:
             with contextlib.suppress(KeyError):
                 self.driver_departures.remove(*key, reason.value)
@@ -266,6 +302,7 @@ class Metrics:
         self._record_lifecycle_transition(before, after, now)
         self._record_progress(key, before, after)
         self._record_upgrade_check(before, after)
+        self._record_scale(key, before, after)
         retained = after.recovery.shuffle_retained_until is not None
         self.shuffle_retained.labels(*key).set(shuffle_replicas if retained else 0)
         if after.restarts_left is not None:
@@ -343,6 +380,26 @@ class Metrics:
             return
         if old is None or (old.generation, old.state) != (check.generation, check.state):
             self.upgrade_checks.labels(check.state.value.lower()).inc()
+
+    def _record_scale(
+        self, key: JobKey, before: FinishableSparkJobStatus, after: FinishableSparkJobStatus
+    ) -> None:
+        if after.executors is not None:
+            self.executors.labels(*key).set(after.executors)
+        scaled, old = after.autoscaler, before.autoscaler
+        if scaled is None:
+            return
+        rescale = scaled.last_rescale
+        if rescale is not None and scaled.rescales > (old.rescales if old is not None else 0):
+            up = rescale.to_executors > rescale.from_executors
+            self.rescales.labels(*key, "up" if up else "down").inc()
+        if scaled.recommended is None or scaled.load is None:
+            for gauge in (self.executors_recommended, self.utilization):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*key)
+        else:
+            self.executors_recommended.labels(*key).set(scaled.recommended)
+            self.utilization.labels(*key).set(scaled.load.busy)
 
     def _set_phase(self, key: JobKey, status: FinishableSparkJobStatus) -> None:
         phase = status.phase

@@ -163,6 +163,12 @@ class CoordinatorProgress:
     splits_assigned: int
     splits_finished: int
     fully_finished: bool
+    backlog: int = 0
+    """Input not read yet, in :attr:`backlog_unit` (the autoscaler's catch-up measure)."""
+    consumed: int = 0
+    """Input handed out so far in this run, in the same unit: its rate is the read rate."""
+    backlog_unit: str = "splits"
+    """``splits`` (files: discovered and not finished) or ``offsets`` (Kafka: not yet cut)."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for the endpoint and the job status."""
@@ -175,6 +181,9 @@ class CoordinatorProgress:
             "splits_assigned": self.splits_assigned,
             "splits_finished": self.splits_finished,
             "fully_finished": self.fully_finished,
+            "backlog": self.backlog,
+            "consumed": self.consumed,
+            "backlog_unit": self.backlog_unit,
         }
 
 

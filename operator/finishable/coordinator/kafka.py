@@ -335,6 +335,15 @@ class KafkaSplitEnumerator(SplitEnumerator):
             return
         self._schedule_poll(0.0, None if self.bounded else self._interval)
 
+    def backlog(self) -> tuple[str, int, int]:
+        """Offsets up to each partition's last stable offset (the newest poll's) not cut into
+        splits yet, and the offsets cut so far: Kafka's consumer lag, at no extra request."""
+        cursors = self._cursors
+        behind = sum(
+            max(0, latest - cursors.get(key, latest)) for key, latest in self._latest.items()
+        )
+        return "offsets", behind, sum(self._cursors.values())
+
     def _schedule_poll(self, delay: float, period: float | None) -> None:
         self.context.call_async(self._poller, self._on_poll, initial_delay=delay, period=period)
 

@@ -49,6 +49,7 @@ from finishable.api.jobconfig import (
     config_from_env,
 )
 from finishable.api.models import JobMode
+from finishable.api.spec import FinishableSparkJobSpec
 from finishable.connectors.sink_store import SinkError
 from finishable.connectors.sinks import (
     Iceberg,
@@ -460,6 +461,7 @@ class FinishableJob:
         for coordinator in self._sources:
             self._endpoint.add(coordinator.host)
         self._endpoint.set_batch_hook(queries.hook)
+        autoscaler = self.config.spec.autoscaler
         return StreamingExecutor(
             job=self.name,
             attempt=self.attempt,
@@ -468,6 +470,7 @@ class FinishableJob:
             stop_timeout=self.config.spec.stop_timeout.total_seconds(),
             fence=self._state.fence,
             departure=self._departure,
+            load_window=autoscaler.metrics_window.total_seconds() if autoscaler.enabled else None,
         )
 
     def _clear_work_dir(self) -> None:
@@ -572,6 +575,14 @@ def _owned_by_the_job(config: JobConfig) -> list[dict[str, Any]]:
     return [owner_reference(job, block_owner_deletion=False)]
 
 
+def _local_slots(spec: FinishableSparkJobSpec) -> int:
+    """Task slots of a local run: 2, or with the autoscaler on its executors' cores (a rescale
+    changes them there too)."""
+    if not spec.autoscaler.enabled:
+        return 2
+    return spec.executor.instances * spec.executor.cores
+
+
 def _spark_session(config: JobConfig, *, preflight: bool = False) -> SparkSession:
     """A session configured from the spec; local mode unless the spec or environment says not
     (an upgrade check runs no query: one local core, whatever the spec says)."""
@@ -593,7 +604,7 @@ def _spark_session(config: JobConfig, *, preflight: bool = False) -> SparkSessio
     if preflight:
         conf["spark.master"] = "local[1]"
     elif "spark.master" not in conf and "SPARK_MASTER" not in os.environ:
-        builder = builder.master("local[2]")
+        builder = builder.master(f"local[{_local_slots(config.spec)}]")
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from finishable.api.models import ConditionStatus, ConditionType, Phase
+from finishable.api.models import ConditionStatus, ConditionType, Phase, Transition
 from finishable.api.status import Condition, FinishableSparkJobStatus
 from finishable.lifecycle.decisions import Event, Observation
 
@@ -45,6 +45,7 @@ def conditions_for(
     now, generation = observation.now, observation.generation
     ready = phase in _READY_PHASES
     progressing = phase in _PROGRESSING_PHASES
+    rescaling = status.transition is not None and status.transition.kind is Transition.RESCALE
     wanted = [
         _ConditionSpec(
             ConditionType.READY,
@@ -55,7 +56,7 @@ def conditions_for(
         _ConditionSpec(
             ConditionType.PROGRESSING,
             ConditionStatus.TRUE if progressing else ConditionStatus.FALSE,
-            phase.value,
+            "Rescaling" if progressing and rescaling else phase.value,
             message,
         ),
     ]

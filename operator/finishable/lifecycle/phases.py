@@ -39,12 +39,14 @@ from finishable.api.models import (
 )
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import (
+    AutoscalerStatus,
     ControlRequest,
     DepartureStatus,
     FinishableSparkJobStatus,
     RecoveryStatus,
     TransitionStatus,
 )
+from finishable.lifecycle.autoscaling import autoscale
 from finishable.lifecycle.budget import (
     counted_losses,
     describe_interval,
@@ -130,6 +132,7 @@ class _Step:
             SavepointTrigger.DRAIN: "-drain",
             SavepointTrigger.UPGRADE: "-upgrade",
             SavepointTrigger.PERIODIC: "-periodic",
+            SavepointTrigger.RESCALE: "-rescale",
         }.get(trigger, "")
         request = ControlRequest(
             id=f"{action.value}{suffix}-a{self.status.attempt}-g{self.obs.generation}-"
@@ -337,10 +340,28 @@ def _next_attempt(step: _Step, spec: FinishableSparkJobSpec, *, after_loss: bool
     exited = after_loss and step.obs.driver_pod in (PodPhase.FAILED, PodPhase.SUCCEEDED)
     step.status.attempt += 1
     step.status.spec_revision = spec.revision
+    _size_attempt(step.status, spec)
     step.status.periodic_savepoint_due = None
     takeover = after_loss and spec.recovery.standby
     kind = ActionKind.TAKE_OVER if takeover else ActionKind.START_DRIVER
     _start_driver(step, kind, predecessor_exited=exited)
+
+
+def _size_attempt(status: FinishableSparkJobStatus, spec: FinishableSparkJobSpec) -> None:
+    """The executors of the attempt about to start: the autoscaler's count (within the bounds
+    as they are now), else spec.executor.instances. Its recommendations start over: they were
+    measured with the attempt before."""
+    autoscaler = spec.autoscaler
+    if not autoscaler.enabled:
+        status.executors = spec.executors
+        return
+    scaled = status.autoscaler
+    if scaled is None:
+        scaled = status.autoscaler = AutoscalerStatus(executors=spec.executors)
+    scaled.executors = autoscaler.bounded(scaled.executors)
+    scaled.recommendations = []
+    scaled.load = None
+    status.executors = scaled.executors
 
 
 def _start(
@@ -414,13 +435,19 @@ def _on_suspended(step: _Step, spec: FinishableSparkJobSpec) -> None:
     savepoint = step.status.savepoint.location if step.status.savepoint else ""
     how = "to drain it" if spec.state is DesiredState.FINISHED else ""
     upgrade = _upgrade_pending(step.status, spec)
+    ongoing = step.status.transition
+    rescale = ongoing is not None and ongoing.kind is Transition.RESCALE and not upgrade
     what = "starting the upgraded spec" if upgrade else "resuming"
+    transition = Transition.UPGRADE if upgrade else Transition.RESUME
+    if rescale and step.status.autoscaler is not None:
+        what = f"rescaling to {spec.autoscaler.bounded(step.status.autoscaler.executors)} executors"
+        transition = Transition.RESCALE
     _start(
         step,
         spec,
         savepoint or spec.restore_from.savepoint,
         " ".join(filter(None, [f"{what} from savepoint {savepoint or '(none)'}", how])),
-        Transition.UPGRADE if upgrade else Transition.RESUME,
+        transition,
     )
 
 
@@ -617,6 +644,16 @@ def _follow_report(step: _Step, spec: FinishableSparkJobSpec) -> None:
     elif report.state is DriverState.RUNNING and step.status.phase in (P.SUBMITTED, P.RECOVERING):
         recovered = step.status.phase is P.RECOVERING
         step.move(P.RUNNING, f"driver attempt {step.status.attempt} is running")
+        transition = step.status.transition
+        if transition is not None and transition.kind is Transition.RESCALE:
+            seconds = (step.obs.now - transition.started_at).total_seconds()
+            step.events.append(
+                Event(
+                    "Normal",
+                    "Rescaled",
+                    f"running with {step.status.executors} executors after {seconds:.0f}s",
+                )
+            )
         if recovered:
             step.status.recovery.shuffle_retained_until = None
 
@@ -684,6 +721,8 @@ def _on_running(step: _Step, spec: FinishableSparkJobSpec) -> None:
         return
     if _upgrade(step, spec):
         return
+    if _rescale(step, spec):
+        return
     if _periodic_savepoint(step, spec):
         return
     _watch_checkpoints(step, spec)
@@ -706,6 +745,37 @@ def _periodic_savepoint(step: _Step, spec: FinishableSparkJobSpec) -> bool:
         return False
     status.periodic_savepoint_due = now + interval
     step.request(RequestAction.SAVEPOINT, SavepointTrigger.PERIODIC)
+    return True
+
+
+def _rescale(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+    """spec.autoscaler: record what the load asks for; start a rescale (a stop with savepoint,
+    then the next attempt with the new count) when the decision says so. True when it started."""
+    status = step.status
+    if not spec.autoscaler.enabled or spec.mode is not JobMode.STREAMING:
+        return False
+    report = step.report
+    running = status.executors or spec.executors
+    decided = autoscale(
+        status.autoscaler,
+        spec.autoscaler,
+        running,
+        report.load if report is not None else None,
+        step.obs.now,
+    )
+    status.autoscaler = decided.status
+    if decided.look_again_in is not None:
+        step.act(Action(ActionKind.REQUEUE, after=decided.look_again_in))
+    target = decided.rescale_to
+    if target is None:
+        return False
+    rescale = decided.status.last_rescale
+    reason = rescale.reason if rescale is not None else ""
+    change = f"rescale from {running} to {target} executors"
+    step.events.append(Event("Normal", "RescaleStarted", f"{change}: {reason}"))
+    step.begin(Transition.RESCALE)
+    step.request(RequestAction.STOP, SavepointTrigger.RESCALE)
+    step.move(P.SAVEPOINTING, f"{change}: stop with savepoint, then start with {target}")
     return True
 
 

@@ -46,7 +46,7 @@ from finishable.api.models import (
 )
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import ControlRequest, FinishableSparkJobStatus
-from finishable.lifecycle.decisions import Action, Decision, Observation, PodPhase
+from finishable.lifecycle.decisions import Action, ActionKind, Decision, Observation, PodPhase
 from finishable.lifecycle.dispatch import dispatch
 from finishable.lifecycle.phases import next_status
 from finishable.local.drivers import LocalDrivers
@@ -204,12 +204,13 @@ class LocalRunner:
         self._say(f"{name} was {status.phase.value} when its runner stopped; recovering")
         return status
 
-    def _write_config(self) -> None:
+    def _write_config(self, executors: int | None = None) -> None:
+        """The driver's configuration; ``executors``: the next attempt's (the autoscaler's)."""
         local = self.local
         config = JobConfig(
             name=self.job.metadata.name,
             uid=local.uid,
-            spec=self.job.spec,
+            spec=self.job.spec.sized(executors),
             state_url=self._state_url(),
             work_dir=str((local.directory / "work").resolve()),
             control=ControlType.LOCAL,
@@ -295,6 +296,9 @@ class LocalRunner:
         return self.drivers
 
     def _perform(self, decision: Decision) -> None:
+        starts = (ActionKind.START_DRIVER, ActionKind.TAKE_OVER)
+        if self.job.spec.autoscaler.enabled and any(a.kind in starts for a in decision.actions):
+            self._write_config(decision.status.executors)  # a rescale's count, in local[N]
         effects = LocalEffects(self._drivers, self.local.channel, self.shuffle, self._say)
         for action in decision.actions:
             dispatch(action, effects)

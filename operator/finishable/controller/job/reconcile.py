@@ -374,7 +374,9 @@ class JobLoop:
         requeue: timedelta | None = None
         actions = [*self._unperformed, *decision.actions]
         self._unperformed = []
-        effects = None if spec is None else ClusterEffects(self, spec, pods, decision.status.phase)
+        status = decision.status
+        sized = None if spec is None else spec.sized(status.executors)
+        effects = None if sized is None else ClusterEffects(self, sized, pods, status.phase)
         for index, action in enumerate(actions):
             if action.kind is ActionKind.REQUEUE and action.after is not None:
                 requeue = action.after if requeue is None else min(requeue, action.after)

@@ -149,6 +149,7 @@ class SplitLedger(ABC):
     def progress(self) -> CoordinatorProgress:
         """Split counts for the job status."""
         sentinels = self._sentinels
+        unit, backlog, consumed = self.backlog()
         return CoordinatorProgress(
             bounded=self._bounded,
             discovery_complete=self._discovery_complete,
@@ -158,7 +159,17 @@ class SplitLedger(ABC):
             splits_assigned=len(self._holder.keys() - sentinels),
             splits_finished=len(self._finished.keys() - sentinels) + self._forgotten,
             fully_finished=self.fully_finished,
+            backlog=backlog,
+            consumed=consumed,
+            backlog_unit=unit,
         )
+
+    def backlog(self) -> tuple[str, int, int]:
+        """(unit, input not read yet, input read so far): splits discovered and not finished,
+        and splits finished. A source that knows its input finer says so in its own unit."""
+        sentinels = self._sentinels
+        unread = len(self._pending - sentinels) + len(self._holder.keys() - sentinels)
+        return "splits", unread, len(self._finished.keys() - sentinels) + self._forgotten
 
     @property
     def fully_finished(self) -> bool:

@@ -18,20 +18,26 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from finishable.api.control import DriverReport, DriverState, RequestOutcome, RequestReport
+from finishable.api.control import (
+    DriverState,
+    RequestOutcome,
+    RequestReport,
+)
 from finishable.api.models import RequestAction
 from finishable.api.status import (
     ControlRequest,
-    CoordinatorStatus,
     SavepointStatus,
 )
 from finishable.driver.departure import Departure
 from finishable.driver.outcome import JobFailed, Outcome
 from finishable.driver.source_coordinator import SourceCoordinator
 from finishable.driver.streaming.boundary import await_batch_boundary
-from finishable.driver.streaming.checkpoints import StoredCheckpoint
 from finishable.driver.streaming.cut import CutError
-from finishable.driver.streaming.queries import Query, QuerySet, checkpoint_status, splits
+from finishable.driver.streaming.queries import (
+    Query,
+    QuerySet,
+)
+from finishable.driver.streaming.reporting import Reporter
 from finishable.driver.streaming.termination import Termination, drains
 from finishable.lifecycle.table import Action, LifecycleMode, TaskEvent, TaskKind
 from finishable.lifecycle.task import TaskLifecycle
@@ -42,7 +48,6 @@ from finishable.state.fence import Fence, FencedBackend
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.2
-REPORT_EVERY_SECONDS = 10.0
 
 
 class StopFailed(RuntimeError):
@@ -62,8 +67,10 @@ class StreamingExecutor:
         stop_timeout: float,
         fence: Fence | None = None,
         departure: Departure | None = None,
+        load_window: float | None = None,
     ) -> None:
         self._job = job
+        self._reporter = Reporter(control, attempt, queries, load_window)
         self._attempt = attempt
         self._queries = queries
         self._coordinators = queries.coordinators
@@ -77,8 +84,6 @@ class StreamingExecutor:
         self._answered: set[str] = set()
         self._barriers = 0
         self._deadline = 0.0
-        self._reported_checkpoint: int | None = None
-        self._reported_at = 0.0
         self._source_actions: dict[Action, Callable[[SourceCoordinator], None]] = {
             Action.SUSPEND_SOURCE: lambda c: c.suspend(drain=drains(self._termination)),
             Action.ADVANCE_TO_MAX_WATERMARK: self._emit_sentinel,
@@ -442,53 +447,15 @@ class StreamingExecutor:
     def _report(
         self, state: DriverState, *, force: bool = False, message: str = "", permanent: bool = False
     ) -> None:
-        latest = self._queries.latest
-        checkpoint = latest.batch_id if latest is not None else None
-        now = time.monotonic()
-        if (
-            not force
-            and checkpoint == self._reported_checkpoint
-            and now - self._reported_at < REPORT_EVERY_SECONDS
-        ):
-            return
-        self._reported_checkpoint = checkpoint
-        self._reported_at = now
         ending = self._termination
-        self._control.write_report(
-            DriverReport(
-                attempt=self._attempt,
-                state=state,
-                lifecycle=ending.status() if ending is not None else None,
-                last_checkpoint=checkpoint_status(latest),
-                savepoint=self._savepoint,
-                request=self._answer,
-                coordinator=self._progress(latest),
-                queries=self._queries.statuses(),
-                message=message or self._skipped(),
-                permanent=permanent,
-                updated_at=datetime.now(UTC),
-            )
-        )
-
-    def _skipped(self) -> str:
-        """Input a source skipped (``on_error="skip"``), named, for the status."""
-        skipped = {
-            split: reason
-            for coordinator in self._coordinators
-            for split, reason in coordinator.state().skipped.items()
-        }
-        if not skipped:
-            return ""
-        named = "; ".join(f"{split}: {reason}" for split, reason in sorted(skipped.items())[:5])
-        more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
-        return f"skipped {len(skipped)} unreadable input split(s): {named}{more}"
-
-    def _progress(self, latest: StoredCheckpoint | None) -> CoordinatorStatus:
-        total, finished = splits(self._coordinators)
-        return CoordinatorStatus(
-            snapshot=latest.location if latest is not None else None,
-            splits_total=total,
-            splits_finished=finished,
+        self._reporter.write(
+            state,
+            lifecycle=ending.status() if ending is not None else None,
+            savepoint=self._savepoint,
+            request=self._answer,
+            force=force,
+            message=message,
+            permanent=permanent,
         )
 
 

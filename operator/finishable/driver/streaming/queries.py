@@ -27,6 +27,7 @@ from finishable.api.status import CheckpointStatus, QueryStatus
 from finishable.connectors.sinks import Kafka, TransactionalFiles, TransactionalSink
 from finishable.connectors.streaming.kafka_writer import commit_jvm_batch
 from finishable.connectors.streaming.sink import publish_jvm_batch
+from finishable.coordinator.contract import CoordinatorProgress
 from finishable.driver.checkpoint_log import CheckpointLog
 from finishable.driver.failures import ProgramError
 from finishable.driver.source_coordinator import SourceCoordinator
@@ -214,7 +215,7 @@ class QuerySet:
             return []
         statuses = []
         for query in self.queries:
-            total, finished = splits(query.coordinators)
+            total, finished = splits(progress_of(query.coordinators))
             statuses.append(
                 QueryStatus(
                     name=query.name,
@@ -379,15 +380,21 @@ def checkpoint_status(stored: StoredCheckpoint | None) -> CheckpointStatus | Non
     return CheckpointStatus(id=stored.batch_id, location=stored.location, time=stored.time)
 
 
-def splits(coordinators: Iterable[SourceCoordinator]) -> tuple[int, int]:
-    """Splits discovered and finished by ``coordinators``."""
-    total = finished = 0
+def progress_of(coordinators: Iterable[SourceCoordinator]) -> dict[str, CoordinatorProgress]:
+    """Each coordinator's progress, by source name (one that cannot answer is left out: a failed
+    coordinator shows in its query's failure instead)."""
+    progress = {}
     for coordinator in coordinators:
         try:
-            progress = coordinator.host.progress().result(5)
-        except Exception:  # a failed coordinator shows in the query's failure instead
+            each = coordinator.host.progress().result(5)
+        except Exception:
             continue
-        if progress is not None:
-            total += progress.splits_discovered
-            finished += progress.splits_finished
-    return total, finished
+        if each is not None:
+            progress[coordinator.name] = each
+    return progress
+
+
+def splits(progress: Mapping[str, CoordinatorProgress]) -> tuple[int, int]:
+    """Splits discovered and finished, in all."""
+    total = sum(each.splits_discovered for each in progress.values())
+    return total, sum(each.splits_finished for each in progress.values())

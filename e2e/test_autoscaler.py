@@ -1,0 +1,204 @@
+"""The autoscaler on a cluster: a load step up and back down, executor pods following it through
+savepoint rescales, and the output exactly the ground truth (docs/autoscaler.md).
+
+The clickstream example reads files another process writes: this test, at a rate it changes. At
+the high rate the micro-batches keep one executor busy well above the target, so the job is
+rescaled to two executor pods (stop with savepoint, attempt 2 with two, resumed from it); at the
+low rate they idle, and it is rescaled back to one. Every recommendation must hold for the
+stabilization window, and the second rescale may not start within the cooldown of the first:
+the count changes twice, never back and forth. The windowed counts are state, carried across
+both rescales by the savepoints: the drained output must be the counts of every file written,
+nothing lost and nothing twice.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from e2e.clickcounts import ROWS, Counts, committed
+from testcluster.client import ROOT, E2ECluster, example, wait_for
+
+sys.path.insert(0, str(ROOT / "examples" / "streaming"))
+from clicks import window_counts, write_file
+
+pytestmark = [pytest.mark.e2e, pytest.mark.full]
+
+NAME = "autoscaled"
+START = 240.0
+RESCALE = 420.0  # a full metrics window and stabilization window, then the rescale itself
+COOLDOWN_SECONDS = 90
+HOLD_SECONDS = 45  # the high load goes on this long past the cooldown: no rescale may start
+HIGH_EVERY = 0.25  # seconds between files at the high rate: more than one executor takes
+LOW_EVERY = 12.0  # at the low rate: a small batch now and then
+
+AUTOSCALER = {
+    "enabled": True,
+    "minExecutors": 1,
+    "maxExecutors": 2,
+    "targetUtilization": 0.5,
+    "tolerance": 0.2,
+    "metricsWindow": "30s",
+    "stabilizationWindow": "20s",
+    "cooldown": f"{COOLDOWN_SECONDS}s",
+    "catchUpTime": "2m",
+}
+
+
+class Upstream:
+    """Writes the job's input files at a rate the test changes: the load."""
+
+    def __init__(self, cluster: E2ECluster) -> None:
+        self.directory = cluster.data_dir / NAME / "input"
+        for directory in (self.directory.parent, self.directory):
+            directory.mkdir(exist_ok=True)
+            directory.chmod(0o777)  # the pods' user (uid 1000) writes the output beside it
+        self.every = LOW_EVERY
+        self.written = 0
+        self._stop = threading.Event()
+        self._changed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="upstream", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def rate(self, every: float) -> None:
+        self.every = every
+        self._changed.set()
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._changed.set()
+        self._thread.join()
+        return self.written
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            write_file(self.directory, self.written, ROWS)
+            self.written += 1
+            self._changed.clear()
+            self._changed.wait(self.every)
+
+
+def autoscaler(cluster: E2ECluster) -> dict[str, Any]:
+    return dict(cluster.status(NAME).get("autoscaler") or {})
+
+
+def running_with(cluster: E2ECluster, attempt: int, executors: int) -> dict[str, Any] | None:
+    """The status once attempt ``attempt`` runs with ``executors`` executor pods."""
+    status = cluster.status(NAME)
+    if status.get("phase") == "Failed":
+        raise AssertionError(f"{NAME} failed: {status.get('message')}")
+    if (status.get("attempt"), status.get("phase")) != (attempt, "Running"):
+        return None
+    if status.get("executors") != executors:
+        return None
+    pods = cluster.running_executors(NAME, attempt)
+    return status if len(pods) == executors else None
+
+
+def rescale_events(cluster: E2ECluster) -> list[str]:
+    events = sorted(cluster.events(NAME), key=lambda e: e.get("firstTimestamp") or "")
+    return [e["message"] for e in events if e.get("reason") == "RescaleStarted"]
+
+
+def when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_a_load_step_up_and_down_rescales_once_each_way_and_keeps_the_output_exact(
+    cluster: E2ECluster,
+) -> None:
+    manifest = example("examples/streaming/cluster.yaml", cluster.data_dir, cluster.image)
+    manifest["metadata"]["name"] = NAME
+    manifest["spec"]["application"]["args"] = [
+        f"--input=/data/{NAME}/input",
+        f"--output=/data/{NAME}/output",
+        "--unbounded",
+        "--files-per-batch=1000",
+    ]
+    manifest["spec"]["executor"] = {"instances": 1, "cores": 1, "memory": "1g"}
+    manifest["spec"]["checkpointing"]["interval"] = "2s"
+    manifest["spec"]["autoscaler"] = AUTOSCALER
+    upstream = Upstream(cluster)
+    write_file(upstream.directory, 0, ROWS)
+    upstream.written = 1
+    assert cluster.apply(manifest).status == 201
+    upstream.start()
+    cluster.wait_phase(NAME, "Running", START)
+    wait_for(lambda: running_with(cluster, 1, 1), "attempt 1 with one executor", START)
+
+    # The load steps up: one executor's batches are busy beyond the target; two are asked for.
+    upstream.rate(HIGH_EVERY)
+    up = wait_for(
+        lambda: running_with(cluster, 2, 2),
+        "the job rescaled to two executors",
+        RESCALE,
+        on_fail=lambda: f"\nautoscaler: {autoscaler(cluster)}{cluster.logs(NAME)}",
+    )
+    assert (up["restarts"], up["autoscaler"]["rescales"]) == (0, 1), up["autoscaler"]
+    first = up["autoscaler"]["lastRescale"]
+    assert (first["fromExecutors"], first["toExecutors"]) == (1, 2), first
+    assert up["restoreFrom"] == up["savepoint"]["location"], "resumed from the rescale's savepoint"
+
+    # Still high: the first batches after the restart read what piled up meanwhile, and two
+    # executors stay busy; past the cooldown, nothing asks for fewer.
+    held_until = when(first["startedAt"]) + timedelta(seconds=COOLDOWN_SECONDS + HOLD_SECONDS)
+    wait_for(
+        lambda: datetime.now(UTC) >= held_until or cluster.status(NAME)["attempt"] != 2,
+        "the high load held past the cooldown",
+        COOLDOWN_SECONDS + HOLD_SECONDS + 60,
+    )
+    held = cluster.status(NAME)
+    assert (held["attempt"], held["autoscaler"]["rescales"]) == (2, 1), held["autoscaler"]
+
+    # The load steps down: two executors idle; one is enough.
+    upstream.rate(LOW_EVERY)
+    down = wait_for(
+        lambda: running_with(cluster, 3, 1),
+        "the job rescaled back to one executor",
+        RESCALE + COOLDOWN_SECONDS,
+        on_fail=lambda: f"\nautoscaler: {autoscaler(cluster)}{cluster.logs(NAME)}",
+    )
+    second = down["autoscaler"]["lastRescale"]
+    assert (second["fromExecutors"], second["toExecutors"]) == (2, 1), second
+    gap = (when(second["startedAt"]) - when(first["startedAt"])).total_seconds()
+    assert gap >= COOLDOWN_SECONDS, f"the second rescale started {gap:.0f}s after the first"
+
+    # Input ends; once all of it is read, a drain fires every window.
+    written = upstream.stop()
+    wait_for(
+        lambda: cluster.status(NAME)["coordinator"].get("splitsFinished", 0) >= written,
+        f"all {written} files read",
+        START,
+        on_fail=lambda: f"\n{cluster.status(NAME)['coordinator']}{cluster.logs(NAME)}",
+    )
+    cluster.set_state(NAME, "Finished")
+    finished = cluster.wait_phase(NAME, "Finished", START)
+
+    # Exactly two rescales, one each way: no flapping.
+    assert finished["autoscaler"]["rescales"] == 2, finished["autoscaler"]
+    assert finished["restarts"] == 0 and finished["attempt"] == 3, finished
+    started = rescale_events(cluster)
+    assert len(started) == 2, started
+    assert "from 1 to 2 executors" in started[0] and "from 2 to 1 executors" in started[1]
+    rescaled = [e for e in cluster.events(NAME) if e.get("reason") == "Rescaled"]
+    assert len(rescaled) == 2, [e["message"] for e in rescaled]
+
+    # Nothing lost, nothing twice, across both rescales.
+    output: Counts = committed(cluster.data_dir / NAME / "output")
+    truth = Counter(
+        {
+            (start.replace(tzinfo=None), page): n
+            for (start, page), n in window_counts(range(written), ROWS).items()
+        }
+    )
+    assert output == truth, (
+        f"{sum(output.values())} clicks in {len(output)} windows published, "
+        f"{sum(truth.values())} in {len(truth)} written"
+    )

@@ -1,5 +1,6 @@
-"""The autoscaler on a cluster: a load step up and back down, executor pods following it through
-savepoint rescales, and the output exactly the ground truth (docs/autoscaler.md).
+"""The autoscaler on a cluster (docs/autoscaler.md): a Streaming job's executor pods follow a load
+step up and back down through savepoint rescales, and a Batch job's follow its waiting tasks by
+Spark's dynamic allocation; both outputs are exactly the ground truth.
 
 The clickstream example reads files another process writes: this test, at a rate it changes. At
 the high rate the micro-batches keep one executor busy well above the target, so the job is
@@ -22,10 +23,15 @@ from typing import Any
 import pytest
 
 from e2e.clickcounts import ROWS, Counts, committed
-from testcluster.client import ROOT, E2ECluster, example, wait_for
+from e2e.test_batch import ROWS as BATCH_ROWS
+from e2e.test_batch import RUN as BATCH_RUN
+from e2e.test_batch import published
+from testcluster.client import ROOT, E2ECluster, batch_example, example, wait_for
 
 sys.path.insert(0, str(ROOT / "examples" / "streaming"))
+sys.path.insert(0, str(ROOT / "examples" / "batch"))
 from clicks import window_counts, write_file
+from orders import ground_truth
 
 pytestmark = [pytest.mark.e2e, pytest.mark.full]
 
@@ -34,8 +40,8 @@ START = 240.0
 RESCALE = 420.0  # a full metrics window and stabilization window, then the rescale itself
 COOLDOWN_SECONDS = 90
 HOLD_SECONDS = 45  # the high load goes on this long past the cooldown: no rescale may start
-HIGH_EVERY = 0.25  # seconds between files at the high rate: more than one executor takes
-LOW_EVERY = 12.0  # at the low rate: a small batch now and then
+HIGH = (0.25, 10 * ROWS)  # seconds between files, and their rows: more than one executor takes
+LOW = (12.0, ROWS)  # a small batch now and then
 
 AUTOSCALER = {
     "enabled": True,
@@ -58,8 +64,9 @@ class Upstream:
         for directory in (self.directory.parent, self.directory):
             directory.mkdir(exist_ok=True)
             directory.chmod(0o777)  # the pods' user (uid 1000) writes the output beside it
-        self.every = LOW_EVERY
-        self.written = 0
+        self.every, self.rows = LOW
+        self.written: list[int] = []
+        """The rows of each file written, by index."""
         self._stop = threading.Event()
         self._changed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="upstream", daemon=True)
@@ -67,20 +74,24 @@ class Upstream:
     def start(self) -> None:
         self._thread.start()
 
-    def rate(self, every: float) -> None:
-        self.every = every
+    def rate(self, rate: tuple[float, int]) -> None:
+        self.every, self.rows = rate
         self._changed.set()
 
-    def stop(self) -> int:
+    def stop(self) -> list[int]:
         self._stop.set()
         self._changed.set()
         self._thread.join()
         return self.written
 
+    def write(self) -> None:
+        rows = self.rows
+        write_file(self.directory, len(self.written), rows)
+        self.written.append(rows)
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            write_file(self.directory, self.written, ROWS)
-            self.written += 1
+            self.write()
             self._changed.clear()
             self._changed.wait(self.every)
 
@@ -126,15 +137,14 @@ def test_a_load_step_up_and_down_rescales_once_each_way_and_keeps_the_output_exa
     manifest["spec"]["checkpointing"]["interval"] = "2s"
     manifest["spec"]["autoscaler"] = AUTOSCALER
     upstream = Upstream(cluster)
-    write_file(upstream.directory, 0, ROWS)
-    upstream.written = 1
+    upstream.write()
     assert cluster.apply(manifest).status == 201
     upstream.start()
     cluster.wait_phase(NAME, "Running", START)
     wait_for(lambda: running_with(cluster, 1, 1), "attempt 1 with one executor", START)
 
     # The load steps up: one executor's batches are busy beyond the target; two are asked for.
-    upstream.rate(HIGH_EVERY)
+    upstream.rate(HIGH)
     up = wait_for(
         lambda: running_with(cluster, 2, 2),
         "the job rescaled to two executors",
@@ -158,7 +168,7 @@ def test_a_load_step_up_and_down_rescales_once_each_way_and_keeps_the_output_exa
     assert (held["attempt"], held["autoscaler"]["rescales"]) == (2, 1), held["autoscaler"]
 
     # The load steps down: two executors idle; one is enough.
-    upstream.rate(LOW_EVERY)
+    upstream.rate(LOW)
     down = wait_for(
         lambda: running_with(cluster, 3, 1),
         "the job rescaled back to one executor",
@@ -173,8 +183,8 @@ def test_a_load_step_up_and_down_rescales_once_each_way_and_keeps_the_output_exa
     # Input ends; once all of it is read, a drain fires every window.
     written = upstream.stop()
     wait_for(
-        lambda: cluster.status(NAME)["coordinator"].get("splitsFinished", 0) >= written,
-        f"all {written} files read",
+        lambda: cluster.status(NAME)["coordinator"].get("splitsFinished", 0) >= len(written),
+        f"all {len(written)} files read",
         START,
         on_fail=lambda: f"\n{cluster.status(NAME)['coordinator']}{cluster.logs(NAME)}",
     )
@@ -192,13 +202,72 @@ def test_a_load_step_up_and_down_rescales_once_each_way_and_keeps_the_output_exa
 
     # Nothing lost, nothing twice, across both rescales.
     output: Counts = committed(cluster.data_dir / NAME / "output")
-    truth = Counter(
-        {
-            (start.replace(tzinfo=None), page): n
-            for (start, page), n in window_counts(range(written), ROWS).items()
-        }
-    )
+    truth: Counts = Counter()
+    for index, rows in enumerate(written):
+        for (start, page), n in window_counts([index], rows).items():
+            truth[start.replace(tzinfo=None), page] += n
     assert output == truth, (
         f"{sum(output.values())} clicks in {len(output)} windows published, "
         f"{sum(truth.values())} in {len(truth)} written"
     )
+
+
+BATCH = "elastic-totals"
+BATCH_FILES = 120
+
+
+class ExecutorWatch:
+    """Polls a job's executor pods: which ran, and which went while the job still ran."""
+
+    def __init__(self, cluster: E2ECluster, job: str) -> None:
+        self.cluster = cluster
+        self.job = job
+        self.seen: set[str] = set()
+        self.most_at_once = 0
+        self.released: set[str] = set()
+        self.job_done = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="executor-watch", daemon=True)
+
+    def __enter__(self) -> ExecutorWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        alive: set[str] = set()
+        while not self._stop.wait(0.5):
+            running = self.cluster.running_executors(self.job, 1)
+            if not self.job_done.is_set():
+                self.released |= alive - running
+            alive = running
+            self.seen |= running
+            self.most_at_once = max(self.most_at_once, len(running))
+
+
+def test_a_batch_job_gets_executors_while_tasks_wait_and_releases_idle_ones(
+    cluster: E2ECluster,
+) -> None:
+    """spec.autoscaler on a Batch job: Spark's dynamic allocation, from one executor pod to two
+    while reader tasks wait, an idle one released before the job ends; its stage outputs are on
+    the shuffle pods, so an executor that goes takes nothing the job needs."""
+    autoscaler = {"enabled": True, "minExecutors": 1, "maxExecutors": 2, "idleTimeout": "5s"}
+    manifest = batch_example(
+        cluster.data_dir,
+        cluster.image,
+        BATCH,
+        BATCH_FILES,
+        executor={"instances": 1, "cores": 1, "memory": "1g"},
+        autoscaler=autoscaler,
+    )
+    assert cluster.apply(manifest).status == 201
+    with ExecutorWatch(cluster, BATCH) as watch:
+        status = cluster.wait_phase(BATCH, "Finished", BATCH_RUN)
+        watch.job_done.set()
+    assert (status["attempt"], status["restarts"], status["executors"]) == (1, 0, 1), status
+    assert watch.most_at_once == 2 and len(watch.seen) >= 2, (watch.most_at_once, watch.seen)
+    assert watch.released, f"no executor was released before the job ended: {watch.seen}"
+    assert published(cluster, f"{BATCH}/totals") == ground_truth(BATCH_FILES, BATCH_ROWS)

@@ -35,6 +35,7 @@ SMALL: dict[str, list[str]] = {
     "streaming": ["--files", "12", "--rows", "500", "--files-per-batch", "2", "--rounds", "1"],
     "soak": ["--minutes", "0.5"],
     "local_cluster": ["--files", "16", "--rows", "2000", "--runtime", "process"],
+    "autoscaler": ["--files", "16", "--rows", "2000", "--idle", "5s", "--runtime", "process"],
     "kafka": [
         *("--records", "20000", "--partitions", "2", "--per-trigger", "5000", "--rounds", "1"),
         *("--live-rate", "500", "--live-seconds", "6"),

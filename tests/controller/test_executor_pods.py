@@ -62,6 +62,24 @@ def test_executor_defaults_are_sized_from_the_executors_the_spec_asks_for() -> N
     assert granted == {"pods", "configmaps"}
 
 
+def test_a_batch_job_with_the_autoscaler_runs_sparks_dynamic_allocation_within_its_bounds() -> None:
+    autoscaler = {"enabled": True, "minExecutors": 1, "maxExecutors": 6, "idleTimeout": "20s"}
+    batch = spec(mode="Batch", executor={"instances": 2, "cores": 2}, autoscaler=autoscaler)
+    settings = conf(batch)
+    assert settings["spark.dynamicAllocation.enabled"] == "true"
+    assert settings["spark.dynamicAllocation.shuffleTracking.enabled"] == "true"
+    assert settings["spark.dynamicAllocation.shuffleTracking.timeout"] == "40s"
+    assert settings["spark.dynamicAllocation.executorIdleTimeout"] == "20s"
+    bounds = ("minExecutors", "initialExecutors", "maxExecutors")
+    assert [settings[f"spark.dynamicAllocation.{key}"] for key in bounds] == ["1", "2", "6"]
+    # Reads are cut for every executor the job may get, so that tasks wait for more.
+    assert settings["spark.default.parallelism"] == "12"
+    # A Streaming job's count is the operator's: no dynamic allocation.
+    streaming = conf(spec(executor={"instances": 2}, autoscaler=autoscaler))
+    assert "spark.dynamicAllocation.enabled" not in streaming
+    assert streaming["spark.executor.instances"] == "2"
+
+
 def test_the_user_overrides_defaults_but_not_what_the_resource_says() -> None:
     user = {
         "spark.sql.shuffle.partitions": "7",

@@ -3,7 +3,11 @@ micro-batches Spark ran, read and arrival rates from the sources' backlog."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,3 +127,31 @@ def test_a_batch_still_running_counts_from_when_it_was_first_seen() -> None:
     meter.take_progress("q", query, start + 27)
     done = meter.measure(start + 27, sources)
     assert done is not None and (done.batches, done.busy) == (1, 0.95)  # 19 s of it in the window
+
+
+def test_the_meter_reads_a_real_querys_progress(spark: Any, tmp_path: Path) -> None:
+    """Spark's own StreamingQuery: its Java progress and status, as the driver reads them."""
+    stream = spark.readStream.format("rate").option("rowsPerSecond", 200).load()
+    handle = (
+        stream.writeStream.format("memory")
+        .queryName("metered")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while sum(1 for p in handle.recentProgress if p.numInputRows) < 3:
+            assert time.monotonic() < deadline, "the query ran no batches"
+            time.sleep(0.1)
+        first = min(p.timestamp for p in handle.recentProgress)
+        started = datetime.fromisoformat(first.replace("Z", "+00:00")).timestamp()
+        meter = LoadMeter(window=10.0)
+        meter.measure(started - 1, {})
+        now = started + 10
+        meter.take_progress("metered", handle, now)
+        load = meter.measure(now, {})
+    finally:
+        handle.stop()
+    assert load is not None and load.batches >= 3, load
+    assert 0 < load.busy <= 1 and load.rows_per_second > 0, load

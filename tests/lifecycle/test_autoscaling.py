@@ -158,12 +158,12 @@ def test_bounds_changed_under_a_running_job_apply_at_once() -> None:
     assert "outside spec.autoscaler's bounds [1, 2]" in step.status.last_rescale.reason
 
 
-def test_bad_bounds_and_a_batch_job_are_refused_naming_the_field() -> None:
+def test_bad_settings_are_refused_naming_the_field() -> None:
     base: dict[str, Any] = {"application": {"file": "job.py"}}
     with pytest.raises(InvalidManifest, match=r"minExecutors \(3\) is above maxExecutors \(2\)"):
         parse_spec({**base, "autoscaler": {"enabled": True, "minExecutors": 3, "maxExecutors": 2}})
-    with pytest.raises(InvalidManifest, match="a Batch job cannot be stopped with a savepoint"):
-        parse_spec({**base, "mode": "Batch", "autoscaler": {"enabled": True}})
+    with pytest.raises(InvalidManifest, match="idleTimeout: must be longer than zero"):
+        parse_spec({**base, "mode": "Batch", "autoscaler": {"enabled": True, "idleTimeout": "0s"}})
     with pytest.raises(InvalidManifest, match="targetUtilization"):
         parse_spec({**base, "autoscaler": {"targetUtilization": 1.5}})
 
@@ -246,3 +246,13 @@ def test_a_crashed_rescaled_job_restarts_with_its_count_and_one_without_by_the_s
     assert plain.status.executors == 4 and plain.status.autoscaler is None
     plain.step(PodPhase.RUNNING, plain.report(DriverState.RUNNING, load=load(1.0)))
     assert plain.status.autoscaler is None
+
+
+def test_a_batch_job_is_sized_by_sparks_dynamic_allocation_not_by_rescales() -> None:
+    job = Job(mode="Batch", executor={"instances": 1}, autoscaler=AUTOSCALED["autoscaler"])
+    job.run()
+    assert job.status.executors == 1 and job.status.autoscaler is None
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING, load=load(1.0)))
+    job.step(PodPhase.RUNNING, job.report(DriverState.RUNNING, load=load(1.0)), after=timedelta(1))
+    assert job.phase is Phase.RUNNING and job.status.autoscaler is None
+    assert job.spec.sized(5).executor.instances == 1

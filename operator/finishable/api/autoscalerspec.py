@@ -1,9 +1,10 @@
-"""``spec.autoscaler``: a Streaming job's executor count follows its load (docs/autoscaler.md).
+"""``spec.autoscaler``: a job's executor count follows its load (docs/autoscaler.md).
 
-The driver measures how busy its micro-batches keep the executors and how far its sources are
-behind; the operator turns that into a recommended executor count
+Streaming: the driver measures how busy its micro-batches keep the executors and how far its
+sources are behind; the operator turns that into a recommended executor count
 (:mod:`finishable.lifecycle.autoscaling`) and applies a lasting change as a rescale: stop with
-savepoint, then the next attempt with the new count, resumed from it.
+savepoint, then the next attempt with the new count, resumed from it. Batch: Spark's dynamic
+allocation within the same bounds, safe because stage outputs live on the shuffle pods.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from finishable.api.units import Duration, positive
 
 
 class AutoscalerSpec(ApiModel):
-    """Bounds, target and pacing of a Streaming job's executor autoscaler."""
+    """Bounds, target and pacing of a job's executor autoscaler."""
 
     enabled: bool = Field(
         default=False,
         description=(
-            "Size the executors from the load: a lasting change is applied by a stop with "
-            "savepoint and a restart with the new count (nothing lost, nothing twice)."
+            "Size the executors from the load. Streaming: a lasting change is applied by a stop "
+            "with savepoint and a restart with the new count (nothing lost, nothing twice). "
+            "Batch: Spark's dynamic allocation adds executors while tasks wait and releases "
+            "idle ones (idleTimeout)."
         ),
     )
     min_executors: int = Field(
@@ -37,8 +40,9 @@ class AutoscalerSpec(ApiModel):
         ge=0.05,
         le=1.0,
         description=(
-            "The share of the time the executors should spend in micro-batches: 0.5 means a "
-            "batch takes at most half of the trigger interval, which leaves room for bursts."
+            "Streaming: the share of the time the executors should spend in micro-batches: "
+            "0.5 means a batch takes at most half of the trigger interval, which leaves room "
+            "for bursts."
         ),
     )
     tolerance: float = Field(
@@ -46,37 +50,45 @@ class AutoscalerSpec(ApiModel):
         ge=0.0,
         le=0.9,
         description=(
-            "No rescale while the executors needed are within this fraction of the current "
-            "count (0.2: between 80% and 120%)."
+            "Streaming: no rescale while the executors needed are within this fraction of the "
+            "current count (0.2: between 80% and 120%)."
         ),
     )
     catch_up_time: Duration = Field(
         default=Duration(minutes=5),
         description=(
-            "A source's backlog must be readable within this time at the target utilization "
-            "(the sources report it: unread files, Kafka offsets behind)."
+            "Streaming: a source's backlog must be readable within this time at the target "
+            "utilization (the sources report it: unread files, Kafka offsets behind)."
         ),
     )
     metrics_window: Duration = Field(
         default=Duration(minutes=1),
         description=(
-            "The driver averages its micro-batches over this window; no decision is made "
-            "before a driver has run this long."
+            "Streaming: the driver averages its micro-batches over this window; no decision is "
+            "made before a driver has run this long."
         ),
     )
     stabilization_window: Duration = Field(
         default=Duration(minutes=1),
         description=(
-            "A recommendation must hold this long before it is applied: a scale-up goes to the "
-            "lowest count recommended within the window, a scale-down to the highest."
+            "Streaming: a recommendation must hold this long before it is applied: a scale-up "
+            "goes to the lowest count recommended within the window, a scale-down to the "
+            "highest."
         ),
     )
     cooldown: Duration = Field(
         default=Duration(minutes=3),
-        description="The least time between the end of one rescale and the start of the next.",
+        description="Streaming: the least time between the starts of two rescales.",
+    )
+    idle_timeout: Duration = Field(
+        default=Duration(seconds=60),
+        description=(
+            "Batch: an executor that ran no task for this long is released (twice this when it "
+            "holds Spark shuffle files of a stage still running)."
+        ),
     )
 
-    @field_validator("catch_up_time", "metrics_window")
+    @field_validator("catch_up_time", "metrics_window", "idle_timeout")
     @classmethod
     def _positive(cls, value: Duration) -> Duration:
         return positive(value)

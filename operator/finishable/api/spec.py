@@ -346,8 +346,9 @@ class FinishableSparkJobSpec(ApiModel):
     autoscaler: AutoscalerSpec = Field(
         default_factory=AutoscalerSpec,
         description=(
-            "Streaming: size the executors from the load, within bounds; a rescale is a stop "
-            "with savepoint and a restart with the new count (docs/autoscaler.md)."
+            "Size the executors from the load, within bounds. Streaming: a rescale is a stop "
+            "with savepoint and a restart with the new count; Batch: Spark's dynamic "
+            "allocation (docs/autoscaler.md)."
         ),
     )
     stop_timeout: Duration = Field(
@@ -379,16 +380,6 @@ class FinishableSparkJobSpec(ApiModel):
             )
         return self
 
-    @model_validator(mode="after")
-    def _autoscaler_only_in_streaming(self) -> Self:
-        if self.mode is JobMode.BATCH and self.autoscaler.enabled:
-            raise ValueError(
-                "spec.autoscaler.enabled: true rescales a Streaming job through savepoints; a "
-                "Batch job cannot be stopped with a savepoint. Remove it or set spec.mode: "
-                "Streaming"
-            )
-        return self
-
     @property
     def executors(self) -> int:
         """The executor pods a new run starts with: spec.executor.instances, within the
@@ -397,9 +388,9 @@ class FinishableSparkJobSpec(ApiModel):
         return self.autoscaler.bounded(instances) if self.autoscaler.enabled else instances
 
     def sized(self, executors: int | None) -> FinishableSparkJobSpec:
-        """The spec a driver attempt runs: with the autoscaler on, ``executors`` (the attempt's
-        count, ``status.executors``) in place of spec.executor.instances."""
-        if not self.autoscaler.enabled or executors is None:
+        """The spec a Streaming driver attempt runs: with the autoscaler on, ``executors`` (the
+        attempt's count, ``status.executors``) in place of spec.executor.instances."""
+        if not self.autoscaler.enabled or self.mode is JobMode.BATCH or executors is None:
             return self
         executor = self.executor.model_copy(update={"instances": executors})
         return self.model_copy(update={"executor": executor})

@@ -349,10 +349,10 @@ def _next_attempt(step: _Step, spec: FinishableSparkJobSpec, *, after_loss: bool
 
 def _size_attempt(status: FinishableSparkJobStatus, spec: FinishableSparkJobSpec) -> None:
     """The executors of the attempt about to start: the autoscaler's count (within the bounds
-    as they are now), else spec.executor.instances. Its recommendations start over: they were
-    measured with the attempt before."""
+    as they are now), else spec.executor.instances (a Batch job's first count). Its
+    recommendations start over: they were measured with the attempt before."""
     autoscaler = spec.autoscaler
-    if not autoscaler.enabled:
+    if not autoscaler.enabled or spec.mode is JobMode.BATCH:  # Batch: Spark's dynamic allocation
         status.executors = spec.executors
         return
     scaled = status.autoscaler

@@ -70,8 +70,35 @@ def default_master(environ: Mapping[str, str]) -> str:
 
 
 def executor_cores(spec: FinishableSparkJobSpec) -> int:
-    """Task slots of all the executors the spec asks for."""
+    """Task slots of all the executors the spec asks for (a Batch job with the autoscaler: as
+    many as it may get, so that its reads are cut for them and tasks wait for more)."""
+    if dynamic_allocation(spec):
+        return spec.autoscaler.max_executors * spec.executor.cores
     return spec.executor.instances * spec.executor.cores
+
+
+def dynamic_allocation(spec: FinishableSparkJobSpec) -> bool:
+    """A Batch job with the autoscaler runs Spark's dynamic allocation (docs/autoscaler.md)."""
+    return spec.mode is JobMode.BATCH and spec.autoscaler.enabled
+
+
+def dynamic_allocation_conf(spec: FinishableSparkJobSpec) -> dict[str, str]:
+    """Spark's dynamic allocation within the autoscaler's bounds. Kubernetes has no external
+    shuffle service, so Spark tracks which executors hold shuffle files; a Batch job's stage
+    outputs are on the shuffle pods, and only a running stage's exchange lives on executors,
+    so an idle executor holding some is released after twice the idle timeout (a lost map
+    output is recomputed from the staged partitions on the shuffle pods)."""
+    autoscaler = spec.autoscaler
+    idle = int(autoscaler.idle_timeout.total_seconds())
+    return {
+        "spark.dynamicAllocation.enabled": "true",
+        "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+        "spark.dynamicAllocation.shuffleTracking.timeout": f"{2 * idle}s",
+        "spark.dynamicAllocation.minExecutors": str(autoscaler.min_executors),
+        "spark.dynamicAllocation.maxExecutors": str(autoscaler.max_executors),
+        "spark.dynamicAllocation.initialExecutors": str(spec.executors),
+        "spark.dynamicAllocation.executorIdleTimeout": f"{idle}s",
+    }
 
 
 def program_dir(spec: FinishableSparkJobSpec) -> str | None:
@@ -141,10 +168,12 @@ def spark_conf(
         f"{executor_label}{LABEL_MANAGED_BY}": MANAGER,
         "spark.driver.port": str(DRIVER_PORT),
         "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
-        "spark.executor.instances": str(executor.instances),
+        "spark.executor.instances": str(spec.executors),
         "spark.executor.cores": str(executor.cores),
         "spark.executor.memory": executor.memory.spark_memory(),
     }
+    if dynamic_allocation(spec):
+        derived |= dynamic_allocation_conf(spec)
     if executor.memory_overhead is not None:
         derived["spark.executor.memoryOverhead"] = executor.memory_overhead.spark_memory()
     if executor.core_request is not None:

@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from local_cluster import NAMESPACE, bench_cluster  # noqa: E402 - benchmarks/local_cluster.py
 
 from testcluster.client import LocalE2ECluster, batch_example  # noqa: E402
 from testcluster.localcluster.cluster import RUNTIMES, LocalCluster  # noqa: E402
 
-NAMESPACE = "bench"
 TIMEOUT = 1800.0
 SAMPLE_SECONDS = 0.5
 
@@ -102,16 +103,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-autoscaler-") as temp:
         work = Path(temp)
         with LocalCluster(work / "cluster", namespaces=(NAMESPACE,), runtime=args.runtime) as local:
-            data = work / "data"
-            data.mkdir(mode=0o777)
-            data.chmod(0o777)  # the image's user writes there
-            cluster = LocalE2ECluster(
-                local.api("bench", NAMESPACE),
-                NAMESPACE,
-                data,
-                local.directory / "pods",
-                local.operator_logs,
-            )
+            cluster = bench_cluster(local, work / "data")
             for index in range(args.rounds):
                 for variant in ("static", "dynamic"):
                     name = f"{variant}-{index}"

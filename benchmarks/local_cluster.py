@@ -66,6 +66,19 @@ def through_the_operator(
     return figures
 
 
+def bench_cluster(local: LocalCluster, data: Path) -> LocalE2ECluster:
+    """The benchmark's namespace of ``local``, its jobs' /data in ``data``."""
+    data.mkdir(mode=0o777)
+    data.chmod(0o777)  # the image's user writes there
+    return LocalE2ECluster(
+        local.api("bench", NAMESPACE),
+        NAMESPACE,
+        data,
+        local.directory / "pods",
+        local.operator_logs,
+    )
+
+
 MODES = {"executors": None, "local2": "local[2]"}
 """Spark masters measured: the operator's default (executor pods), and Spark inside the driver."""
 
@@ -84,16 +97,7 @@ def through_a_cluster(
     with LocalCluster(
         work / f"cluster-{mode}", namespaces=(NAMESPACE,), spark_master=master, runtime=runtime
     ) as local:
-        data = work / f"data-{mode}"
-        data.mkdir(mode=0o777)
-        data.chmod(0o777)  # the image's user writes there
-        cluster = LocalE2ECluster(
-            local.api("bench", NAMESPACE),
-            NAMESPACE,
-            data,
-            local.directory / "pods",
-            local.operator_logs,
-        )
+        cluster = bench_cluster(local, work / f"data-{mode}")
         plain = through_the_operator(cluster, "plain", files, rows, crash=False)
         crashed = through_the_operator(cluster, "crashed", files, rows, crash=True)
     return {

@@ -22,7 +22,7 @@ from finishable.api.snapshot import SNAPSHOT_PLURAL
 from finishable.controller.apicalls import MERGE_PATCH
 from finishable.controller.snapshot.objects import SNAPSHOT_API_VERSION as SNAPSHOT_API
 from finishable.kube.api import KubeResponse
-from testcluster.client import E2ECluster, batch_example, example, wait_for
+from testcluster.client import E2ECluster, batch_example, streaming_example, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.full]
 
@@ -97,14 +97,9 @@ def checkpoint_id(cluster: E2ECluster) -> int:
 def test_a_driver_asked_to_leave_moves_with_its_savepoint_and_costs_no_restart(
     cluster: E2ECluster,
 ) -> None:
-    manifest = example("examples/streaming/cluster.yaml", cluster.data_dir, cluster.image)
-    manifest["metadata"]["name"] = NAME
-    manifest["spec"]["application"]["args"] = [
-        f"--input=/data/{NAME}/input",
-        f"--output=/data/{NAME}/output",
-        "--files=4",
-        "--keep-generating=5",
-    ]
+    manifest = streaming_example(
+        cluster.data_dir, cluster.image, NAME, ["--files=4", "--keep-generating=5"]
+    )
     manifest["spec"]["recovery"]["maxAttempts"] = 1
     assert cluster.apply(manifest).status == 201
     cluster.wait_phase(NAME, "Running", START)

@@ -76,6 +76,21 @@ def batch_example(
     return manifest
 
 
+def streaming_example(
+    data_dir: Path, image: str, name: str, args: list[str], **spec: Any
+) -> dict[str, Any]:
+    """``examples/streaming/cluster.yaml`` as job ``name``, its input and output under
+    /data/<name>, with the program's other arguments ``args``."""
+    manifest = example("examples/streaming/cluster.yaml", data_dir, image, **spec)
+    manifest["metadata"]["name"] = name
+    manifest["spec"]["application"]["args"] = [
+        f"--input=/data/{name}/input",
+        f"--output=/data/{name}/output",
+        *args,
+    ]
+    return manifest
+
+
 class E2ECluster(abc.ABC):
     """Jobs and pods in one namespace of a cluster, through its API."""
 

@@ -16,9 +16,9 @@ class SavepointHistorySpec(ApiModel):
         default=None,
         ge=1,
         description=(
-            "Keep at most this many of the job's periodic, stop, drain and upgrade snapshots; "
-            "unset: no limit. Manual ones (savepointTriggerNonce, created by hand) are the "
-            "user's to delete."
+            "Keep at most this many of the job's periodic, stop, drain, upgrade and rescale "
+            "snapshots; unset: no limit. Manual ones (savepointTriggerNonce, created by hand) "
+            "are the user's to delete."
         ),
     )
     max_age: Duration | None = Field(

@@ -253,6 +253,7 @@ AUTOMATIC_TRIGGERS = frozenset(
         SavepointTrigger.STOP,
         SavepointTrigger.DRAIN,
         SavepointTrigger.UPGRADE,
+        SavepointTrigger.RESCALE,  # one per rescale: an autoscaled job would pile them up
     }
 )
 

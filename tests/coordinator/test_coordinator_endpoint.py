@@ -77,6 +77,9 @@ def test_a_reader_flow_end_to_end(served: CoordinatorHost, endpoint: DriverEndpo
         "splits_assigned": 0,
         "splits_finished": 1,
         "fully_finished": False,
+        "backlog": 2,
+        "consumed": 1,
+        "backlog_unit": "splits",
     }
     summary = client.progress()["coordinators"]
     assert sorted(summary) == ["clicks", "views"]

@@ -343,3 +343,25 @@ def test_a_bounded_source_with_a_limit_cuts_batch_by_batch_to_the_ends_it_resolv
     assert last == KafkaSplit("t", 0, 100, 150)
     finish(restored, 0, 0, last.split_id)
     assert request(restored, 0, 0) == [NoMoreSplits()]
+
+
+def test_the_progress_says_how_many_offsets_are_behind_the_last_stable_ones(
+    make_host: HostFactory,
+) -> None:
+    """The autoscaler's Kafka lag: offsets up to each partition's newest last stable offset not
+    cut into splits yet, and the offsets cut so far, from the polls the source makes anyway."""
+    brokers = FakeBrokers({("t", 0): (0, 40), ("t", 1): (0, 10)})
+    host = make_host(provider(brokers, starting_offsets="earliest"))
+    ready(host, 0, 0)
+
+    def backlog() -> tuple[str, int, int]:
+        progress = host.progress().result(TIMEOUT)
+        assert progress is not None
+        return progress.backlog_unit, progress.backlog, progress.consumed
+
+    wait_for(lambda: backlog() == ("offsets", 50, 0), "the first poll's lag", TIMEOUT)
+    taken = take_when_polled(host)
+    assert set(taken) == {KafkaSplit("t", 0, 0, 40), KafkaSplit("t", 1, 0, 10)}
+    assert backlog() == ("offsets", 0, 50)
+    brokers.set(("t", 1), 0, 310)
+    wait_for(lambda: backlog() == ("offsets", 300, 50), "the lag of a new poll", TIMEOUT)

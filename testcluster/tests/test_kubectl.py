@@ -87,10 +87,10 @@ def test_tables_use_the_printer_columns(api: KubeApi) -> None:
     ).body
     assert listed["kind"] == "Table" and listed["apiVersion"] == "meta.k8s.io/v1"
     names = [c["name"] for c in listed["columnDefinitions"]]
-    assert names == ["Name", "Phase", "State", "Checkpoint", "Attempt", "Mode", "Age"]
+    assert names == ["Name", "Phase", "State", "Checkpoint", "Attempt", "Executors", "Mode", "Age"]
     [row] = listed["rows"]
-    assert row["cells"][:6] == ["t1", None, "Running", None, None, "Streaming"]
-    assert row["cells"][6].endswith("s")
+    assert row["cells"][:7] == ["t1", None, "Running", None, None, None, "Streaming"]
+    assert row["cells"][7].endswith("s")
     assert row["object"]["kind"] == "PartialObjectMetadata"
     pods = api.request("GET", api.path("pods"), accept=TABLE).body
     assert [c["name"] for c in pods["columnDefinitions"]] == ["Name", "Age"]

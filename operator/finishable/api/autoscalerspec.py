@@ -9,16 +9,29 @@ allocation within the same bounds, safe because stage outputs live on the shuffl
 
 from __future__ import annotations
 
-from typing import Self
-
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from finishable.api.models import ApiModel
+from finishable.api.rules import Rule, field
 from finishable.api.units import Duration, positive
 
 
 class AutoscalerSpec(ApiModel):
     """Bounds, target and pacing of a job's executor autoscaler."""
+
+    RULES = (
+        Rule(
+            field("minExecutors").le(field("maxExecutors")),
+            (
+                "minExecutors (",
+                field("minExecutors"),
+                ") is above maxExecutors (",
+                field("maxExecutors"),
+                "); set minExecutors <= maxExecutors",
+            ),
+            field=".minExecutors",
+        ),
+    )
 
     enabled: bool = Field(
         default=False,
@@ -92,15 +105,6 @@ class AutoscalerSpec(ApiModel):
     @classmethod
     def _positive(cls, value: Duration) -> Duration:
         return positive(value)
-
-    @model_validator(mode="after")
-    def _bounds_in_order(self) -> Self:
-        if self.min_executors > self.max_executors:
-            raise ValueError(
-                f"spec.autoscaler.minExecutors ({self.min_executors}) is above maxExecutors "
-                f"({self.max_executors}); set minExecutors <= maxExecutors"
-            )
-        return self
 
     def bounded(self, executors: int) -> int:
         """``executors`` within the bounds."""

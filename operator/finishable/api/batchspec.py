@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from finishable.api.models import OBJECT_STORE_SCHEMES, ApiModel
+from finishable.api.podtemplate import SHUFFLE_PARTS, pod_rules
 from finishable.api.pods import PodSettings, cpu_quantity
 from finishable.api.units import Duration, Quantity, positive
 
@@ -35,6 +36,8 @@ class ShuffleStorageSpec(ApiModel):
 
 class ShuffleSpec(PodSettings):
     """Shuffle pods that keep result partitions alive across driver crashes (Batch mode only)."""
+
+    RULES = pod_rules(SHUFFLE_PARTS)
 
     replicas: int = Field(
         default=2,

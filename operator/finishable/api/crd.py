@@ -66,9 +66,9 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out["properties"] = {}
             for name, child in value.items():
                 converted = _structural(child, defs)
-                # Give nested objects with defaults of their own an empty default, so that the
-                # API server fills those in; not optional ones (``None`` by default) and not
-                # ones with required fields (an empty default would be invalid).
+                # Give nested objects with defaults of their own a default, so that the API
+                # server fills those in; not optional ones (``None`` by default) and not ones
+                # with required fields (an empty default would be invalid).
                 if (
                     converted["type"] == "object"
                     and "properties" in converted
@@ -76,13 +76,15 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
                     and "required" not in converted
                     and "anyOf" not in _resolve(child, defs)
                 ):
-                    converted["default"] = {}
+                    converted["default"] = _default_of(converted)
                 out["properties"][name] = converted
         elif key == "items":
             out["items"] = _structural(value, defs)
         elif key == "additionalProperties":
             if isinstance(value, dict):
                 out["additionalProperties"] = _structural(value, defs)
+            elif value is True:  # a Kubernetes object whose other fields pass through
+                out["x-kubernetes-preserve-unknown-fields"] = True
         elif key == "default" and value is None:
             continue
         elif key == "description":
@@ -95,9 +97,27 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if "properties" in out:
         out["type"] = "object"
         out.pop("additionalProperties", None)
-    if "type" not in out:
+    if "type" not in out and not out.get("x-kubernetes-int-or-string"):
         raise ValueError(f"schema node without a type: {node!r}")
     return _ordered(out)
+
+
+def _default_of(node: dict[str, Any]) -> dict[str, Any]:
+    """An object's default: ``{}``, which the API server fills in field by field, unless a
+    cross-field rule lies below it. The server checks a default against the rules as written,
+    without filling in the defaults below it, so there the default is written out in full."""
+    if not _has_rules(node):
+        return {}
+    return {
+        name: child["default"] for name, child in node["properties"].items() if "default" in child
+    }
+
+
+def _has_rules(node: dict[str, Any]) -> bool:
+    children = [*node.get("properties", {}).values()]
+    if isinstance(node.get("items"), dict):
+        children.append(node["items"])
+    return "x-kubernetes-validations" in node or any(_has_rules(child) for child in children)
 
 
 def _unwrapped(text: str) -> str:

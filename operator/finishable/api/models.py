@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
+
+from finishable.api.rules import Rule, check, schema_validations, wire
 
 API_GROUP = "finishable.dev"
 API_VERSION = "v1alpha1"
@@ -38,8 +40,18 @@ JOB_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
 
 
+def _cross_field_rules(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """The model's :attr:`ApiModel.RULES` in its JSON schema, as the CRD carries them."""
+    rules: tuple[Rule, ...] = getattr(model, "RULES", ())
+    if rules:
+        schema["x-kubernetes-validations"] = schema_validations(rules)
+
+
 class ApiModel(BaseModel):
-    """Shared settings: camelCase aliases; unknown fields refused (a typo must not pass)."""
+    """Shared settings: camelCase aliases; unknown fields refused (a typo must not pass).
+
+    :attr:`RULES` are the model's cross-field rules (:mod:`finishable.api.rules`): checked
+    here after the fields, and carried by the CRD as CEL, so the API server refuses the same."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -47,7 +59,16 @@ class ApiModel(BaseModel):
         extra="forbid",
         use_enum_values=False,
         validate_default=False,
+        json_schema_extra=_cross_field_rules,
     )
+
+    RULES: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> Self:
+        if self.RULES:
+            check(self.RULES, wire(self))
+        return self
 
 
 class JobMode(StrEnum):

@@ -11,18 +11,29 @@ with the field's name instead of being dropped by the API server.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Self
+from typing import Any
 
-from pydantic import Field, WithJsonSchema, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from finishable.api.models import ApiModel
+from finishable.api.podtemplate import (
+    NAME_MAX,
+    DRIVER_PARTS,
+    EXECUTOR_PARTS,
+    LABELS_MAX,
+    LIST_MAX,
+    CONTAINERS_MAX,
+    ENV_MAX,
+    Container,
+    EnvVar,
+    KubeObject,
+    PodTemplate,
+    Volume,
+    VolumeMount,
+    pod_rules,
+)
+from finishable.api.rules import Not, Rule, field, has, implies
 from finishable.api.units import Duration, Quantity, positive
-
-KubeObject = Annotated[
-    dict[str, Any],
-    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
-]
-"""A Kubernetes object passed through to the pods as written (a toleration, an affinity)."""
 
 TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 AFFINITY_KEYS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
@@ -39,22 +50,38 @@ def _unknown_keys(value: dict[str, Any], known: tuple[str, ...], what: str) -> N
 
 
 class PodSettings(ApiModel):
-    """Where a job's pods run and what they carry, as in any pod spec: for the driver, the
-    executors (Spark builds their pods; the operator hands it these as a pod template) and the
-    shuffle pods alike."""
+    """What a job's pods carry and where they run, as in any pod spec: for the driver (and the
+    pods built like it: standby, upgrade check, savepoint disposal), the executors (Spark builds
+    their pods from a pod template file made of these) and the shuffle pods alike.
 
+    Three layers, each over the one before: ``template`` (any field of a pod), the typed fields
+    below, and what the operator owns (its container's name, image, command, ports, CPU and
+    memory, its volumes and mounts, ``finishable.dev/*`` labels, ``FINISHABLE_*`` variables),
+    which neither may set (docs/your-own-job.md)."""
+
+    template: PodTemplate | None = Field(
+        default=None,
+        description=(
+            "A PodTemplateSpec the pods start from: any pod field (hostNetwork, dnsPolicy, "
+            "ephemeral containers' volumes, ...). The container named as the component "
+            "(driver, executor, shuffle) is merged into the operator's; the typed fields below "
+            "override the template; what the operator owns may not be set."
+        ),
+    )
     labels: dict[str, str] = Field(
         default_factory=dict,
-        description="Labels added to the pods (the operator's own finishable.dev/* labels win).",
+        max_length=LABELS_MAX,
+        description="Labels added to the pods (finishable.dev/* are the operator's).",
     )
     annotations: dict[str, str] = Field(
-        default_factory=dict, description="Annotations added to the pods."
+        default_factory=dict, max_length=LABELS_MAX, description="Annotations added to the pods."
     )
     node_selector: dict[str, str] = Field(
-        default_factory=dict, description="The pods' nodeSelector."
+        default_factory=dict, max_length=LABELS_MAX, description="The pods' nodeSelector."
     )
     tolerations: list[KubeObject] = Field(
         default_factory=list,
+        max_length=LIST_MAX,
         description="The pods' tolerations (key, operator, value, effect, tolerationSeconds).",
     )
     affinity: KubeObject | None = Field(
@@ -62,6 +89,27 @@ class PodSettings(ApiModel):
         description="The pods' affinity (nodeAffinity, podAffinity, podAntiAffinity).",
     )
     priority_class_name: str | None = Field(default=None, description="The pods' PriorityClass.")
+    scheduler_name: str | None = Field(
+        default=None,
+        max_length=NAME_MAX,
+        description="The scheduler that places the pods (a batch scheduler such as Volcano's).",
+    )
+    runtime_class_name: str | None = Field(
+        default=None, max_length=NAME_MAX, description="The pods' RuntimeClass (gVisor, Kata...)."
+    )
+    topology_spread_constraints: list[KubeObject] = Field(
+        default_factory=list,
+        max_length=LIST_MAX,
+        description="How the pods spread over zones and nodes (added to the template's).",
+    )
+    host_aliases: list[KubeObject] = Field(
+        default_factory=list,
+        max_length=LIST_MAX,
+        description="Entries of the pods' /etc/hosts (ip, hostnames; added to the template's).",
+    )
+    dns_config: KubeObject | None = Field(
+        default=None, description="The pods' dnsConfig (nameservers, searches, options)."
+    )
     security_context: KubeObject | None = Field(
         default=None,
         description=(
@@ -71,7 +119,49 @@ class PodSettings(ApiModel):
             "capability dropped) meet the Pod Security Standards' restricted level."
         ),
     )
-
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=ENV_MAX,
+        description=(
+            "Environment of the main container, by name over the template's: credentials "
+            "from a Secret with valueFrom.secretKeyRef, never as a plain value."
+        ),
+    )
+    env_from: list[KubeObject] = Field(
+        default_factory=list,
+        max_length=LIST_MAX,
+        description=(
+            "Environment of the main container from whole Secrets or ConfigMaps "
+            "({secretRef: {name: s3-credentials}}), after the template's."
+        ),
+    )
+    volumes: list[Volume] = Field(
+        default_factory=list,
+        max_length=LIST_MAX,
+        description=(
+            "Volumes of the pods, of any source (secret, configMap, projected, csi, ephemeral, "
+            "persistentVolumeClaim, emptyDir...), by name over the template's."
+        ),
+    )
+    volume_mounts: list[VolumeMount] = Field(
+        default_factory=list,
+        max_length=LIST_MAX,
+        description="Mounts of the main container, by mount path over the template's.",
+    )
+    init_containers: list[Container] = Field(
+        default_factory=list,
+        max_length=CONTAINERS_MAX,
+        description="Init containers, run before the main container (by name over the template's).",
+    )
+    sidecars: list[Container] = Field(
+        default_factory=list,
+        max_length=CONTAINERS_MAX,
+        description=(
+            "Containers that run beside the main one for the pod's life (log shippers, "
+            "proxies): Kubernetes' native sidecars (init containers with restartPolicy "
+            "Always), so a driver pod still ends when its driver does."
+        ),
+    )
     @field_validator("tolerations")
     @classmethod
     def _tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -132,6 +222,8 @@ class SparkPodSpec(PodSettings):
 class DriverSpec(SparkPodSpec):
     """The Spark driver pod, which also hosts the split coordinators."""
 
+    RULES = pod_rules(DRIVER_PARTS)
+
     cores: int = Field(default=1, ge=1, le=64, description="CPU cores for the driver.")
     memory: Quantity = Field(
         default=Quantity(1024**3),
@@ -175,6 +267,8 @@ class DriverSpec(SparkPodSpec):
 
 class ExecutorSpec(SparkPodSpec):
     """The Spark executors: pods that Spark's Kubernetes backend creates from the driver."""
+
+    RULES = pod_rules(EXECUTOR_PARTS)
 
     instances: int = Field(default=2, ge=1, le=1000, description="Number of executor pods.")
     cores: int = Field(default=1, ge=1, le=64, description="CPU cores per executor.")
@@ -220,6 +314,22 @@ class WorkVolumeSpec(ApiModel):
     """A volume the driver and every executor mount: Spark's live checkpoint directory (the
     state-store files executors write), and the staging of callback sinks, live on it."""
 
+    RULES = (
+        Rule(
+            has(field("claimName")).ne(has(field("size"))),
+            (
+                "name an existing ReadWriteMany claim (claimName) or give a size for the "
+                "operator to create one, not both and not neither",
+            ),
+        ),
+        Rule(
+            implies(has(field("claimName")), Not(has(field("storageClassName")))),
+            ("storageClassName applies only to a claim the operator creates",),
+            field=".storageClassName",
+            reason="FieldValueForbidden",
+        ),
+    )
+
     claim_name: str | None = Field(
         default=None,
         description=(
@@ -241,14 +351,3 @@ class WorkVolumeSpec(ApiModel):
             "CephFS, EFS, Filestore...); the cluster default when unset."
         ),
     )
-
-    @model_validator(mode="after")
-    def _one_source(self) -> Self:
-        if (self.claim_name is None) == (self.size is None):
-            raise ValueError(
-                "name an existing ReadWriteMany claim (claimName) or give a size for the "
-                "operator to create one, not both and not neither"
-            )
-        if self.claim_name is not None and self.storage_class_name is not None:
-            raise ValueError("storageClassName applies only to a claim the operator creates")
-        return self

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Self
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from finishable.api.autoscalerspec import AutoscalerSpec
 from finishable.api.batchspec import ClusterPartitionsSpec, ShuffleSpec
@@ -34,6 +33,7 @@ from finishable.api.models import (
 )
 from finishable.api.pods import DriverSpec, ExecutorSpec, WorkVolumeSpec
 from finishable.api.recoveryspec import RecoverySpec
+from finishable.api.rules import Not, Rule, all_of, any_of, field, has, implies, unset
 from finishable.api.savepointspec import SavepointsSpec, UpgradeCheckSpec
 from finishable.api.units import Duration, positive
 from finishable.api.volumes import driver_volumes
@@ -128,14 +128,20 @@ class RestoreSpec(ApiModel):
         ),
     )
 
-    @model_validator(mode="after")
-    def _one_origin(self) -> Self:
-        if self.savepoint and self.snapshot_ref:
-            raise ValueError(
-                "restoreFrom.savepoint and restoreFrom.snapshotRef are both set; set only one "
-                "(snapshotRef names a FinishableSparkSnapshot, savepoint a location)"
-            )
-        return self
+    RULES = (
+        Rule(
+            any_of(field("savepoint").eq(""), field("snapshotRef").eq("")),
+            (
+                "savepoint (",
+                field("savepoint"),
+                ") and snapshotRef (",
+                field("snapshotRef"),
+                ") are both set; set only one (snapshotRef names a FinishableSparkSnapshot, "
+                "savepoint a location)",
+            ),
+            field=".snapshotRef",
+        ),
+    )
 
 
 class StorageSpec(ApiModel):
@@ -163,33 +169,44 @@ class StorageSpec(ApiModel):
         ),
     )
 
-    @field_validator("url")
-    @classmethod
-    def _url_fits_type(cls, value: str | None, info: ValidationInfo) -> str | None:
-        storage_type = info.data.get("type")
-        if value is None:
-            return value
-        if storage_type is StorageType.CONFIG_MAP:
-            raise ValueError("type ConfigMap takes no url; use type ObjectStore or Local")
-        if storage_type is StorageType.OBJECT_STORE:
-            scheme = urlsplit(value).scheme
-            if scheme not in OBJECT_STORE_SCHEMES:
-                raise ValueError(
-                    f"{value!r} has the scheme {scheme or '(none)'!r}; ObjectStore accepts "
-                    f"{', '.join(OBJECT_STORE_SCHEMES)}, for example s3://bucket/prefix"
-                )
-        return value
-
-    @model_validator(mode="after")
-    def _object_store_needs_url(self) -> Self:
-        if self.type is StorageType.OBJECT_STORE and not self.url:
-            raise ValueError(
+    RULES = (
+        Rule(
+            implies(field("type").eq(StorageType.CONFIG_MAP.value), Not(has(field("url")))),
+            ("type ConfigMap takes no url (", field("url"), "); use type ObjectStore or Local"),
+            field=".url",
+            reason="FieldValueForbidden",
+        ),
+        Rule(
+            implies(
+                field("type").eq(StorageType.OBJECT_STORE.value),
+                all_of(has(field("url")), field("url").ne("")),
+            ),
+            (
                 "type ObjectStore needs url, for example s3://bucket/prefix "
-                f"(schemes: {', '.join(OBJECT_STORE_SCHEMES)})"
-            )
-        if self.type is StorageType.CONFIG_MAP and self.secret_ref:
-            raise ValueError("type ConfigMap takes no secretRef; use type ObjectStore")
-        return self
+                f"(schemes: {', '.join(OBJECT_STORE_SCHEMES)})",
+            ),
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            implies(
+                all_of(field("type").eq(StorageType.OBJECT_STORE.value), has(field("url"))),
+                field("url").matches(f"^({'|'.join(OBJECT_STORE_SCHEMES)})://"),
+            ),
+            (
+                field("url"),
+                f" is not an object store URL; ObjectStore accepts "
+                f"{', '.join(f'{scheme}://' for scheme in OBJECT_STORE_SCHEMES)}, for example "
+                "s3://bucket/prefix",
+            ),
+            field=".url",
+        ),
+        Rule(
+            implies(field("type").eq(StorageType.CONFIG_MAP.value), Not(has(field("secretRef")))),
+            ("type ConfigMap takes no secretRef (", field("secretRef"), "); use type ObjectStore"),
+            field=".secretRef",
+            reason="FieldValueForbidden",
+        ),
+    )
 
 
 class CheckpointHealthSpec(ApiModel):
@@ -250,6 +267,27 @@ class CheckpointingSpec(ApiModel):
 
 class FinishableSparkJobSpec(ApiModel):
     """The desired state of a FinishableSparkJob."""
+
+    RULES = (
+        Rule(
+            implies(field("mode").eq(JobMode.STREAMING.value), Not(has(field("shuffle")))),
+            (
+                "shuffle pods are only used in Batch mode; remove spec.shuffle or set "
+                "spec.mode: Batch",
+            ),
+            field=".shuffle",
+            reason="FieldValueForbidden",
+        ),
+        Rule(
+            implies(field("mode").eq(JobMode.BATCH.value), unset(field("savepoints"), SavepointsSpec)),
+            (
+                "a Batch job takes no savepoints (its job event log and shuffle partitions are "
+                "its state); remove spec.savepoints or set spec.mode: Streaming",
+            ),
+            field=".savepoints",
+            reason="FieldValueForbidden",
+        ),
+    )
 
     image: str = Field(
         default="finishable-spark-operator:0.1.0",
@@ -358,27 +396,6 @@ class FinishableSparkJobSpec(ApiModel):
             "is marked Degraded and keeps running."
         ),
     )
-
-    @field_validator("shuffle")
-    @classmethod
-    def _shuffle_only_in_batch(
-        cls, value: ShuffleSpec | None, info: ValidationInfo
-    ) -> ShuffleSpec | None:
-        if value is not None and info.data.get("mode", JobMode.STREAMING) is JobMode.STREAMING:
-            raise ValueError(
-                "shuffle pods are only used in Batch mode; remove spec.shuffle or set "
-                "spec.mode: Batch"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _periodic_savepoints_only_in_streaming(self) -> Self:
-        if self.mode is JobMode.BATCH and self.savepoints != SavepointsSpec():
-            raise ValueError(
-                "spec.savepoints: a Batch job takes no savepoints (its job event log and "
-                "shuffle partitions are its state); remove it or set spec.mode: Streaming"
-            )
-        return self
 
     @property
     def executors(self) -> int:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from finishable.api.manifest import FinishableSparkJob
 from finishable.api.models import API_GROUP, API_VERSION, KIND
+from finishable.api.rules import RuleViolations
 from finishable.api.spec import FinishableSparkJobSpec
 
 
@@ -93,6 +94,12 @@ def problems_from_error(
         value = item.get("input")
         message = str(item["msg"])
         if kind == "value_error":
+            error_ = item.get("ctx", {}).get("error")
+            if isinstance(error_, RuleViolations):
+                for where, broken in error_.broken:
+                    named = [*location, *filter(None, where.split("."))]
+                    problems.append(Problem(_dotted(named), broken))
+                continue
             message = message.removeprefix("Value error, ")
         elif kind == "extra_forbidden":
             field_name = str(location[-1])

@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from finishable.api.models import OBJECT_STORE_SCHEMES, ApiModel
-from finishable.api.podtemplate import SHUFFLE_PARTS, pod_rules
 from finishable.api.pods import PodSettings, cpu_quantity
+from finishable.api.podtemplate import SHUFFLE_PARTS, pod_rules
 from finishable.api.units import Duration, Quantity, positive
 
 

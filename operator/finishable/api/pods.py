@@ -17,13 +17,13 @@ from pydantic import Field, field_validator
 
 from finishable.api.models import ApiModel
 from finishable.api.podtemplate import (
-    NAME_MAX,
+    CONTAINERS_MAX,
     DRIVER_PARTS,
+    ENV_MAX,
     EXECUTOR_PARTS,
     LABELS_MAX,
     LIST_MAX,
-    CONTAINERS_MAX,
-    ENV_MAX,
+    NAME_MAX,
     Container,
     EnvVar,
     KubeObject,
@@ -162,6 +162,7 @@ class PodSettings(ApiModel):
             "Always), so a driver pod still ends when its driver does."
         ),
     )
+
     @field_validator("tolerations")
     @classmethod
     def _tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:

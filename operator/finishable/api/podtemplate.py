@@ -155,9 +155,7 @@ class TemplatePodSpec(KubeModel):
     init_containers: list[Container] = Field(
         default_factory=list, max_length=CONTAINERS_MAX, description="Init containers."
     )
-    volumes: list[Volume] = Field(
-        default_factory=list, max_length=LIST_MAX, description="Volumes."
-    )
+    volumes: list[Volume] = Field(default_factory=list, max_length=LIST_MAX, description="Volumes.")
     restart_policy: str | None = Field(
         default=None, max_length=16, description="The operator's: not settable here."
     )
@@ -307,14 +305,18 @@ def pod_rules(parts: OwnedParts) -> tuple[Rule, ...]:
     def resource_free(container: Path) -> Expr:
         def free(kind: str) -> Expr:
             table = container.at(f"resources.{kind}")
-            return implies(has(table), Not(any_of(lit("cpu").is_in(table), lit("memory").is_in(table))))
+            return implies(
+                has(table), Not(any_of(lit("cpu").is_in(table), lit("memory").is_in(table)))
+            )
 
         return all_of(free("requests"), free("limits"))
 
     rules = [
         _forbid(field("labels"), owned_label, "label", label_why, ""),
         _forbid(field("template.metadata.labels"), owned_label, "label", label_why, ""),
-        _forbid(field("env"), env_owned, "variable", f"{owned_env} are set by the operator", "name"),
+        _forbid(
+            field("env"), env_owned, "variable", f"{owned_env} are set by the operator", "name"
+        ),
         _forbid(field("volumes"), owned_volume, "volume", owned_volumes, "name"),
         _forbid(template_volumes, owned_volume, "volume", owned_volumes, "name"),
         _forbid(field("volumeMounts"), owned_path, "mount path", owned_paths, "mountPath"),

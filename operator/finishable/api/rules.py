@@ -358,7 +358,9 @@ class Rule:
             return f"rule {self.check.cel()} cannot be evaluated: {absent}"
         if holds:
             return None
-        return "".join(part if isinstance(part, str) else Text(part).eval(scope) for part in self.message)
+        return "".join(
+            part if isinstance(part, str) else Text(part).eval(scope) for part in self.message
+        )
 
 
 class RuleViolations(ValueError):
@@ -394,7 +396,7 @@ def unset(path: Path, model: type[BaseModel]) -> Expr:
     for name, info in model.model_fields.items():
         key = path.at(info.alias or name)
         annotation = info.annotation
-        nested = next(
+        nested: type[BaseModel] | None = next(
             (
                 candidate
                 for candidate in getattr(annotation, "__args__", (annotation,))
@@ -404,7 +406,7 @@ def unset(path: Path, model: type[BaseModel]) -> Expr:
         )
         if info.default is None:
             terms.append(Not(Has(key)))
-        elif nested is not None and info.default_factory is nested:
+        elif nested is not None and nested == info.default_factory:
             terms.append(unset(key, nested))
         elif isinstance(info.default, bool | int | str):
             terms.append(Binary("==", key, Literal(info.default)))
@@ -415,5 +417,3 @@ def unset(path: Path, model: type[BaseModel]) -> Expr:
 
 def schema_validations(rules: Sequence[Rule]) -> list[dict[str, Any]]:
     return [rule.crd() for rule in rules]
-
-

@@ -279,7 +279,9 @@ class FinishableSparkJobSpec(ApiModel):
             reason="FieldValueForbidden",
         ),
         Rule(
-            implies(field("mode").eq(JobMode.BATCH.value), unset(field("savepoints"), SavepointsSpec)),
+            implies(
+                field("mode").eq(JobMode.BATCH.value), unset(field("savepoints"), SavepointsSpec)
+            ),
             (
                 "a Batch job takes no savepoints (its job event log and shuffle partitions are "
                 "its state); remove spec.savepoints or set spec.mode: Streaming",

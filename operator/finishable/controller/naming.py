@@ -8,36 +8,53 @@ pods are here too: the builders, the Spark configuration and the reconciler all 
 
 from __future__ import annotations
 
+from finishable.api.podtemplate import (  # what the operator owns in its pods: the API says
+    BLOCK_MANAGER_PORT,
+    CONFIG_DIR,
+    DRIVER,
+    DRIVER_PORT,
+    EXECUTOR,
+    SHUFFLE,
+    SHUFFLE_DATA_DIR,
+    SHUFFLE_PORT,
+    UI_PORT,
+    WORK_DIR,
+    WORK_VOLUME,
+    WORK_VOLUME_DIR,
+)
 from finishable.state.control import CONTROL_SUFFIX, STATE_SUFFIX
+
+__all__ = [
+    "BLOCK_MANAGER_PORT",
+    "CONFIG_DIR",
+    "DRIVER",
+    "DRIVER_PORT",
+    "EXECUTOR",
+    "SHUFFLE",
+    "SHUFFLE_DATA_DIR",
+    "SHUFFLE_PORT",
+    "UI_PORT",
+    "WORK_DIR",
+    "WORK_VOLUME",
+    "WORK_VOLUME_DIR",
+]
 
 ANNOTATION_PREFIX = "finishable.dev"
 FINALIZER = f"{ANNOTATION_PREFIX}/cleanup"
 """kopf's finalizer on jobs, and on snapshots that dispose of their files when deleted."""
 
-DRIVER = "driver"
-EXECUTOR = "executor"
-SHUFFLE = "shuffle"
 CONTROL = "control"  # the component label the control channel gives its ConfigMaps
 
-CONFIG_DIR = "/etc/finishable"
 JOB_CONFIG_KEY = "job.json"
 SPARK_DEFAULTS_KEY = "spark-defaults.conf"
 # Spark's configuration directory: Spark copies what it holds into the executors' ConfigMap, so
 # it holds Spark's files only, not the job configuration beside it.
 SPARK_CONF_DIR = f"{CONFIG_DIR}/spark"
 EXECUTOR_TEMPLATE_KEY = "executor-pod-template.yaml"
-WORK_DIR = "/tmp/finishable"
-WORK_VOLUME = "finishable-work"  # the volume name of spec.workVolume, in driver and executors
-WORK_VOLUME_DIR = "/var/lib/finishable"
 TOKEN_KEY = "token"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 KUBERNETES_MASTER = "k8s://https://kubernetes.default.svc:443"
 
-DRIVER_PORT = 7078
-BLOCK_MANAGER_PORT = 7079
-UI_PORT = 4040
-SHUFFLE_PORT = 7337
-SHUFFLE_DATA_DIR = "/data"
 # The image's user (Dockerfile: USER 1000): pods get it as fsGroup, so it can write volumes.
 IMAGE_GID = 1000
 EXECUTOR_NAME_PREFIX_MAX = 47  # Spark's limit on spark.kubernetes.executor.podNamePrefix

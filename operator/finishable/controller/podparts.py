@@ -16,7 +16,14 @@ from finishable.api.pods import PodSettings
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.units import Quantity
 from finishable.api.volumes import driver_volumes
-from finishable.controller.naming import IMAGE_GID, WORK_VOLUME, WORK_VOLUME_DIR, work_claim_name
+from finishable.controller.naming import (
+    EXECUTOR,
+    IMAGE_GID,
+    WORK_VOLUME,
+    WORK_VOLUME_DIR,
+    work_claim_name,
+)
+from finishable.controller.podlayers import over, user_pod
 from finishable.kube.objects import JobRef
 
 # Spark's default memory overhead of a JVM container: 10 %, at least 384 MiB.
@@ -67,30 +74,20 @@ def secured(container: dict[str, Any]) -> dict[str, Any]:
     return {**container, "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT)}
 
 
-def pod_settings(settings: PodSettings, image_pull_secrets: list[str]) -> dict[str, Any]:
-    """The scheduling and security fields of a pod spec, from the user's settings."""
-    fields: dict[str, Any] = {
-        "securityContext": copy.deepcopy(settings.security_context or POD_SECURITY_CONTEXT),
-    }
-    if settings.node_selector:
-        fields["nodeSelector"] = dict(settings.node_selector)
-    if settings.tolerations:
-        fields["tolerations"] = [dict(toleration) for toleration in settings.tolerations]
-    if settings.affinity:
-        fields["affinity"] = dict(settings.affinity)
-    if settings.priority_class_name:
-        fields["priorityClassName"] = settings.priority_class_name
-    if image_pull_secrets:
-        fields["imagePullSecrets"] = [{"name": name} for name in image_pull_secrets]
-    return fields
-
-
-def pod_metadata(settings: PodSettings, own_labels: dict[str, str], **extra: Any) -> dict[str, Any]:
-    """Labels (the operator's win over the user's) and annotations of a pod."""
-    meta: dict[str, Any] = {**extra, "labels": {**settings.labels, **own_labels}}
-    if settings.annotations:
-        meta["annotations"] = dict(settings.annotations)
-    return meta
+def layered_pod(
+    settings: PodSettings,
+    main: str,
+    image_pull_secrets: list[str],
+    own: dict[str, Any],
+    *,
+    defaults: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A pod of the job: the user's template and typed fields for ``main`` (the component whose
+    settings they are), under the operator's ``own`` pod (:mod:`finishable.controller.podlayers`).
+    Unless the user gives one, the pod gets :data:`POD_SECURITY_CONTEXT`, and ``defaults``."""
+    user = user_pod(settings, main, image_pull_secrets)
+    pod_defaults = {"securityContext": copy.deepcopy(POD_SECURITY_CONTEXT), **(defaults or {})}
+    return over(user, own, defaults=pod_defaults)
 
 
 def storage_env_from(spec: FinishableSparkJobSpec) -> dict[str, Any]:
@@ -118,18 +115,15 @@ def storage_volumes(
 
 def executor_pod_template(spec: FinishableSparkJobSpec) -> dict[str, Any]:
     """The pod template Spark builds every executor pod from
-    (``spark.kubernetes.executor.podTemplateFile``): the user's pod settings for executors.
+    (``spark.kubernetes.executor.podTemplateFile``): the user's template and settings for
+    executors; Spark's backend adds its container's image, command, environment and resources.
     Executors never call the API, so unless the spec names an account they mount no token."""
     executor = spec.executor
-    pod_spec: dict[str, Any] = {
-        **pod_settings(executor, spec.image_pull_secrets),
-        "containers": [secured({"name": EXECUTOR_CONTAINER})],
-    }
-    if executor.service_account_name is None:
-        pod_spec["automountServiceAccountToken"] = False
-    return {
+    own = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": pod_metadata(executor, {}),
-        "spec": pod_spec,
+        "metadata": {},
+        "spec": {"containers": [secured({"name": EXECUTOR_CONTAINER})]},
     }
+    defaults = {} if executor.service_account_name else {"automountServiceAccountToken": False}
+    return layered_pod(executor, EXECUTOR, spec.image_pull_secrets, own, defaults=defaults)

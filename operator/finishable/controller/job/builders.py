@@ -76,8 +76,7 @@ from finishable.controller.naming import (
 from finishable.controller.podparts import (
     container_memory,
     executor_pod_template,
-    pod_metadata,
-    pod_settings,
+    layered_pod,
     secured,
     storage_env_from,
     storage_volumes,
@@ -363,27 +362,24 @@ def driver_pod(
         "volumeMounts": [*mounts, *storage_mounts],
         **storage_env_from(spec),
     }
-    own = metadata(job, name, DRIVER, attempt)
-    own_labels = own.pop("labels")
-    meta = pod_metadata(driver, own_labels, **own)
+    meta = metadata(job, name, DRIVER, attempt)
     if standby:
         meta["labels"][LABEL_STANDBY] = "true"
-        revision = {ANNOTATION_SPEC_REVISION: spec.revision}
-        meta["annotations"] = {**meta.get("annotations", {}), **revision}
-    return {
+        meta["annotations"] = {ANNOTATION_SPEC_REVISION: spec.revision}
+    own = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
         "spec": {
-            "serviceAccountName": driver.service_account_name or rbac_name(job.name),
             "restartPolicy": "Never",
             # A driver asked to leave takes a savepoint in this time (driver/departure.py).
             "terminationGracePeriodSeconds": int(driver.termination_grace_period.total_seconds()),
-            **pod_settings(driver, spec.image_pull_secrets),
             "containers": [secured(container)],
             "volumes": [*volumes, *storage],
         },
     }
+    defaults = {"serviceAccountName": rbac_name(job.name)}
+    return layered_pod(driver, DRIVER, spec.image_pull_secrets, own, defaults=defaults)
 
 
 # -- shuffle (Batch) ----------------------------------------------------------------------------
@@ -426,6 +422,36 @@ def shuffle_stateful_set(
         claim["storageClassName"] = shuffle.storage.storage_class_name
     pod_labels = labels(job.name, SHUFFLE)
     memory = f"{-(-int(shuffle.memory) // 1024**2)}Mi"
+    server = {
+        "name": SHUFFLE,
+        "image": spec.image,
+        "command": ["finishable", "shuffle-server"],
+        "args": [
+            "--port",
+            str(SHUFFLE_PORT),
+            "--data-dir",
+            SHUFFLE_DATA_DIR,
+            "--job",
+            job.name,
+            "--retain-timeout",
+            str(shuffle.retain_timeout),
+        ],
+        "env": [
+            {
+                "name": TOKEN_ENV,
+                "valueFrom": {"secretKeyRef": {"name": token_name(job.name), "key": TOKEN_KEY}},
+            }
+        ],
+        "ports": [{"name": "shuffle", "containerPort": SHUFFLE_PORT}],
+        "resources": {
+            "requests": {"cpu": shuffle.cores, "memory": memory},
+            "limits": {"memory": memory},
+        },
+        "readinessProbe": _health_probe(period=5),
+        "livenessProbe": _health_probe(period=20),
+        "volumeMounts": [{"name": "data", "mountPath": SHUFFLE_DATA_DIR}],
+    }
+    own = {"metadata": {"labels": pod_labels}, "spec": {"containers": [secured(server)]}}
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -439,50 +465,7 @@ def shuffle_stateful_set(
                 "whenDeleted": "Delete",
                 "whenScaled": "Delete",
             },
-            "template": {
-                "metadata": pod_metadata(shuffle, pod_labels),
-                "spec": {
-                    **pod_settings(shuffle, spec.image_pull_secrets),
-                    "containers": [
-                        secured(
-                            {
-                                "name": SHUFFLE,
-                                "image": spec.image,
-                                "command": ["finishable", "shuffle-server"],
-                                "args": [
-                                    "--port",
-                                    str(SHUFFLE_PORT),
-                                    "--data-dir",
-                                    SHUFFLE_DATA_DIR,
-                                    "--job",
-                                    job.name,
-                                    "--retain-timeout",
-                                    str(shuffle.retain_timeout),
-                                ],
-                                "env": [
-                                    {
-                                        "name": TOKEN_ENV,
-                                        "valueFrom": {
-                                            "secretKeyRef": {
-                                                "name": token_name(job.name),
-                                                "key": TOKEN_KEY,
-                                            }
-                                        },
-                                    }
-                                ],
-                                "ports": [{"name": "shuffle", "containerPort": SHUFFLE_PORT}],
-                                "resources": {
-                                    "requests": {"cpu": shuffle.cores, "memory": memory},
-                                    "limits": {"memory": memory},
-                                },
-                                "readinessProbe": _health_probe(period=5),
-                                "livenessProbe": _health_probe(period=20),
-                                "volumeMounts": [{"name": "data", "mountPath": SHUFFLE_DATA_DIR}],
-                            }
-                        )
-                    ],
-                },
-            },
+            "template": layered_pod(shuffle, SHUFFLE, spec.image_pull_secrets, own),
             "volumeClaimTemplates": [
                 {"metadata": {"name": "data", "labels": pod_labels}, "spec": claim}
             ],

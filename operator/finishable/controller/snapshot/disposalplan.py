@@ -23,9 +23,9 @@ from enum import StrEnum
 from typing import Any
 
 from finishable.api.spec import FinishableSparkJobSpec
+from finishable.controller.naming import DRIVER
 from finishable.controller.podparts import (
-    pod_metadata,
-    pod_settings,
+    layered_pod,
     secured,
     storage_env_from,
     storage_volumes,
@@ -142,26 +142,30 @@ def disposal_pod(
     }
     if mounts:
         container["volumeMounts"] = mounts
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "activeDeadlineSeconds": DEADLINE_SECONDS,
-        **pod_settings(driver, spec.image_pull_secrets),
-        "containers": [secured(container)],
-    }
-    if driver.service_account_name:
-        pod_spec["serviceAccountName"] = driver.service_account_name
-    else:
-        pod_spec["automountServiceAccountToken"] = False
-    if volumes:
-        pod_spec["volumes"] = volumes
-    own = {
+    meta = {
         "name": disposal_pod_name(snapshot),
         "namespace": job.namespace,
         "ownerReferences": [owner_reference(job)],
+        "labels": labels(job.name, DISPOSER),
+        "annotations": {ANNOTATION_SNAPSHOT: snapshot},
     }
-    meta = pod_metadata(driver, labels(job.name, DISPOSER), **own)
-    meta["annotations"] = {**meta.get("annotations", {}), ANNOTATION_SNAPSHOT: snapshot}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+    own = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": DEADLINE_SECONDS,
+            "containers": [secured(container)],
+            **({"volumes": volumes} if volumes else {}),
+        },
+    }
+    # the driver's template and settings: what reaches the storage (its env, its mounted
+    # Secrets) reaches the disposal too
+    pod = layered_pod(driver, DRIVER, spec.image_pull_secrets, own)
+    if "serviceAccountName" not in pod["spec"]:
+        pod["spec"]["automountServiceAccountToken"] = False
+    return pod
 
 
 class PodOutcome(StrEnum):

@@ -406,8 +406,8 @@ def unset(path: Path, model: type[BaseModel]) -> Expr:
         )
         if info.default is None:
             terms.append(Not(Has(key)))
-        elif nested is not None and nested == info.default_factory:
-            terms.append(unset(key, nested))
+        elif nested is not None and info.default_factory is not None:
+            terms.append(unset(key, nested))  # a nested model made by its own defaults
         elif isinstance(info.default, bool | int | str):
             terms.append(Binary("==", key, Literal(info.default)))
         else:

@@ -364,21 +364,17 @@ class Rule:
 
 
 class RuleViolations(ValueError):
-    """The rules an object breaks, each with the field it names (relative, ``.shuffle``, or
-    ``""`` for the object itself), so a report can name the field as the API server does."""
+    """The rules an object breaks, each with its message; the rule's ``field`` says which field
+    to name (relative, ``.shuffle``; none: the object itself), as the API server does."""
 
-    def __init__(self, broken: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, broken: Sequence[tuple[Rule, str]]) -> None:
         self.broken = tuple(broken)
-        super().__init__("; ".join(message for _field, message in self.broken))
+        super().__init__("; ".join(message for _rule, message in self.broken))
 
 
 def check(rules: Iterable[Rule], obj: Mapping[str, Any]) -> None:
     """Raise :class:`RuleViolations` naming every rule ``obj`` breaks."""
-    broken = [
-        (rule.field or "", message)
-        for rule in rules
-        if (message := rule.violation(obj)) is not None
-    ]
+    broken = [(rule, message) for rule in rules if (message := rule.violation(obj)) is not None]
     if broken:
         raise RuleViolations(broken)
 

@@ -96,8 +96,8 @@ def problems_from_error(
         if kind == "value_error":
             error_ = item.get("ctx", {}).get("error")
             if isinstance(error_, RuleViolations):
-                for where, broken in error_.broken:
-                    named = [*location, *filter(None, where.split("."))]
+                for rule, broken in error_.broken:
+                    named = [*location, *filter(None, (rule.field or "").split("."))]
                     problems.append(Problem(_dotted(named), broken))
                 continue
             message = message.removeprefix("Value error, ")

@@ -9,9 +9,13 @@ database with transactions and a unique key can do the same; the rows need no ke
 
 Run it with ``finishable run examples/streaming/postgres.yaml --fresh`` and the database in
 ``POSTGRES_DSN`` (a libpq connection string; empty means libpq's defaults: PGHOST, PGPORT, PGUSER,
-PGDATABASE, PGPASSWORD...). Batch ids count from 0 again in a new checkpoint lineage (``--fresh``,
-a new job): give such a run a new ``--sink`` name, or empty the table and the sink's rows of
-``finishable_batches``, or its batches would be taken for replays and skipped.
+PGDATABASE, PGPASSWORD...). On a cluster the password is a file of a mounted Secret
+(``--password-file``, examples/streaming/platform.yaml), read at every connection, so a rotated
+Secret applies without a restart; it is never in the job's arguments.
+
+Batch ids count from 0 again in a new checkpoint lineage (``--fresh``, a new job): give such a
+run a new ``--sink`` name, or empty the table and the sink's rows of ``finishable_batches``, or
+its batches would be taken for replays and skipped.
 """
 
 from __future__ import annotations
@@ -46,10 +50,17 @@ class PostgresCommit:
     dsn: str
     table: str
     sink: str
+    password_file: str = ""
+
+    def connect(self) -> psycopg.Connection[tuple[object, ...]]:
+        """A connection, with the password from ``password_file`` when there is one."""
+        secret = Path(self.password_file).read_text().strip() if self.password_file else None
+        password = {"password": secret} if secret else {}
+        return psycopg.connect(self.dsn, autocommit=True, **password)
 
     def create_tables(self) -> None:
         """The output table and the batch ledger, if missing (run by the driver at start)."""
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
+        with self.connect() as conn:
             conn.execute(
                 sql.SQL(
                     "CREATE TABLE IF NOT EXISTS {} (window_start timestamptz NOT NULL, "
@@ -67,7 +78,7 @@ class PostgresCommit:
             )
 
     def __call__(self, batch_id: int, rows: pa.Table) -> None:
-        with psycopg.connect(self.dsn, autocommit=True) as conn, conn.transaction():
+        with self.connect() as conn, conn.transaction():
             # Claim the batch first: a concurrent claim of the same id waits on this row's lock
             # and then finds it taken, so two drivers can never both write a batch.
             claimed = conn.execute(
@@ -98,6 +109,11 @@ def arguments() -> argparse.Namespace:
         help="libpq connection string (default: $POSTGRES_DSN); keep passwords in PGPASSWORD "
         "or PGPASSFILE, which the Spark workers inherit, rather than in job arguments",
     )
+    parser.add_argument(
+        "--password-file",
+        default=os.environ.get("POSTGRES_PASSWORD_FILE", ""),
+        help="a file holding the password (a mounted Secret's; default: $POSTGRES_PASSWORD_FILE)",
+    )
     parser.add_argument("--table", default="page_views", help="the output table")
     parser.add_argument("--sink", default="page_views", help="the batches' key in the ledger")
     parser.add_argument("--files", type=int, default=0, help="generate this many files first")
@@ -114,7 +130,7 @@ def arguments() -> argparse.Namespace:
 def main() -> None:
     args = arguments()
     generate(Path(args.input), args.files, args.rows, 0.0, threading.Event())
-    commit = PostgresCommit(args.dsn, args.table, args.sink)
+    commit = PostgresCommit(args.dsn, args.table, args.sink, args.password_file)
     commit.create_tables()
 
     job = FinishableJob.from_env()

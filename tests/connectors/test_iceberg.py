@@ -274,7 +274,7 @@ def test_a_sql_catalog_on_postgresql_recognises_a_replayed_batch(tmp_path: Path)
     """A SQL catalog on a real PostgreSQL server (Debian's, on loopback), through SQLAlchemy."""
     from pyiceberg.catalog import load_catalog
 
-    from tests.support.postgres import PostgresServer
+    from testcluster.postgres import PostgresServer
 
     with PostgresServer() as server:
         uri = f"postgresql+psycopg://{server.user}@127.0.0.1:{server.port}/{server.database}"

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from tests.driver.test_streaming_job import ROOT, Job, ground_truth, write_clicks
-from tests.support.postgres import PostgresServer
+from testcluster.postgres import PostgresServer
 
 pytestmark = [
     pytest.mark.full,

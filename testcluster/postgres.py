@@ -1,5 +1,9 @@
 """A real PostgreSQL server for tests: Debian's binaries, a throwaway cluster on loopback.
 
+The tests connect as its superuser without a password, over loopback; with ``listen`` on every
+address (e2e: pods reach it at the node's address) every other connection must log in with a
+password (``scram-sha-256``), as a role made by :meth:`PostgresServer.add_role`.
+
 PostgreSQL refuses to run as root, so under uid 0 the cluster belongs to ``nobody`` and its
 programs run as that user (Popen's ``user``/``group``), in a directory it owns outside pytest's
 root-only temporary tree.
@@ -50,7 +54,8 @@ class PostgresServer:
     """``initdb`` + ``postgres`` on 127.0.0.1 (a free port, its socket in its own directory);
     stopped with a fast shutdown and deleted on exit."""
 
-    def __init__(self) -> None:
+    def __init__(self, listen: str = "127.0.0.1") -> None:
+        self.listen = listen
         bindir = server_bindir()
         if bindir is None:
             pytest.fail(
@@ -109,6 +114,9 @@ class PostgresServer:
         )
         # In the configuration file, not on the command line: a reload (the tests change
         # settings with ALTER SYSTEM) would call a file that differs from the command line wrong.
+        if self.listen != "127.0.0.1":  # others log in with a password
+            with (data / "pg_hba.conf").open("a") as hba:
+                hba.write("host all all 0.0.0.0/0 scram-sha-256\n")
         with (data / "postgresql.conf").open("a") as conf:
             conf.write(
                 "fsync = off\n"  # the server is never killed here, only its clients
@@ -123,7 +131,7 @@ class PostgresServer:
                 "-D",
                 str(data),
                 "-h",
-                "127.0.0.1",
+                self.listen,
                 "-p",
                 str(self.port),
                 "-k",
@@ -155,6 +163,23 @@ class PostgresServer:
                 if time.monotonic() > deadline:
                     raise
             time.sleep(0.2)
+
+    def add_role(self, role: str, password: str, database: str) -> None:
+        """A role that logs in with ``password`` and owns a new ``database``."""
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                    sql.Identifier(role), sql.Literal(password)
+                )
+            )
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(database), sql.Identifier(role)
+                )
+            )
 
     def stop(self) -> None:
         """SIGINT is PostgreSQL's fast shutdown: clients are disconnected, nothing is waited on."""

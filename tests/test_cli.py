@@ -30,13 +30,15 @@ spec:
 
 
 def test_examples_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
-    # job, bounded, postgres, kafka and cluster (streaming); local, cluster, promote and top (batch)
-    assert len(EXAMPLES) == 9
+    # job, bounded, postgres, kafka, cluster and platform (streaming); local, cluster, promote and
+    # top (batch)
+    assert len(EXAMPLES) == 10
     assert main(["validate", *map(str, EXAMPLES)]) == 0
     out = capsys.readouterr().out
     assert "Streaming job 'clickstream'" in out
     assert "Streaming job 'clickstream-postgres'" in out
     assert "Streaming job 'clickstream-kafka'" in out
+    assert "Streaming job 'pageviews'" in out
     assert "Batch job 'paid-totals'" in out
 
 

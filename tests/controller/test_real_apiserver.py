@@ -74,7 +74,7 @@ def test_every_example_passes_the_real_servers_validation(admin: KubeApi) -> Non
             )
             assert response.status == 201, f"{path}: {response.body}"
             checked.append(path.name)
-    assert len(checked) == 9, checked  # four Batch, five Streaming (kafka.yaml the latest)
+    assert len(checked) == 10, checked  # four Batch, six Streaming (platform.yaml the latest)
 
 
 def test_every_pod_the_operator_builds_meets_the_restricted_level(admin: KubeApi) -> None:

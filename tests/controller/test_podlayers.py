@@ -239,3 +239,18 @@ def test_shuffle_pods_take_their_template_and_typed_fields() -> None:
     assert template["spec"]["initContainers"] == [
         {"name": "exporter", "image": "node-exporter", "restartPolicy": "Always"}
     ]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"driver": {"env": [{"name": "TZ", "value": "UTC"}]}},
+        {"driver": {"template": {"spec": {"dnsPolicy": "None"}}}},
+        {"executor": {"sidecars": [{"name": "shipper", "image": "fluent-bit"}]}},
+        {"executor": {"envFrom": [{"secretRef": {"name": "s3"}}]}},
+    ],
+)
+def test_a_change_of_the_pods_is_an_upgrade(change: dict[str, Any]) -> None:
+    """The revision a Running job is upgraded on (with a savepoint, after the upgrade check)
+    changes with the driver's and the executors' pods."""
+    assert spec(**change).revision != spec().revision

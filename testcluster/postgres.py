@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from testcluster.network import free_port
 
@@ -149,8 +151,6 @@ class PostgresServer:
         self._wait_ready(timeout)
 
     def _wait_ready(self, timeout: float) -> None:
-        import psycopg
-
         deadline = time.monotonic() + timeout
         while True:
             assert self.process is not None
@@ -166,9 +166,6 @@ class PostgresServer:
 
     def add_role(self, role: str, password: str, database: str) -> None:
         """A role that logs in with ``password`` and owns a new ``database``."""
-        import psycopg
-        from psycopg import sql
-
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(
                 sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from finishable.api.crd import CRD_FILE, SNAPSHOT_CRD_FILE
-from finishable.cli import main
+from finishable.cli import build_parser, main
 
 pytestmark = pytest.mark.quick
 
@@ -168,3 +168,16 @@ def test_run_refuses_a_snapshot_ref_which_only_the_operator_resolves(
     err = capsys.readouterr().err
     assert "spec.restoreFrom.snapshotRef" in err and "restoreFrom.savepoint" in err
     assert "Traceback" not in err
+
+
+def test_the_operator_s_ttl_options_are_durations_and_say_why_not(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parsed = build_parser().parse_args(["operator", "--ttl-after-failed", "7d"])
+    assert parsed.ttl_after_failed.total_seconds() == 7 * 86400
+    assert parsed.ttl_after_finished is None, "unset: Finished jobs are kept"
+    with pytest.raises(SystemExit) as exited:
+        main(["operator", "--ttl-after-finished", "1 day"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--ttl-after-finished: '1 day' is not a duration" in err

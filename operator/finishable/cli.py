@@ -22,8 +22,8 @@ import yaml
 
 from finishable import __version__
 from finishable.api.models import DesiredState, JobMode, dump
+from finishable.api.units import Duration
 from finishable.api.validation import InvalidManifest, load_documents, load_job, parse_manifest
-from finishable.controller.job.driverconf import default_master
 from finishable.controller.naming import KUBERNETES_MASTER, SHUFFLE_PORT
 from finishable.local import commands
 from finishable.local.jobdir import DEFAULT_STATE_DIR, PARTITIONS_DIR, LocalJobError
@@ -136,27 +136,9 @@ def _lifecycle(args: argparse.Namespace, out: TextIO) -> int:
 
 def _operator(args: argparse.Namespace, out: TextIO) -> int:
     """Run the Kubernetes operator (kopf) until SIGTERM."""
-    from finishable.controller.main import run_operator  # noqa: PLC0415 - kopf is heavy
-    from finishable.controller.settings import OperatorOptions  # noqa: PLC0415
-    from finishable.state.errors import BackendError  # noqa: PLC0415
+    from finishable.controller.main import run_from_args  # noqa: PLC0415 - kopf is heavy
 
-    options = OperatorOptions(
-        namespaces=tuple(args.namespace or ()),
-        bind=args.bind,
-        liveness_port=args.liveness_port,
-        metrics_port=args.metrics_port,
-        peering=args.peering,
-        standalone=args.standalone,
-        priority=args.priority,
-        resync_seconds=args.resync,
-        spark_master=args.spark_master or default_master(os.environ),
-        partition_storage=args.cluster_partitions_storage,
-    )
-    try:
-        return run_operator(options)
-    except BackendError as error:
-        sys.stderr.write(f"cannot reach the Kubernetes API: {error}\n")
-        return 1
+    return run_from_args(args)
 
 
 def _driver(args: argparse.Namespace, out: TextIO) -> int:
@@ -302,6 +284,22 @@ def _operator_options(parser: argparse.ArgumentParser) -> None:
         help="the partition storage of Batch jobs that set no spec.clusterPartitions.storage "
         "(the one the partition service serves)",
     )
+    for phase in ("Finished", "Failed"):
+        parser.add_argument(
+            f"--ttl-after-{phase.lower()}",
+            type=_duration,
+            metavar="DURATION",
+            help=f"delete {phase} jobs this long after they {phase.lower()} (0s: at once) "
+            f"unless their spec.ttlAfter{phase} says otherwise (default: they are kept)",
+        )
+
+
+def _duration(text: str) -> Duration:
+    """A duration option, or why it is not one (argparse prints it)."""
+    try:
+        return Duration.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _listen_options(parser: argparse.ArgumentParser, port: int) -> None:

@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from finishable.api.crd import build_crd
 from finishable.api.models import DesiredState, JobMode, StorageType, dump, is_valid_job_name
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.validation import InvalidManifest, parse_spec
@@ -76,6 +77,34 @@ def test_the_read_task_size_is_a_positive_quantity() -> None:
     assert "larger than zero" in found["spec.recovery.readTaskSize"]
     found = problems(spec(recovery={"readTaskSize": "lots"}))
     assert "'lots'" in found["spec.recovery.readTaskSize"]
+
+
+def test_the_ttl_fields_are_durations_unset_by_default_and_0s_deletes_at_once() -> None:
+    parsed = parse_spec(spec())
+    assert (parsed.ttl_after_finished, parsed.ttl_after_failed) == (None, None)
+    assert "ttlAfterFinished" not in dump(parsed), "unset: the operator's default applies"
+    parsed = parse_spec(spec(ttlAfterFinished="24h", ttlAfterFailed="0s"))
+    assert parsed.ttl_after_finished is not None and parsed.ttl_after_failed is not None
+    assert parsed.ttl_after_finished.total_seconds() == 24 * 3600
+    assert parsed.ttl_after_failed.total_seconds() == 0, "zero is allowed: at once"
+    assert parse_spec(dump(parsed)) == parsed
+    found = problems(spec(ttlAfterFinished="1 hour", ttlAfterFailed="-1h"))
+    assert set(found) == {"spec.ttlAfterFinished", "spec.ttlAfterFailed"}
+    assert "'1 hour' is not a duration" in found["spec.ttlAfterFinished"]
+    assert "spec.ttlAfterFailed" in problems(spec(ttlAfterFailed=3600))
+
+
+def test_the_ttl_fields_in_the_crd_are_optional_durations_kubectl_explains() -> None:
+    schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    properties = schema["properties"]["spec"]["properties"]
+    for field, phase in (("ttlAfterFinished", "Finished"), ("ttlAfterFailed", "Failed")):
+        node = properties[field]
+        assert node["type"] == "string" and "default" not in node
+        assert node["pattern"] == properties["stopTimeout"]["pattern"]
+        assert phase in node["description"] and "0s: at once" in node["description"]
+    assert properties["ttlAfterFinished"]["description"].count("retainOnDelete") == 1
+    status = schema["properties"]["status"]["properties"]
+    assert status["expiresAt"]["format"] == "date-time"
 
 
 def test_retained_at_least_one() -> None:

@@ -79,6 +79,9 @@ def test_the_default_values_satisfy_the_schema() -> None:
         (["operator", "sparkMaster"], "kubernetes"),
         (["operator", "sparkMaster"], "local[0]"),
         (["operator", "sparkMaster"], 2),
+        (["operator", "ttlAfterFinished"], "1 hour"),
+        (["operator", "ttlAfterFinished"], 3600),
+        (["operator", "ttlAfterFailed"], "-7d"),
     ],
 )
 def test_the_schema_rejects_wrong_values(path: list[str], bad: object) -> None:
@@ -163,6 +166,29 @@ def test_spark_master_is_passed_only_when_set() -> None:
 
     parsed = build_parser().parse_args(["operator", "--spark-master=local[2]"])
     assert parsed.spark_master == "local[2]"
+
+
+def test_the_ttl_defaults_are_passed_only_when_set_and_parse_as_the_operator_s_options() -> None:
+    """Empty (the default) keeps Finished and Failed jobs; 0s is a value: delete at once."""
+    assert (values()["operator"]["ttlAfterFinished"], values()["operator"]["ttlAfterFailed"]) == (
+        "",
+        "",
+    )
+    (container,) = only(template(), "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert not [arg for arg in container["args"] if arg.startswith("--ttl-")]
+    for ttl in ("24h", "7d", "1h30m", "0s"):
+        jsonschema.validate(
+            {**values(), "operator": {**values()["operator"], "ttlAfterFailed": ttl}}, schema()
+        )
+    rendered = template("operator.ttlAfterFinished=24h", "operator.ttlAfterFailed=0s")
+    (container,) = only(rendered, "Deployment")["spec"]["template"]["spec"]["containers"]
+    ttl_args = [arg for arg in container["args"] if arg.startswith("--ttl-")]
+    assert ttl_args == ["--ttl-after-finished=24h", "--ttl-after-failed=0s"]
+    from finishable.cli import build_parser
+
+    parsed = build_parser().parse_args(["operator", *ttl_args])
+    assert parsed.ttl_after_finished.total_seconds() == 24 * 3600
+    assert parsed.ttl_after_failed.total_seconds() == 0
 
 
 def test_helm_renders_the_deployment() -> None:

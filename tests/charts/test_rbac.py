@@ -2,11 +2,12 @@
 
 The real `finishable operator` runs against the API emulator (as in tests/controller), once
 namespaced and once cluster-wide, and a Batch job goes through create → running → suspend →
-resume → drain → delete. The emulator records every call as RBAC would authorize it (verb, API
-group, resource[/subresource], namespaced or not). Every call must be granted by the chart's
-rules, bound where the call lands, and every rule the chart grants must be used, or be needed to
-create the driver's Role (Kubernetes lets a Role be created only by someone who holds what it
-grants): that is the only allowance for unused rules.
+resume → drain → delete, while another job fails and goes at the end of its time to live. The
+emulator records every call as RBAC would authorize it (verb, API group, resource[/subresource],
+namespaced or not). Every call must be granted by the chart's rules, bound where the call lands,
+and every rule the chart grants must be used, or be needed to create the driver's Role
+(Kubernetes lets a Role be created only by someone who holds what it grants): that is the only
+allowance for unused rules.
 
 What admission checks beyond a call (owner references) this comparison cannot see:
 ``test_rbac_enforced`` runs the same scenario as the chart's ServiceAccount, with the chart's
@@ -78,11 +79,16 @@ BATCH = {
     "workVolume": {"size": "1Gi"},  # the operator creates the claim
 }
 SAVEPOINT = f"configmap://{NAMESPACE}/etl-snapshots.sp-000000000001.blob"
+FAILING = {  # its first lost driver fails it, and it is deleted at once
+    "application": {"file": "local:///app/job.py"},
+    "recovery": {"enabled": False},
+    "ttlAfterFailed": "0s",
+}
 
 
 def drive_a_job_through_its_lifecycle(k8s: Cluster) -> None:
     """create → running → suspend → resume → evicted → drain → delete, the test playing kubelet
-    and driver."""
+    and driver; and a job that fails, deleted by the operator when its time to live ends."""
     k8s.start_running("etl", BATCH)
     k8s.edit("etl", state="Suspended")
     k8s.wait_phase("etl", "Savepointing")
@@ -136,6 +142,10 @@ def drive_a_job_through_its_lifecycle(k8s: Cluster) -> None:
     k8s.wait_phase("etl-again", "Submitted")
     k8s.delete_job("etl-again")
     wait_for(lambda: k8s.job("etl-again") is None, "the second job is deleted")
+    k8s.create_job("etl-failing", FAILING)
+    k8s.wait_phase("etl-failing", "Submitted")
+    k8s.set_pod_phase("etl-failing-driver-1", "Failed", exit_code=1)
+    wait_for(lambda: k8s.job("etl-failing") is None, "the failed job deleted by its ttl")
     for object_name in ("snapshots/sp-000000000001.meta", "events/etl-r1/seg-000000000000"):
         k8s.create(  # state the driver wrote: the savepoint is orphaned, the log deleted
             "configmaps",

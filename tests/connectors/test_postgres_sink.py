@@ -29,8 +29,8 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from tests.driver.test_streaming_job import ROOT, Job, ground_truth, write_clicks
 from testcluster.postgres import PostgresServer
+from tests.driver.test_streaming_job import ROOT, Job, ground_truth, write_clicks
 
 pytestmark = [
     pytest.mark.full,

@@ -89,6 +89,21 @@ def test_run_stop_resume_drain(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert finished["savepoint"]["drained"] is True
 
 
+def test_a_time_to_live_means_nothing_locally_the_finished_job_stays(tmp_path: Path) -> None:
+    """spec.ttlAfterFinished is the operator's: the runner runs the same manifest and keeps
+    the job's directory, which `run --fresh` clears."""
+    path = manifest(tmp_path, ttlAfterFinished="0s", ttlAfterFailed="0s")
+    state = tmp_path / "state"
+    runner = start_runner(path, state)
+    wait_phase(state, "Running")
+    assert main(["stop", "fake", "--drain", "--state-dir", str(state), "--timeout", "30"]) == 0
+    output, _ = runner.communicate(timeout=120)
+    assert runner.returncode == 0, output
+    finished = json.loads((state / "fake" / "status.json").read_text())
+    assert finished["phase"] == "Finished" and "expiresAt" not in finished
+    assert "TTL" not in output
+
+
 def test_driver_killed_is_recovered(tmp_path: Path) -> None:
     path = manifest(tmp_path, "--crash-at", "5")
     state = tmp_path / "state"

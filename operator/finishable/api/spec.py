@@ -1,11 +1,11 @@
 """The ``spec`` of a FinishableSparkJob: what the user asks for, as pydantic v2 models.
 
 The program and its resources, the desired state, where snapshots are stored and when they are
-taken, how a lost driver is recovered and how an edit is applied (:attr:`revision`). Validators
-reject what can never run (an unknown URL scheme, a ConfigMap store with a URL, shuffle pods in
-Streaming mode) with a message that says what to write instead; the CRD's schema is generated
-from these models. The pods' own settings (driver, executors, the work volume) are
-:mod:`finishable.api.pods`, a Batch job's shuffle pods and cluster partitions
+taken, how a lost driver is recovered, how an edit is applied (:attr:`revision`) and how long an
+ended job is kept. Validators reject what can never run (an unknown URL scheme, a ConfigMap store
+with a URL, shuffle pods in Streaming mode) with a message that says what to write instead; the
+CRD's schema is generated from these models. The pods' own settings (driver, executors, the work
+volume) are :mod:`finishable.api.pods`, a Batch job's shuffle pods and cluster partitions
 :mod:`finishable.api.batchspec`, savepoints and the upgrade check
 :mod:`finishable.api.savepointspec`, crash recovery :mod:`finishable.api.recoveryspec`, the
 executors' autoscaler :mod:`finishable.api.autoscalerspec`.
@@ -398,6 +398,24 @@ class FinishableSparkJobSpec(ApiModel):
             "is marked Degraded and keeps running."
         ),
     )
+    ttl_after_finished: Duration | None = Field(
+        default=None,
+        description=(
+            "Delete the job this long after it became Finished (e.g. 24h; 0s: at once). The "
+            "deletion goes through the job's finalizer: savepoints and FinishableSparkSnapshots "
+            "stay as checkpointing.retainOnDelete says. Unset: the operator's default "
+            "(--ttl-after-finished), else the job is kept."
+        ),
+    )
+    ttl_after_failed: Duration | None = Field(
+        default=None,
+        description=(
+            "Delete the job this long after it became Failed (e.g. 7d; 0s: at once), as "
+            "ttlAfterFinished does. A restart (restartNonce, or any edit but one of the two "
+            "ttl fields alone) leaves Failed and this clock with it. Unset: the operator's "
+            "default (--ttl-after-failed), else the job is kept."
+        ),
+    )
 
     @property
     def executors(self) -> int:
@@ -442,4 +460,5 @@ REVISION_FIELDS = (
 )
 """The spec fields a driver attempt is started with and cannot change while it runs. The others
 act on the running job (state, nonces, stopTimeout), on the next attempt's recovery or restore
-(recovery, restoreFrom, restartFrom) or on what the controller does (checkpoint health)."""
+(recovery, restoreFrom, restartFrom) or on what the controller does (checkpoint health, the time
+to live of a Finished or Failed job)."""

@@ -251,6 +251,13 @@ class FinishableSparkJobStatus(ApiModel):
 
     phase: Phase = Field(default=Phase.PENDING, description="Where the job is in its life.")
     phase_since: datetime | None = Field(default=None, description="When the phase was entered.")
+    expires_at: datetime | None = Field(
+        default=None,
+        description=(
+            "Finished or Failed with a time to live (spec.ttlAfterFinished, spec.ttlAfterFailed "
+            "or the operator's default): when the operator deletes the job (phaseSince plus it)."
+        ),
+    )
     message: str = Field(default="", description="Why the job is in its phase.")
     observed_generation: int = Field(
         default=0, ge=0, description="The spec generation this status reflects."
@@ -367,4 +374,11 @@ class FinishableSparkJobStatus(ApiModel):
     )
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Progressing and Degraded."
+    )
+    failed_spec_hash: str | None = Field(
+        default=None,
+        description=(
+            "Failed: a hash of the spec the status was decided on, ttlAfterFinished and "
+            "ttlAfterFailed left out, so that an edit of those alone does not restart the job."
+        ),
     )

@@ -87,17 +87,30 @@ class Kube:
         namespace: str,
         api_version: str = "v1",
         propagation: str = "Background",
+        preconditions: Mapping[str, str] | None = None,
     ) -> bool:
-        """Delete if present; True when this call deleted it. Dependents go in the background."""
+        """Delete if present; True when this call deleted it. Dependents go in the background.
+
+        With ``preconditions`` (``uid``, ``resourceVersion``) the deletion is conditional:
+        :class:`Conflict` when the object is not the one, or not at the version, meant."""
+        options: dict[str, Any] = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": propagation,
+        }
+        if preconditions:
+            options["preconditions"] = dict(preconditions)
         response = await self.request(
             "DELETE",
             self.api.path(plural, name, namespace=namespace, api_version=api_version),
-            body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation},
+            body=options,
         )
         if response.status in (200, 202):
             return True
         if response.status == 404:
             return False
+        if response.status == 409 and preconditions:
+            raise Conflict(f"{plural}/{name} is not as {dict(preconditions)} says")
         raise KubeApiError(f"cannot delete {plural}/{name}", response)
 
     async def orphan(

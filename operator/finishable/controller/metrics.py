@@ -7,7 +7,9 @@ them: a restarted operator starts from the status stored in the custom resource.
 calls keep the series in step with the objects rather than change a figure: a job first seen
 (:meth:`Metrics.track`) and a job deleted (:meth:`Metrics.forget`) add or drop its series, and a
 FinishableSparkSnapshot created, changed or deleted recounts its job's snapshots
-(:meth:`Metrics.snapshot_changed`).
+(:meth:`Metrics.snapshot_changed`). One figure counts an act rather than a status: a job deleted
+at the end of its time to live (:meth:`Metrics.job_expired`), counted by the process whose DELETE
+the API server accepted, so once.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ JOB_LABEL = "job_name"
 ``job``, which Prometheus sets on every series to the scrape job's name."""
 
 _DIRECTIONS = ("up", "down")
+_EXPIRING = (Phase.FINISHED, Phase.FAILED)  # the phases a time to live counts from
 
 _DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600)
 
@@ -201,6 +204,14 @@ class Metrics:
             [*per_job, "state"],
             registry=registry,
         )
+        self.jobs_expired = Counter(
+            "finishable_jobs_expired",
+            "Finished and Failed jobs deleted at the end of their time to live "
+            "(spec.ttlAfterFinished, spec.ttlAfterFailed or the operator's default), by the "
+            "job's namespace and phase.",
+            ["namespace", "phase"],
+            registry=registry,
+        )
         self._snapshots: dict[tuple[str, str], tuple[str, SnapshotState]] = {}
         """(namespace, snapshot name) -> (job name, state): what the gauge counts."""
         self._phases: dict[JobKey, Phase] = {}
@@ -234,6 +245,12 @@ class Metrics:
             self.driver_departures.labels(*key, reason.value)
         for direction in _DIRECTIONS:
             self.rescales.labels(*key, direction)
+        for phase in _EXPIRING:
+            self.jobs_expired.labels(key[0], phase.value)
+
+    def job_expired(self, key: JobKey, phase: Phase) -> None:
+        """The operator deleted the job when its time to live in ``phase`` ended."""
+        self.jobs_expired.labels(key[0], phase.value).inc()
 
     def forget(self, key: JobKey) -> None:
         """The job is gone: drop it from the per-phase count and its per-job series."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import kopf
 
+from finishable.api.units import Duration
 from finishable.controller.naming import (
     ANNOTATION_PREFIX,
     CONTROL,
@@ -17,6 +18,7 @@ from finishable.controller.naming import (
     KUBERNETES_MASTER,
 )
 from finishable.kube.objects import LABEL_COMPONENT
+from finishable.lifecycle.ttl import TimeToLive
 
 DEFAULT_PEERING = "finishable-spark-operator"
 PRIORITY_RANGE = (1, 32767)
@@ -41,10 +43,17 @@ class OperatorOptions:
     event_level: int = logging.INFO
     spark_master: str = KUBERNETES_MASTER  # what drivers run Spark on (see driverconf.spark_conf)
     partition_storage: str | None = None  # Batch jobs' default spec.clusterPartitions.storage
+    # How long Finished and Failed jobs are kept when their spec says nothing (None: forever).
+    ttl_after_finished: Duration | None = None
+    ttl_after_failed: Duration | None = None
 
     @property
     def clusterwide(self) -> bool:
         return not self.namespaces
+
+    @property
+    def ttl_defaults(self) -> TimeToLive:
+        return TimeToLive(self.ttl_after_finished, self.ttl_after_failed)
 
     @property
     def liveness_endpoint(self) -> str:

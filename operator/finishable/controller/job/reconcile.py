@@ -13,7 +13,9 @@ The status is written first, conditionally on the resourceVersion the decision w
 loop that lost the race (the job changed, or a second operator wrote it) reads the job again and
 decides again instead of acting. Every action is idempotent and the machine is level-based (a
 driver pod that is missing is asked for again), so an action that fails after the write is done
-on a later step; a control request in flight is sent again when a loop starts.
+on a later step; a control request in flight is sent again when a loop starts. A Finished or
+Failed job whose time to live ended is deleted the same way: decided, stored, then deleted
+(:mod:`finishable.controller.job.expiry`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from finishable.controller.apicalls import Conflict, Kube
 from finishable.controller.job import upgradecheck
 from finishable.controller.job.children import JobChildren
 from finishable.controller.job.driverconf import with_operator_defaults
+from finishable.controller.job.expiry import Expirer
 from finishable.controller.job.observe import (
     DriverPod,
     current_driver,
@@ -75,6 +78,7 @@ from finishable.lifecycle.decisions import (
 )
 from finishable.lifecycle.dispatch import dispatch
 from finishable.lifecycle.phases import next_status, request_deadline
+from finishable.lifecycle.ttl import TimeToLive
 from finishable.state.control import ConfigMapControlChannel
 from finishable.state.errors import BackendError
 
@@ -131,6 +135,8 @@ class Controller:
     spark_master: str = naming.KUBERNETES_MASTER
     partition_storage: str | None = None
     """The default partition storage of Batch jobs (``finishable operator``'s option)."""
+    ttl_defaults: TimeToLive = field(default_factory=TimeToLive)
+    """How long Finished and Failed jobs are kept when their spec says nothing."""
     wakers: dict[JobKey, asyncio.Event] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -189,6 +195,9 @@ class JobLoop:
                 ),
             )
         self.requests = SnapshotRequests(self.kube, self.job)
+        self.expirer = Expirer(
+            self.kube, self.job, controller.ttl_defaults, controller.metrics, post
+        )
         self._departures: dict[str, DepartureReason] = {}
         """Why each leaving driver pod leaves, as first decided (its Node may change since)."""
 
@@ -228,17 +237,20 @@ class JobLoop:
     async def step(self) -> float | None:
         """One reconcile; returns when the machine wants to be called again (seconds)."""
         meta = self.body["metadata"]
-        spec, problems = read_spec(self.job.name, self.body.get("spec"))
+        raw_spec = self.body.get("spec")
+        generation = int(meta.get("generation") or 1)
+        decided_on = self.expirer.generation(self.status, raw_spec, generation)
+        spec, problems = read_spec(self.job.name, raw_spec)
         if spec is not None:
             spec = with_operator_defaults(spec, self.controller.partition_storage)
-            spec = await self.resolve_snapshot_ref(spec, int(meta.get("generation") or 1))
+            spec = await self.resolve_snapshot_ref(spec, decided_on)
         watched, report_text = self.observe()
         now = datetime.now(UTC)
         pods = self.children.writes.overlay(watched, now)
         current = current_driver(pods, self.status.attempt)
         observation = Observation(
             now=now,
-            generation=int(meta.get("generation") or 1),
+            generation=decided_on,
             driver_pod=current.phase if current else PodPhase.ABSENT,
             driver_message=current.message if current else "",
             report=parse_report(report_text),
@@ -248,6 +260,9 @@ class JobLoop:
             driver_node=current.node if current else "",
         )
         decision = next_status(self.status, spec, observation)
+        decision, expiring = self.expirer.settle(
+            decision, self.status, raw_spec, generation=generation, decided_on=decided_on, now=now
+        )
         batch = spec is not None and spec.mode is JobMode.BATCH
         replicas = decision.status.shuffle_replicas or (
             spec.effective_shuffle.replicas if spec is not None and batch else 0
@@ -284,6 +299,20 @@ class JobLoop:
         await self.record_snapshot(spec, self.status)  # what failed before the write, again
         if spec is not None:
             await self.requests.serve(spec, self.status, recording=self._unrecorded is not None)
+        if expiring is not None and not meta.get("deletionTimestamp"):
+            try:
+                wait = await self.expirer.expire(
+                    expiring,
+                    self.status.phase,
+                    self.resource_version,
+                    recording=self._unrecorded is not None,
+                )
+            except Conflict:
+                log.info("%s: the job changed since its expiry was decided", self.key)
+                await self.refresh()
+                return 0.0
+            if wait is not None:
+                requeue = wait if requeue is None else min(requeue, wait)
         return requeue
 
     async def departure_of(self, pod: DriverPod | None) -> DepartureReason | None:
@@ -359,10 +388,10 @@ class JobLoop:
             # Trimmed as each one is recorded: a failure here records (409) and trims again.
             await snapshotstore.trim(self.kube, self.job, savepoints.history, self.post)
         except BackendError as error:
-            log.warning(
-                "%s: savepoint %s not recorded yet: %s", self.key, savepoint.location, error
-            )
-            return
+            missing = isinstance(error, KubeApiError) and error.status == 404
+            log.warning("%s: savepoint %s not recorded: %s", self.key, savepoint.location, error)
+            if not missing:  # 404: no snapshot CRD, nothing to retry (nor to delete after)
+                return
         if self._unrecorded is unrecorded:
             self._unrecorded = None
 

@@ -75,6 +75,11 @@ def test_a_job_with_every_kind_of_dependency_is_accepted() -> None:
             "spec.application.jars[0]: 'https://host/' names no file",
         ),
         (
+            {"files": ["s3://b/a,b.csv"]},
+            "spec.application.files[0]: 's3://b/a,b.csv' holds a ',', which separates the "
+            "entries of Spark's lists",
+        ),
+        (
             {"packages": ["org.apache.spark:spark-avro_2.13"]},
             "spec.application.packages[0]: 'org.apache.spark:spark-avro_2.13' is not a Maven "
             "coordinate: write groupId:artifactId:version",

@@ -351,6 +351,18 @@ def test_an_unresolved_package_is_named_with_where_spark_looked() -> None:
     assert packages.unresolved("java.net.UnknownHostException: repo") == []
 
 
+def test_a_package_check_that_passed_is_not_run_again(tmp_path: Path) -> None:
+    conf = {"spark.jars.packages": "a:b:1", "spark.jars.ivy": str(tmp_path / "ivy")}
+    no_spark = {"SPARK_HOME": str(tmp_path / "nowhere")}
+    with pytest.raises(DriverError, match=r"spec\.application\.packages: cannot run spark-submit"):
+        packages.resolve(conf, ["a:b:1"], no_spark)
+    (tmp_path / "ivy" / f"checked-{packages.settings_digest(conf)}").write_text("{}")
+    packages.resolve(conf, ["a:b:1"], no_spark)  # remembered: no spark-submit is started
+    other = {**conf, "spark.jars.repositories": "https://repo.example/maven2"}
+    with pytest.raises(DriverError, match="cannot run spark-submit"):
+        packages.resolve(other, ["a:b:1"], no_spark)
+
+
 def refused_driver(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """A driver of a job whose file does not have the digest the spec names."""
     job = config(tmp_path, files=["lookup.json"], sha256={"lookup.json": "2" * 64})

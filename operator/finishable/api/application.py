@@ -97,6 +97,8 @@ def _known_scheme(value: str) -> str:
 def _names_a_file(value: str) -> str:
     if not file_name(value):
         raise ValueError(f"{value!r} names no file (it ends with '/')")
+    if "," in value:
+        raise ValueError(f"{value!r} holds a ',', which separates the entries of Spark's lists")
     return value
 
 
@@ -294,9 +296,7 @@ class ApplicationSpec(ApiModel):
     @field_validator("sha256")
     @classmethod
     def _names_listed_urls(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
-        fields = {"file": "file", "py_files": "pyFiles", "files": "files"}
-        fields |= {"archives": "archives", "jars": "jars"}
-        if any(name not in info.data for name in fields):
+        if any(name not in info.data for name in ("file", "py_files", "files", "archives", "jars")):
             return value  # a list was refused already: its problem is reported, not this one
         listed = {info.data["file"], *info.data["py_files"], *info.data["files"]}
         listed |= {without_alias(url) for url in info.data["archives"]} | set(info.data["jars"])

@@ -35,9 +35,18 @@ RESOLVE_TIMEOUT_SECONDS = 900
 """Spark's resolver gives up on an unreachable repository by itself; this bounds a stuck one."""
 RESOLVER_MEMORY = "256m"
 """The check's JVM heap: resolution needs little, and it must fit beside nothing in the pod."""
-PASSED_KEYS = ("spark.jars.", "spark.driver.extraJavaOptions")
-"""What the check takes of the driver's settings: the resolver's own (ivySettings, excludes) and
-the JVM options a proxy is configured with."""
+PASSED_KEYS = frozenset(
+    {
+        PACKAGES_KEY,
+        REPOSITORIES_KEY,
+        IVY_KEY,
+        "spark.jars.ivySettings",
+        "spark.jars.excludes",
+        "spark.driver.extraJavaOptions",
+    }
+)
+"""What the check takes of the driver's settings: the resolver's own and the JVM options a proxy
+is configured with."""
 _UNRESOLVED = re.compile(
     r"unresolved dependency: ([^#\s]+)#([^;\s]+);([^:\s,\]]+)(?:: ([^,\]\n]+))?"
 )
@@ -91,7 +100,7 @@ def spark_submit(environ: Mapping[str, str]) -> Path:
 def resolve(conf: Mapping[str, str], listed: Sequence[str], environ: Mapping[str, str]) -> None:
     """Resolve ``conf``'s packages as the program's JVM will (see the module docstring)."""
     ivy = Path(conf[IVY_KEY])
-    settings = {key: value for key, value in conf.items() if key.startswith(PASSED_KEYS)}
+    settings = {key: value for key, value in sorted(conf.items()) if key in PASSED_KEYS}
     marker = ivy / f"checked-{settings_digest(settings)}"
     if marker.exists():
         log.info("spec.application.packages: %s resolved before (%s)", conf[PACKAGES_KEY], ivy)

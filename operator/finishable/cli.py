@@ -144,7 +144,8 @@ def _operator(args: argparse.Namespace, out: TextIO) -> int:
 def _driver(args: argparse.Namespace, out: TextIO) -> int:
     """Start the job's program in a driver pod (the operator's pods run this)."""
     from finishable.api.jobconfig import JobConfigError  # noqa: PLC0415
-    from finishable.driver.main import DriverError, run_driver  # noqa: PLC0415
+    from finishable.driver.dependencies.errors import DriverError  # noqa: PLC0415
+    from finishable.driver.main import run_driver  # noqa: PLC0415
 
     try:
         run_driver()

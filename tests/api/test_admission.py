@@ -102,6 +102,18 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "minExecutors (3) is above maxExecutors (2)",
     ),
     (
+        "checksum-of-an-unlisted-url",
+        {
+            "application": {
+                "file": "local:///app/job.py",
+                "archives": ["s3://b/env.tar.gz#env"],
+                "sha256": {"s3://b/env.tar.gz#env": "0" * 64},
+            }
+        },
+        "spec.application.sha256",
+        "s3://b/env.tar.gz#env is not the URL of file nor of an entry of pyFiles, files,",
+    ),
+    (
         "operator-label",
         {"driver": {"labels": {"finishable.dev/job": "other"}}},
         "spec.driver.labels",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
 import json
 import os
@@ -89,7 +90,8 @@ def test_fetches_a_remote_program_first(tmp_path: Path, http_root: tuple[Path, s
     (root / "remote.py").write_text(PROGRAM)
     result = driver(tmp_path, f"{url}/remote.py")
     assert result.returncode == 3, result.stderr
-    assert json.loads(result.stdout)["cwd"] == str(tmp_path / "work" / "application")
+    digest = hashlib.sha256(PROGRAM.encode()).hexdigest()
+    assert json.loads(result.stdout)["cwd"] == str(tmp_path / "work" / "dependencies" / digest)
 
 
 def test_problems_name_the_field_or_variable(tmp_path: Path) -> None:

@@ -4,8 +4,9 @@ The program and its resources, the desired state, where snapshots are stored and
 taken, how a lost driver is recovered, how an edit is applied (:attr:`revision`) and how long an
 ended job is kept. Validators reject what can never run (an unknown URL scheme, a ConfigMap store
 with a URL, shuffle pods in Streaming mode) with a message that says what to write instead; the
-CRD's schema is generated from these models. The pods' own settings (driver, executors, the work
-volume) are :mod:`finishable.api.pods`, a Batch job's shuffle pods and cluster partitions
+CRD's schema is generated from these models. The program and its dependencies are
+:mod:`finishable.api.application`, the pods' own settings (driver, executors, the work volume)
+:mod:`finishable.api.pods`, a Batch job's shuffle pods and cluster partitions
 :mod:`finishable.api.batchspec`, savepoints and the upgrade check
 :mod:`finishable.api.savepointspec`, crash recovery :mod:`finishable.api.recoveryspec`, the
 executors' autoscaler :mod:`finishable.api.autoscalerspec`.
@@ -15,10 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
+from finishable.api.application import ApplicationSpec
 from finishable.api.autoscalerspec import AutoscalerSpec
 from finishable.api.batchspec import ClusterPartitionsSpec, ShuffleSpec
 from finishable.api.models import (
@@ -36,53 +37,6 @@ from finishable.api.recoveryspec import RecoverySpec
 from finishable.api.rules import Not, Rule, all_of, any_of, field, has, implies, unset
 from finishable.api.savepointspec import SavepointsSpec, UpgradeCheckSpec
 from finishable.api.units import Duration, positive
-from finishable.api.volumes import driver_volumes
-
-APPLICATION_SCHEMES = ("local", "file", "s3", "s3a", "gs", "hdfs", "http", "https")
-
-
-class ApplicationSpec(ApiModel):
-    """The PySpark program the driver runs."""
-
-    file: str = Field(
-        min_length=1,
-        description=(
-            "The PySpark program: local:///path inside the image, a path relative to the "
-            "manifest for `finishable run`, or a URL (file, s3, s3a, gs, hdfs, http, https)."
-        ),
-    )
-    args: list[str] = Field(
-        default_factory=list, description="Arguments passed to the program after its file name."
-    )
-    spark_conf: dict[str, str] = Field(
-        default_factory=dict,
-        description=(
-            "Extra Spark configuration (spark.* keys). Settings the operator derives from this "
-            "resource (master, memory, cores, instances) take precedence."
-        ),
-    )
-
-    @field_validator("file")
-    @classmethod
-    def _known_scheme(cls, value: str) -> str:
-        scheme = urlsplit(value).scheme
-        if scheme and len(scheme) > 1 and scheme not in APPLICATION_SCHEMES:
-            raise ValueError(
-                f"{value!r} has the unknown scheme {scheme!r}; use one of "
-                f"{', '.join(APPLICATION_SCHEMES)} or a plain path"
-            )
-        return value
-
-    @field_validator("spark_conf")
-    @classmethod
-    def _spark_keys(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = [key for key in value if not key.startswith("spark.")]
-        if bad:
-            raise ValueError(
-                f"keys must start with 'spark.'; got {', '.join(repr(key) for key in bad)}"
-            )
-        driver_volumes(value)  # a VolumeConfError (a ValueError) names the key
-        return value
 
 
 class RestoreSpec(ApiModel):

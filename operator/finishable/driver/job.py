@@ -62,6 +62,7 @@ from finishable.connectors.sources import Source
 from finishable.coordinator.endpoint import DriverEndpoint
 from finishable.driver.batch.runtime import BatchRuntime
 from finishable.driver.departure import Departure
+from finishable.driver.dependencies.plan import SUBMIT_ARGS_ENV, submitted_conf
 from finishable.driver.failures import PermanentFailure, ProgramError, is_permanent
 from finishable.driver.outcome import JobFailed, JobSuperseded, Outcome
 from finishable.driver.placement import check_placement
@@ -605,6 +606,8 @@ def _spark_session(config: JobConfig, *, preflight: bool = False) -> SparkSessio
         conf["spark.master"] = "local[1]"
     elif "spark.master" not in conf and "SPARK_MASTER" not in os.environ:
         builder = builder.master(f"local[{_local_slots(config.spec)}]")
+    submitted = submitted_conf(os.environ.get(SUBMIT_ARGS_ENV))  # the dependencies' settings
     for key, value in conf.items():
-        builder = builder.config(key, value)
+        if key not in submitted:  # set at the JVM's start already, merged with sparkConf's
+            builder = builder.config(key, value)
     return builder.getOrCreate()

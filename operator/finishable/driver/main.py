@@ -1,90 +1,31 @@
 """``finishable driver``: what the driver pod runs.
 
-It reads the job configuration the operator mounted (``FINISHABLE_JOB_CONFIG``), finds the
-user's program (``local:///path`` is a path inside the image; a remote URL is fetched into the
-work directory first) and replaces itself with ``python PROGRAM ARGS...``: the program is then
-the container's main process and gets its signals directly, and the environment (attempt,
-restore pointer, token, Spark's submit arguments) passes through unchanged for
-``FinishableJob.from_env()``.
+It reads the job configuration the operator mounted (``FINISHABLE_JOB_CONFIG``), has the
+program and its dependencies fetched and checked (:mod:`finishable.driver.dependencies.prepare`:
+``local:///path`` is a path inside the image, a remote URL is fetched into the work directory)
+and replaces itself with ``python PROGRAM ARGS...``: the program is then the container's main
+process and gets its signals directly, and the environment (attempt, restore pointer, token,
+Spark's submit arguments, with what the dependencies add) passes through for
+``FinishableJob.from_env()``. In a pod the program starts in its own directory; ``finishable
+run`` starts its drivers as ``python -m finishable.driver.main --keep-cwd``, the same step in the
+directory the user ran it from.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
-import shutil
 import sys
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
-from urllib.parse import urlsplit
 
-from finishable.api.jobconfig import PREFLIGHT_ENV, JobConfig, config_from_env
+from finishable.api.jobconfig import PREFLIGHT_ENV, JobConfig, JobConfigError, config_from_env
+from finishable.driver.dependencies.errors import DriverError, StartRefused
+from finishable.driver.dependencies.prepare import prepare
 
 log = logging.getLogger(__name__)
-
-LOCAL_SCHEMES = ("local", "file")
-HTTP_SCHEMES = ("http", "https")
-FILESYSTEM_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gs", "hdfs": "hdfs"}
-FETCH_TIMEOUT_SECONDS = 60
-
-
-class DriverError(RuntimeError):
-    """The driver cannot start the program; the message names the field and the file."""
-
-
-class ProgramMissing(DriverError):
-    """The program file is not where the spec says: no restart can find it."""
-
-
-def program_path(config: JobConfig) -> Path:
-    """The program to run: a local path, or a copy of a remote one in the work directory."""
-    target = config.spec.application.file
-    parts = urlsplit(target)
-    scheme = parts.scheme if len(parts.scheme) > 1 else ""
-    if scheme in LOCAL_SCHEMES:
-        path = Path(parts.path)
-    elif not scheme:
-        path = Path(target)
-        if not path.is_absolute() and config.manifest_dir:
-            path = Path(config.manifest_dir) / path
-    else:
-        path = _fetch(target, Path(config.work_dir) / "application")
-    if not path.is_file():
-        raise ProgramMissing(
-            f"spec.application.file: {target!r}: {path} does not exist; local:///path names a "
-            "file inside the image"
-        )
-    return path
-
-
-def _fetch(url: str, directory: Path) -> Path:
-    """Copy a remote program (http, https, s3, s3a, gs, hdfs) to a local file."""
-    parts = urlsplit(url)
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / (Path(parts.path).name or "main.py")
-    try:
-        if parts.scheme in HTTP_SCHEMES:
-            with (
-                urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_SECONDS) as response,
-                target.open("wb") as out,
-            ):
-                shutil.copyfileobj(response, out)
-        elif parts.scheme in FILESYSTEM_SCHEMES:
-            import pyarrow.fs as pafs  # noqa: PLC0415 - only remote programs need it
-
-            fs, path = pafs.FileSystem.from_uri(
-                f"{FILESYSTEM_SCHEMES[parts.scheme]}://{parts.netloc}{parts.path}"
-            )
-            with fs.open_input_stream(path) as stream, target.open("wb") as out:
-                shutil.copyfileobj(stream, out)
-        else:
-            raise DriverError(f"spec.application.file: {url!r}: cannot fetch {parts.scheme}://")
-    except (OSError, ValueError) as error:
-        raise DriverError(f"spec.application.file: cannot fetch {url!r}: {error}") from None
-    log.info("fetched %s to %s", url, target)
-    return target
 
 
 def driver_command(config: JobConfig, program: Path) -> list[str]:
@@ -116,16 +57,17 @@ def _report_permanent(config: JobConfig, attempt: int, message: str) -> None:
         log.warning("cannot write the driver report", exc_info=True)
 
 
-def run_driver(environ: Mapping[str, str] | None = None) -> NoReturn:
+def run_driver(environ: Mapping[str, str] | None = None, *, keep_cwd: bool = False) -> NoReturn:
     """Replace this process with the user's program (see the module docstring)."""
     env = dict(os.environ if environ is None else environ)
     config, attempt, restore_from = config_from_env(env)
     try:
-        program = program_path(config)
-    except ProgramMissing as error:
+        prepared = prepare(config, env)
+    except StartRefused as error:
         if env.get(PREFLIGHT_ENV) != "1":  # a check pod must not fail the running attempt
             _report_permanent(config, attempt, str(error))
         raise
+    program = prepared.program
     command = driver_command(config, program)
     log.info(
         "job %s attempt %d%s: %s",
@@ -136,5 +78,29 @@ def run_driver(environ: Mapping[str, str] | None = None) -> NoReturn:
     )
     sys.stdout.flush()
     sys.stderr.flush()
-    os.chdir(program.parent)
-    os.execve(command[0], command, driver_environment(env))
+    if not keep_cwd:
+        os.chdir(program.parent)
+    os.execve(command[0], command, driver_environment({**env, **prepared.environment}))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m finishable.driver.main``: the drivers of ``finishable run``."""
+    parser = argparse.ArgumentParser(prog="python -m finishable.driver.main")
+    parser.add_argument(
+        "--keep-cwd",
+        action="store_true",
+        help="start the program in this directory, not in its own",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        run_driver(keep_cwd=args.keep_cwd)
+    except (JobConfigError, DriverError) as error:
+        sys.stderr.write(f"{error}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

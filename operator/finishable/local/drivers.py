@@ -39,13 +39,18 @@ unprivileged process cannot raise it again), and its own standby goes lower stil
 STANDBY_MAX_NICE. In a cluster each driver pod has its own resources."""
 STANDBY_MAX_NICE = 19
 
+DRIVER_COMMAND = (sys.executable, "-m", "finishable.driver.main", "--keep-cwd")
+"""What a local driver process runs: the step every driver takes first (the program and its
+dependencies fetched and checked, :mod:`finishable.driver.dependencies.prepare`), then the
+program, in the directory ``finishable run`` was started in."""
+
 DRIVER_PID = "driver.pid"
 STANDBY_PID = "standby.pid"
 
 
 @dataclass
 class LocalDrivers:
-    """A local job's driver processes (``command``: the program and its arguments)."""
+    """A local job's driver processes (``command``: what each runs, :data:`DRIVER_COMMAND`)."""
 
     local: LocalJob
     command: Sequence[str]

@@ -49,7 +49,7 @@ from finishable.api.status import ControlRequest, FinishableSparkJobStatus
 from finishable.lifecycle.decisions import Action, ActionKind, Decision, Observation, PodPhase
 from finishable.lifecycle.dispatch import dispatch
 from finishable.lifecycle.phases import next_status
-from finishable.local.drivers import LocalDrivers
+from finishable.local.drivers import DRIVER_COMMAND, LocalDrivers
 from finishable.local.jobdir import (
     PARTITIONS_DIR,
     SETTLED_PHASES,
@@ -147,11 +147,11 @@ class LocalRunner:
     def run(self, *, resume: bool = False, fresh: bool = False) -> int:
         """Run to a settled phase; the exit code is 0 for Finished or Suspended, 1 for Failed,
         128 + the signal's number when a Ctrl-C or SIGTERM ended it by killing the driver."""
-        program = application_path(self.job, self.manifest)
+        application_path(self.job, self.manifest)  # a local program, there: said at once
         shuffle = self.shuffle
         self.drivers = LocalDrivers(
             self.local,
-            [sys.executable, str(program), *self.job.spec.application.args],
+            DRIVER_COMMAND,
             token=lambda: shuffle.token if shuffle is not None else None,
             say=self._say,
         )

@@ -1,0 +1,1 @@
+"""What a driver fetches and checks before the program starts (docs/dependencies.md)."""

@@ -3,7 +3,10 @@
 The page-view counts read their input from S3 (the cluster's object store) with keys that reach
 the driver and the executors only as environment from a Secret (``envFrom``), keep their
 checkpoints there the same way, and write PostgreSQL (a real server, password logins only from
-the pods) with a password from a Secret mounted as a file. Every executor has a native sidecar
+the pods) with a password from a Secret mounted as a file, through psycopg, which the image does
+not have: a virtualenv with it (pip's wheels of the version the tests use) is packed into an
+archive in the object store, fetched by the driver with its sha256 and layered over the image's
+environment. Every executor has a native sidecar
 beside Spark's container. The job is stopped with a savepoint, resumed, and drained once every
 input file is read: the table then holds exactly the counts of the input. No secret value is
 anywhere it could leak: not in a pod spec, a ConfigMap, the job's status, an Event, the
@@ -14,10 +17,12 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -27,6 +32,7 @@ import pyarrow.fs as pafs
 import pytest
 import yaml
 
+from testcluster import artifacts
 from testcluster.client import ROOT, E2ECluster, wait_for
 from testcluster.postgres import PostgresServer
 
@@ -62,8 +68,21 @@ def without_credentials(url: str) -> str:
     return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
-def manifest(
-    cluster: E2ECluster, storage: str, postgres: PostgresServer, host: str
+def psycopg_env(directory: Path) -> Path:
+    """psycopg in a packed virtualenv of this Python (the image's version), as
+    docs/dependencies.md builds one: pip's wheels of the version the tests run."""
+    wheels = directory / "wheels"
+    version = metadata.version("psycopg")
+    download = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(wheels)]
+    subprocess.run(
+        [*download, f"psycopg=={version}", f"psycopg-binary=={version}"], check=True, timeout=600
+    )
+    env = artifacts.python_env(directory / "env", *sorted(wheels.glob("*.whl")))
+    return artifacts.packed(env, directory / "pageviews-env.tar.gz")
+
+
+def manifest(  # noqa: PLR0917 - the places the example's placeholders take
+    cluster: E2ECluster, storage: str, postgres: PostgresServer, host: str, env: str, digest: str
 ) -> dict[str, Any]:
     body: dict[str, Any] = yaml.safe_load((ROOT / "examples/streaming/platform.yaml").read_text())
     spec = body["spec"]
@@ -77,6 +96,8 @@ def manifest(
         "--unbounded",
         "--files-per-batch=1",
     ]
+    spec["application"]["archives"] = [f"{env}#pgenv"]
+    spec["application"]["sha256"] = {env: digest}
     spec["checkpointing"]["storage"]["url"] = f"{base}/state?{query}"
     spec["checkpointing"]["interval"] = "2s"
     for component in ("driver", "executor"):
@@ -120,13 +141,18 @@ def test_secrets_a_sidecar_and_a_stop_with_savepoint_keep_the_counts_exact(
     create_secret(cluster, "s3-credentials", {k: v for k, v in values.items() if k != "password"})
     create_secret(cluster, "pageviews-db", {"password": values["password"]})
 
-    # the input, in the object store as the job reads it
+    # the input and the environment, in the object store as the job reads them
     local = tmp_path / "input"
     filesystem, prefix = pafs.FileSystem.from_uri(storage)
     for index in range(FILES):
         written = write_file(local, index, ROWS)
         with filesystem.open_output_stream(f"{prefix}/input/{written.name}") as out:
             out.write(written.read_bytes())
+    archive = psycopg_env(tmp_path / "deps")
+    with filesystem.open_output_stream(f"{prefix}/deps/{archive.name}") as out:
+        out.write(archive.read_bytes())
+    env_url = without_credentials(storage).split("?")[0] + f"/deps/{archive.name}"
+    env_url += "?" + urlsplit(storage).query
 
     seen: dict[str, dict[str, Any]] = {}  # every pod of the job, as the API served it
 
@@ -134,7 +160,8 @@ def test_secrets_a_sidecar_and_a_stop_with_savepoint_keep_the_counts_exact(
         for pod in cluster.objects("pods", f"finishable.dev/job={NAME}"):
             seen[pod["metadata"]["name"]] = pod
 
-    response = cluster.apply(manifest(cluster, storage, postgres, host))
+    body = manifest(cluster, storage, postgres, host, env_url, artifacts.sha256(archive))
+    response = cluster.apply(body)
     assert response.status == 201, response.body
     cluster.wait_phase(NAME, "Running", START)
     wait_for(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel
@@ -191,17 +192,24 @@ class Logic(Expr):
         return "(" + f" {self.op} ".join(operand.cel() for operand in self.operands) + ")"
 
     def eval(self, scope: Mapping[str, Any]) -> bool:
-        decisive = self.op == "||"  # the value that decides at once: true for ||, false for &&
-        error: Absent | None = None
-        for operand in self.operands:
-            try:
-                if bool(operand.eval(scope)) is decisive:
-                    return decisive
-            except Absent as absent:
-                error = error or absent
-        if error is not None:
-            raise error
-        return not decisive
+        # the value that decides at once: true for ||, false for &&
+        return _decided((partial(o.eval, scope) for o in self.operands), self.op == "||")
+
+
+def _decided(values: Iterable[Callable[[], Any]], decisive: bool) -> bool:
+    """CEL's ``||`` (``decisive`` true) or ``&&`` (false) over lazily evaluated values, and its
+    ``exists`` and ``all``: one decisive value decides even when others are errors; otherwise an
+    error is the result."""
+    error: Absent | None = None
+    for value in values:
+        try:
+            if bool(value()) is decisive:
+                return decisive
+        except Absent as absent:
+            error = error or absent
+    if error is not None:
+        raise error
+    return not decisive
 
 
 def all_of(*operands: Expr) -> Expr:
@@ -301,17 +309,8 @@ class Macro(Expr):
             return [self.body.eval({**scope, self.var: item}) for item in items]
         if self.kind == "filter":
             return [item for item in items if self.body.eval({**scope, self.var: item})]
-        decisive = self.kind == "exists"
-        error: Absent | None = None
-        for item in items:
-            try:
-                if bool(self.body.eval({**scope, self.var: item})) is decisive:
-                    return decisive
-            except Absent as absent:
-                error = error or absent
-        if error is not None:
-            raise error
-        return not decisive
+        values = (partial(self.body.eval, {**scope, self.var: item}) for item in items)
+        return _decided(values, self.kind == "exists")
 
 
 Message = Sequence[str | Expr]

@@ -401,3 +401,31 @@ def test_an_upgrade_check_is_refused_by_the_same_step_and_leaves_the_running_job
         "spec.application.files[0]: 'lookup.json': sha256 mismatch"
     )
     assert LocalControlChannel(tmp_path / "control").read_report() is None
+
+
+@pytest.mark.parametrize("filtered", [True, False], ids=["python-3.11.4+", "debian-3.11.2"])
+def test_a_virtualenv_unpacks_on_every_python_311_and_an_escaping_member_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filtered: bool
+) -> None:
+    """Debian's Python 3.11.2 (the image's) has no extraction filters: a virtualenv (its
+    interpreter a link to an absolute path) unpacks there too, and a member that would land
+    outside the archive's directory is refused as the ``tar`` filter refuses it."""
+    import tarfile
+
+    if not filtered:
+        monkeypatch.delattr(tarfile, "tar_filter", raising=False)
+    env = artifacts.python_env(tmp_path / "env", artifacts.wheel(tmp_path / "wheels"))
+    archive = artifacts.packed(env, tmp_path / "local" / "env.tar.gz")
+    prepare(config(tmp_path, archives=[f"{archive}#env"]), {})
+    unpacked = store(tmp_path) / artifacts.sha256(archive) / "unpacked"
+    assert (unpacked / "bin" / "python").is_symlink()
+    assert (unpacked / SITE / "hellodep" / "__init__.py").is_file()
+
+    evil = tmp_path / "local" / "evil.tar.gz"
+    with tarfile.open(evil, "w:gz") as bundle:
+        payload = tmp_path / "payload"
+        payload.write_text("x")
+        bundle.add(payload, arcname="../escaped")
+    with pytest.raises(StartRefused, match=r"archives\[0\]: .*evil.tar.gz': cannot unpack it: "):
+        prepare(config(tmp_path, archives=[f"{evil}#evil"]), {})
+    assert not (store(tmp_path) / "escaped").exists()

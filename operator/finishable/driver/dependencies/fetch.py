@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import posixpath
 import shutil
 import tarfile
 import time
@@ -26,7 +27,7 @@ import urllib.request
 import uuid
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -198,4 +199,14 @@ def _extract(archive: Path, destination: Path) -> None:
             bundle.extractall(destination)
         return
     with tarfile.open(archive) as bundle:
-        bundle.extractall(destination, filter="tar")
+        if hasattr(tarfile, "tar_filter"):  # Python 3.11.4 and later
+            bundle.extractall(destination, filter="tar")
+            return
+        for member in bundle.getmembers():  # the filter's refusals, before Python 3.11.4
+            names = [member.name, *([member.linkname] if member.islnk() else [])]
+            for name in names:
+                if posixpath.isabs(name) or ".." in PurePosixPath(name).parts:
+                    raise tarfile.TarError(
+                        f"{archive.name}: {name!r} would land outside the archive's directory"
+                    )
+        bundle.extractall(destination)

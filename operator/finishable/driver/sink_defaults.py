@@ -23,6 +23,7 @@ from finishable.connectors.sinks import (
     TransactionalSink,
 )
 from finishable.driver.failures import ProgramError
+from finishable.partitions.manifest import object_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -31,10 +32,10 @@ if TYPE_CHECKING:
 def default_staging(config: JobConfig, sink: TransactionalSink) -> str:
     """Where a callback or Iceberg sink stages: next to the state in object storage, else
     locally."""
-    url = config.state_url.rstrip("/")
+    url = config.state_url
     scheme = urlsplit(url).scheme.lower()
     if scheme in OBJECT_STORE_SCHEMES:
-        return f"{url}/staging"
+        return object_url(url, "staging")  # before its query (an S3 endpoint), if any
     if scheme == "configmap":
         raise ProgramError(
             f"{type(sink).__name__} needs staging_url when checkpoints are stored in "

@@ -37,6 +37,7 @@ def manifest(cluster: E2ECluster, name: str, uses: str, **application: Any) -> d
     as a bounded Streaming job on two executor pods."""
     directory = cluster.data_dir / name
     directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o777)  # the pods' user (uid 1000) writes the output beside the program
     shutil.copyfile(artifacts.PROGRAM, directory / artifacts.PROGRAM.name)
     body = example("examples/streaming/cluster.yaml", cluster.data_dir, cluster.image)
     body["metadata"]["name"] = name

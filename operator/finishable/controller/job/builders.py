@@ -45,6 +45,7 @@ from finishable.controller.job.driverconf import (
 from finishable.controller.naming import (
     BLOCK_MANAGER_PORT,
     CONFIG_DIR,
+    CONFIG_VOLUME,
     CONTROL,
     DRIVER,
     DRIVER_PORT,
@@ -53,12 +54,14 @@ from finishable.controller.naming import (
     KUBERNETES_MASTER,
     SHUFFLE,
     SHUFFLE_DATA_DIR,
+    SHUFFLE_DATA_VOLUME,
     SHUFFLE_PORT,
     SPARK_CONF_DIR,
     SPARK_DEFAULTS_KEY,
     TOKEN_KEY,
     UI_PORT,
     WORK_DIR,
+    WORK_DIR_VOLUME,
     config_name,
     control_name,
     driver_budget_name,
@@ -319,12 +322,12 @@ def driver_pod(
     if driver.core_limit is not None:
         limits["cpu"] = driver.core_limit
     mounts: list[dict[str, Any]] = [
-        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-        {"name": "work", "mountPath": WORK_DIR},
+        {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": WORK_DIR_VOLUME, "mountPath": WORK_DIR},
     ]
     volumes: list[dict[str, Any]] = [
         {
-            "name": "config",
+            "name": CONFIG_VOLUME,
             "configMap": {
                 "name": config_name(job.name),
                 "items": [
@@ -338,7 +341,7 @@ def driver_pod(
                 ],
             },
         },
-        {"name": "work", "emptyDir": {}},
+        {"name": WORK_DIR_VOLUME, "emptyDir": {}},
     ]
     storage_mounts, storage = storage_volumes(job, spec)
     container: dict[str, Any] = {
@@ -449,7 +452,7 @@ def shuffle_stateful_set(
         },
         "readinessProbe": _health_probe(period=5),
         "livenessProbe": _health_probe(period=20),
-        "volumeMounts": [{"name": "data", "mountPath": SHUFFLE_DATA_DIR}],
+        "volumeMounts": [{"name": SHUFFLE_DATA_VOLUME, "mountPath": SHUFFLE_DATA_DIR}],
     }
     own = {"metadata": {"labels": pod_labels}, "spec": {"containers": [secured(server)]}}
     return {
@@ -467,7 +470,7 @@ def shuffle_stateful_set(
             },
             "template": layered_pod(shuffle, SHUFFLE, spec.image_pull_secrets, own),
             "volumeClaimTemplates": [
-                {"metadata": {"name": "data", "labels": pod_labels}, "spec": claim}
+                {"metadata": {"name": SHUFFLE_DATA_VOLUME, "labels": pod_labels}, "spec": claim}
             ],
         },
     }

@@ -25,7 +25,7 @@ from finishable.api.status import FinishableSparkJobStatus
 from finishable.controller.apicalls import Kube
 from finishable.controller.job import builders
 from finishable.controller.job.observe import driver_pod_of
-from finishable.controller.naming import ANNOTATION_PREFIX, JOB_CONFIG_KEY
+from finishable.controller.naming import ANNOTATION_PREFIX, CONFIG_VOLUME, JOB_CONFIG_KEY
 from finishable.kube.objects import LABEL_ATTEMPT, LABEL_COMPONENT, JobRef, selector
 from finishable.lifecycle.decisions import Action, CheckPod
 
@@ -84,7 +84,7 @@ def check_pod(
     ]
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     for volume in pod["spec"]["volumes"]:
-        if volume["name"] == "config":
+        if volume["name"] == CONFIG_VOLUME:
             volume["configMap"] = {
                 "name": name,
                 "items": [{"key": JOB_CONFIG_KEY, "path": JOB_CONFIG_KEY}],

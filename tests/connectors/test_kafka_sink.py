@@ -12,7 +12,7 @@ import base64
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +93,21 @@ def committer(broker: KafkaBroker) -> KafkaCommitter:
     return KafkaCommitter(broker.bootstrap_servers, {})
 
 
+def settle(by: KafkaCommitter, transactions: Sequence[OpenTransaction]) -> None:
+    """Wait until each transaction's coordinator has written its markers.
+
+    The coordinator answers EndTxn once the transaction is prepared and writes the markers to
+    the partitions after it; a read_committed reader sees the records only then. It records
+    CompleteCommit or CompleteAbort when the markers are written; an id a new producer fenced
+    is Empty under its new epoch after that."""
+    deadline = time.monotonic() + TIMEOUT
+    ended = ("CompleteCommit", "CompleteAbort", "Empty")
+    for transaction in transactions:
+        while by.describe(transaction.transactional_id).state not in ended:
+            assert time.monotonic() < deadline, f"{transaction.transactional_id} never completed"
+            time.sleep(0.1)
+
+
 def exactly_once(
     broker: KafkaBroker, tmp_path: Path, name: str, **options: str
 ) -> tuple[str, Kafka, SinkStore, KafkaTarget]:
@@ -120,6 +135,7 @@ def test_a_task_leaves_its_transaction_open_and_the_driver_commits_it_by_id_and_
     assert found.state == "Ongoing", "the producer's end aborted the transaction"
     assert read_committed(broker, topic) == []
     committer(broker).commit_all("s", 0, [opened])
+    settle(committer(broker), [opened])
     assert sorted(read_committed(broker, topic)) == [b"a", b"b", b"c"]
     committer(broker).commit_all("s", 0, [opened])  # a retry after a crash: success, no copy
     assert sorted(read_committed(broker, topic)) == [b"a", b"b", b"c"]
@@ -153,6 +169,7 @@ def test_a_batch_is_committed_once_and_its_replay_is_aborted(
         open_transaction(broker, topic, target.prefix, p, [f"{p}-x", f"{p}-y"]) for p in (0, 1)
     ]
     commit_batch(store, target, 7, replay, committer(broker))
+    settle(committer(broker), first + replay)
     assert sorted(read_committed(broker, topic)) == [b"0-x", b"0-y", b"1-x", b"1-y"]
     for transaction in replay:
         assert committer(broker).describe(transaction.transactional_id).state == "CompleteAbort"
@@ -174,6 +191,7 @@ def test_recovery_commits_what_the_record_holds_and_fences_the_sinks_other_open_
     assert committer(broker).end(zombie, commit=True) != wire.NONE, "the zombie still commits"
     assert committer(broker).describe(other.transactional_id).state == "Ongoing"
     committer(broker).abort_all([other])
+    settle(committer(broker), [held, zombie, other])
     assert read_committed(broker, topic) == [b"held"]
 
 
@@ -329,6 +347,7 @@ def test_transactions_are_committed_over_sasl(sasl_broker: KafkaBroker, mechanis
     )
     assert opened is not None
     KafkaCommitter(sasl_broker.sasl_bootstrap_servers, sasl).commit_all("s", 0, [opened])
+    settle(KafkaCommitter(sasl_broker.sasl_bootstrap_servers, sasl), [opened])
     assert read_committed(sasl_broker, topic) == [b"secured"]
     wrong = {**sasl, "sasl.password": "not-it"}
     with pytest.raises(wire.KafkaAuthError, match="refused the SASL authentication"):
@@ -410,8 +429,9 @@ def test_the_jvm_writer_leaves_each_tasks_transaction_open_and_the_driver_commit
         assert query.awaitTermination(240)
     finally:
         endpoint.stop()
-    assert sorted(read_committed(broker, topic)) == sorted(v.encode() for v in values)
     opened = [OpenTransaction.from_dict(t) for t in seen]
+    settle(committer(broker), opened)
+    assert sorted(read_committed(broker, topic)) == sorted(v.encode() for v in values)
     assert sorted(t.partition for t in opened) == [0, 1, 2]
     assert {t.version for t in opened} == {2}
     assert sum(t.records for t in opened) == len(values)

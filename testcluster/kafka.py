@@ -291,8 +291,7 @@ class KafkaBroker:
             self._java(
                 "kafka.tools.StorageTool",
                 "format",
-                "-t",
-                cluster_id,
+                f"--cluster-id={cluster_id}",  # an id may start with "-", which "-t ID" misreads
                 "-c",
                 str(self._config),
                 *(

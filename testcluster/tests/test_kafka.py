@@ -4,6 +4,7 @@ transactions as a real one does, across a SIGKILL and a restart."""
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from testcluster import kafka
 from testcluster.kafka import (
     JARS_LIST,
     KafkaBroker,
@@ -139,3 +141,15 @@ def test_the_broker_keeps_committed_transactions_and_drops_aborted_ones_across_a
     assert _committed(broker.bootstrap_servers, "orders", 2) == sorted(
         [f"kept-{i}" for i in range(6)] + ["from-the-successor"]
     )
+
+
+def test_a_cluster_id_that_starts_with_a_dash_formats_and_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One id in 64 starts with "-" (URL-safe base64 of a random UUID); the storage tool took
+    it for an option once, and a test run failed at its broker's start."""
+    dashed = uuid.UUID(bytes=bytes([0xF8]) + bytes(15))
+    monkeypatch.setattr(kafka.uuid, "uuid4", lambda: dashed)
+    with running_broker(tmp_path) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        assert admin.list_topics(timeout=TIMEOUT).brokers, "the broker started and answers"

@@ -1,6 +1,6 @@
 """Every benchmark runs to its end on a small input and prints its JSON line (``make test-all``).
 
-The figures themselves are for people (the README's table); these runs keep the scripts working
+The figures themselves are for people (docs/benchmarks.md); these runs keep the scripts working
 as the code under them changes, and check what a benchmark reports about correctness (the soak's
 clicks lost and duplicated).
 """

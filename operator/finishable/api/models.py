@@ -125,7 +125,7 @@ class RetainOnDelete(StrEnum):
 
 
 class Phase(StrEnum):
-    """Where the job is in its life (the phase diagram in the README)."""
+    """Where the job is in its life (the phase diagram in docs/jobs.md)."""
 
     PENDING = "Pending"
     SUBMITTED = "Submitted"

@@ -20,6 +20,7 @@ completes resumes through ``_on_suspended``), one way: each imports only the fam
 
 from __future__ import annotations
 
+from finishable.api.lifecycle import LifecycleMode
 from finishable.api.models import (
     DesiredState,
     JobMode,
@@ -61,7 +62,6 @@ from finishable.lifecycle.stopping import (
     _on_suspended,
     _periodic_savepoint,
 )
-from finishable.lifecycle.table import LifecycleMode
 from finishable.lifecycle.upgrades import _upgrade
 
 P = Phase

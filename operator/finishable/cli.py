@@ -126,7 +126,8 @@ def _describe(args: argparse.Namespace, out: TextIO) -> int:
 
 def _lifecycle(args: argparse.Namespace, out: TextIO) -> int:
     """Print the FLIP-147 lifecycle tables (Markdown) that drive every task of a job."""
-    from finishable.lifecycle.table import LifecycleMode, TaskKind, render_markdown  # noqa: PLC0415
+    from finishable.api.lifecycle import LifecycleMode, TaskKind  # noqa: PLC0415
+    from finishable.lifecycle.table import render_markdown  # noqa: PLC0415
 
     kinds = [TaskKind(args.kind)] if args.kind else list(TaskKind)
     mode = LifecycleMode(args.mode) if args.mode else None

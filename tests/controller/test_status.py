@@ -24,7 +24,8 @@ from finishable.controller.job.reconcile import StatusUnreadable, read_spec, rea
 from finishable.controller.metrics import Metrics
 from finishable.controller.status import merge_patch
 from finishable.lifecycle.decisions import Observation, PodPhase
-from finishable.lifecycle.phases import next_status, request_deadline
+from finishable.lifecycle.phases import next_status
+from finishable.lifecycle.stopping import request_deadline
 
 pytestmark = pytest.mark.quick
 

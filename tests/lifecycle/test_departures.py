@@ -13,7 +13,7 @@ from finishable.api.models import DepartureReason, Phase, Transition
 from finishable.api.status import SavepointStatus
 from finishable.lifecycle.budget import restart_backoff
 from finishable.lifecycle.decisions import ActionKind, PodPhase
-from finishable.lifecycle.phases import LEAVE_MARGIN
+from finishable.lifecycle.recovery import LEAVE_MARGIN
 from tests.lifecycle.test_phases import Job, kinds
 
 pytestmark = pytest.mark.quick

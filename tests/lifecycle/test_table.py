@@ -14,27 +14,18 @@ from typing import NamedTuple
 
 import pytest
 
+from finishable.api.lifecycle import LifecycleMode, OperatorStatus, TaskKind, TaskStatus
 from finishable.lifecycle.table import (
-    NA,
     NON_SOURCE_TABLE,
     SOURCE_TABLE,
     TABLES,
-    Action,
-    Cell,
-    LifecycleMode,
-    NotApplicable,
-    OperatorStatus,
-    Origin,
-    Row,
-    TaskEvent,
-    TaskKind,
-    TaskStatus,
     closing_row,
     events_in,
     initial_row,
     lookup,
     render_markdown,
 )
+from finishable.lifecycle.tablerows import NA, Action, Cell, NotApplicable, Origin, Row, TaskEvent
 
 pytestmark = pytest.mark.quick
 

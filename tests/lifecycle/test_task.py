@@ -10,16 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from finishable.lifecycle.table import (
-    Action,
-    LifecycleMode,
-    OperatorStatus,
-    TaskEvent,
-    TaskKind,
-    TaskStatus,
-    closing_row,
-    lookup,
-)
+from finishable.api.lifecycle import LifecycleMode, OperatorStatus, TaskKind, TaskStatus
+from finishable.lifecycle.table import closing_row, lookup
+from finishable.lifecycle.tablerows import Action, TaskEvent
 from finishable.lifecycle.task import IllegalTransition, TaskLifecycle
 
 pytestmark = pytest.mark.quick

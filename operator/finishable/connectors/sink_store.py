@@ -61,6 +61,10 @@ class SinkError(RuntimeError):
 # --- names ---------------------------------------------------------------------------------------
 
 
+DEFAULT_SINK_NAME: Final = "default"
+"""A sink's name when it is given none."""
+
+
 def validate_sink_name(name: str) -> str:
     """A sink name is a path segment that stays the same across restarts of the same query."""
     if not _SINK_NAME.fullmatch(name):

@@ -7,35 +7,21 @@ produce a streaming DataFrame read by its own registration of the ``finishable``
 process. The driver's handle on that coordinator is ``driver.source_coordinator``; the row a drain
 emits is ``sentinel_row``.
 
-One cohesive module: the catalogue of every source a program can declare (``Files``, ``Range``,
-``ClusterPartition``, ``Kafka``) and the conversions their rows share.
+This is the catalogue of every source a program can declare: ``Files``, ``Range`` and
+``ClusterPartition`` are here, ``Kafka`` in :mod:`finishable.connectors.kafka_source`, and what
+they all are (``Source``) in :mod:`finishable.connectors.source_base`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pyspark.sql.types import (
-    BinaryType,
-    BooleanType,
-    ByteType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegerType,
     LongType,
-    ShortType,
-    StringType,
     StructField,
     StructType,
-    TimestampNTZType,
     TimestampType,
     _parse_datatype_string,
 )
@@ -49,25 +35,20 @@ from finishable.connectors.fileformats import (
     parse_records,
     reader_schema,
 )
+from finishable.connectors.kafka_source import KAFKA_SCHEMA, Kafka
 from finishable.connectors.reading import ReaderSettings
-from finishable.connectors.sentinels import SENTINEL_COLUMN, SENTINEL_EVENT_TIME, SENTINEL_TEXT
-from finishable.connectors.streaming.source import (
-    ALL_AVAILABLE_CAP,
-    data_source_for,
-    data_source_name,
-)
+from finishable.connectors.sentinels import SENTINEL_COLUMN, SENTINEL_EVENT_TIME
+from finishable.connectors.source_base import Source, _micros, register_data_source, sentinel_row
 from finishable.coordinator.contract import CoordinatorProvider
 from finishable.coordinator.files import (
     DEFAULT_SPLIT_SIZE,
     FileSplitEnumerator,
     normalize_source_url,
 )
-from finishable.coordinator.kafka import DEFAULT_SPLIT_SIZE as KAFKA_SPLIT_SIZE
-from finishable.coordinator.kafka import KafkaSplitEnumerator, admin_poller, parse_offsets
 from finishable.coordinator.ranges import RangeSplitEnumerator
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
     from finishable.api.jobconfig import JobConfig
     from finishable.partitions.manifest import Manifest
@@ -92,170 +73,7 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_INTEGRAL_MIN: dict[type, int] = {
-    ByteType: -(2**7),
-    ShortType: -(2**15),
-    IntegerType: -(2**31),
-    LongType: -(2**63),
-}
-
-
-def _micros(value: datetime) -> int:
-    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    return (aware - _EPOCH) // timedelta(microseconds=1)
-
-
-def register_data_source(spark: SparkSession, coordinator: str) -> str:
-    """Register the source ``coordinator``'s own data source with the session (once); its name.
-
-    One registration per source, not one for all: see ``data_source_name`` for the Spark race a
-    shared registration runs into when two queries start together.
-    """
-    name = data_source_name(coordinator)
-    registered: set[str] = spark.__dict__.setdefault("_finishable_sources_registered", set())
-    if name not in registered:
-        spark.dataSource.register(data_source_for(coordinator))
-        registered.add(name)
-    return name
-
-
-def sentinel_row(
-    schema: StructType,
-    *,
-    event_time: datetime = SENTINEL_EVENT_TIME,
-    values: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The JSON row of a sentinel split for ``schema``.
-
-    Every timestamp column gets ``event_time`` (by default ``SENTINEL_EVENT_TIME``, the value
-    sinks recognise), the marker column ``SENTINEL_COLUMN`` true, strings ``SENTINEL_TEXT``,
-    nullable columns null, and NOT NULL numbers their type's minimum; ``values`` overrides any.
-    """
-    given = dict(values or {})
-    row: dict[str, Any] = {}
-    for spark_field in schema.fields:
-        name, kind = spark_field.name, spark_field.dataType
-        value: Any
-        if name in given:
-            value = given.pop(name)
-        elif name == SENTINEL_COLUMN:
-            value = True
-        elif isinstance(kind, TimestampType | TimestampNTZType):
-            value = event_time
-        elif isinstance(kind, DateType):
-            value = event_time.date()
-        elif isinstance(kind, StringType):
-            value = SENTINEL_TEXT
-        elif spark_field.nullable:
-            value = None
-        elif type(kind) in _INTEGRAL_MIN:
-            value = _INTEGRAL_MIN[type(kind)]
-        elif isinstance(kind, FloatType | DoubleType | DecimalType):
-            value = 0
-        elif isinstance(kind, BooleanType):
-            value = False
-        else:
-            raise ValueError(
-                f"the sentinel row needs a value for the NOT NULL column {name!r} of type "
-                f"{kind.simpleString()}: pass it in values"
-            )
-        if isinstance(value, datetime):
-            value = _micros(value)
-        elif isinstance(value, date):
-            value = (value - _EPOCH.date()).days
-        row[name] = value
-    if given:
-        raise ValueError(f"sentinel values for columns the schema lacks: {sorted(given)}")
-    return row
-
-
-def _with_marker(schema: StructType) -> StructType:
-    if SENTINEL_COLUMN in schema.fieldNames():
-        return schema
-    return StructType([*schema.fields, StructField(SENTINEL_COLUMN, BooleanType(), True)])
-
-
 # ---------------------------------------------------------------------- descriptors
-
-
-class Source(ABC):
-    """A source a finishable job reads: its schema, boundedness, enumerator and DataFrame."""
-
-    @property
-    @abstractmethod
-    def schema(self) -> StructType:
-        """The rows' Spark schema."""
-
-    @property
-    @abstractmethod
-    def bounded(self) -> bool:
-        """Whether the input ends."""
-
-    @abstractmethod
-    def coordinator_provider(self) -> CoordinatorProvider:
-        """Creates this source's split enumerator (for a ``CoordinatorHost``)."""
-
-    @abstractmethod
-    def describe(self) -> dict[str, Any]:
-        """What identifies the input (savepoints compare its fingerprint)."""
-
-    @abstractmethod
-    def _settings(
-        self, coordinator: str, endpoint: str, schema: StructType, attempt: int | None, cores: int
-    ) -> ReaderSettings:
-        """The reader's settings for this source."""
-
-    def reader_schema(self, schema: StructType) -> StructType:
-        """What the Python reader yields for rows of ``schema`` (``decode`` turns it back)."""
-        return schema
-
-    def decode(self, frame: DataFrame, schema: StructType) -> DataFrame:
-        """The reader's DataFrame as rows of ``schema`` (what Spark itself must still parse)."""
-        del schema
-        return frame
-
-    def bound(self, config: JobConfig) -> Source:
-        """This source with what the running job supplies (a default location); most need none."""
-        del config
-        return self
-
-    def fingerprint(self) -> str:
-        """A short stable hash of ``describe()``."""
-        text = json.dumps(self.describe(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-    def stream(
-        self,
-        spark: SparkSession,
-        *,
-        endpoint_url: str,
-        token: str,
-        coordinator: str,
-        attempt: int | None = None,
-        min_partitions: int | None = None,
-        sentinel_column: bool = False,
-    ) -> DataFrame:
-        """A streaming DataFrame of this source, read through the coordinator ``coordinator``.
-
-        ``attempt`` pins the reader to one attempt; left ``None``, each query run uses the one
-        attempt the driver made ready (``SourceCoordinator.begin_run``), so the same DataFrame can
-        be started again after a stop. ``sentinel_column`` adds the boolean ``SENTINEL_COLUMN``
-        (true only on a drain's sentinel row) so sinks can recognise it after any projection that
-        keeps it.
-        """
-        data_source = register_data_source(spark, coordinator)
-        schema = _with_marker(self.schema) if sentinel_column else self.schema
-        cores = min_partitions or max(1, int(spark.sparkContext.defaultParallelism))
-        read_schema = self.reader_schema(schema)
-        settings = self._settings(coordinator, endpoint_url, read_schema, attempt, cores)
-        frame = (
-            spark.readStream.format(data_source)
-            .schema(read_schema)
-            .options(**settings.to_options(token))
-            .load()
-        )
-        return self.decode(frame, schema)
 
 
 def _parse_schema(schema: StructType | str) -> StructType:
@@ -608,201 +426,3 @@ class Range(Source):
 
     def __repr__(self) -> str:
         return f"Range({self.start}, {self.end})"
-
-
-KAFKA_SCHEMA = StructType(
-    [
-        StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), True),
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("offset", LongType(), False),
-        StructField("timestamp", TimestampType(), True),
-        StructField("timestampType", IntegerType(), False),
-    ]
-)
-"""Rows of a ``Kafka`` source: Spark's own Kafka source schema (without headers)."""
-
-_KAFKA_OPTIONS = {
-    "startingoffsets": "starting_offsets",
-    "endingoffsets": "ending_offsets",
-    "maxoffsetspertrigger": "max_offsets_per_trigger",
-    "maxrecordsperpartition": "max_records_per_partition",
-    "failondataloss": "fail_on_data_loss",
-}
-
-
-class Kafka(Source):
-    """Records of Kafka topics (named, or every topic matching ``pattern``), each partition a
-    sequence of splits a coordinator cuts from the offsets it polls (FLIP-27).
-
-    Options take Spark's names and meanings (``startingOffsets``, ``endingOffsets``,
-    ``maxOffsetsPerTrigger``, ``maxRecordsPerPartition``, ``failOnDataLoss``, and ``kafka.*``
-    for the client, in librdkafka's names), as keywords or in ``options``. With
-    ``ending_offsets`` the source is bounded (a Batch job, or a stream that ends with a final
-    checkpoint). Records are read ``read_committed``: a transaction's records appear once it
-    commits, never if it aborts.
-    """
-
-    def __init__(
-        self,
-        bootstrap_servers: str,
-        *,
-        topics: str | list[str] | None = None,
-        pattern: str | None = None,
-        starting_offsets: object = None,
-        ending_offsets: object = None,
-        max_offsets_per_trigger: int | None = None,
-        max_records_per_partition: int | None = None,
-        fail_on_data_loss: bool | None = None,
-        discovery_interval: str | timedelta = "1s",
-        options: Mapping[str, str] | None = None,
-    ) -> None:
-        if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
-            raise ValueError(
-                f"bootstrap_servers={bootstrap_servers!r}: expected brokers as 'host:port,...'"
-            )
-        names = [topics] if isinstance(topics, str) else list(topics or [])
-        if (not names) == (pattern is None):
-            raise ValueError(
-                "a Kafka source reads either topics=... or pattern=... (Spark's subscribe or "
-                f"subscribePattern), got topics={topics!r} and pattern={pattern!r}"
-            )
-        if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as error:
-                raise ValueError(
-                    f"pattern={pattern!r} is not a regular expression: {error}"
-                ) from None
-        given: dict[str, object] = {
-            "starting_offsets": starting_offsets,
-            "ending_offsets": ending_offsets,
-            "max_offsets_per_trigger": max_offsets_per_trigger,
-            "max_records_per_partition": max_records_per_partition,
-            "fail_on_data_loss": fail_on_data_loss,
-        }
-        client: dict[str, str] = {}
-        for key, value in (options or {}).items():
-            if key.startswith("kafka."):
-                client[key.removeprefix("kafka.")] = str(value)
-                continue
-            name = _KAFKA_OPTIONS.get(key.lower())
-            if name is None:
-                accepted = ", ".join(sorted(["kafka.*", *_KAFKA_OPTIONS.values()]))
-                raise ValueError(
-                    f"options[{key!r}]: not a Kafka source option (accepted: {accepted})"
-                )
-            if given[name] is not None:
-                raise ValueError(f"options[{key!r}] and {name}= both set: give it once")
-            given[name] = value
-        self.bootstrap_servers = bootstrap_servers
-        self.topics = sorted(set(names))
-        self.pattern = pattern
-        self.starting_offsets = parse_offsets(
-            given["starting_offsets"] or "latest", "startingOffsets"
-        )
-        ending = given["ending_offsets"]
-        self.ending_offsets = None if ending is None else parse_offsets(ending, "endingOffsets")
-        self.max_offsets_per_trigger = _positive(
-            given["max_offsets_per_trigger"], "maxOffsetsPerTrigger"
-        )
-        records = _positive(given["max_records_per_partition"], "maxRecordsPerPartition")
-        self.split_size = records or KAFKA_SPLIT_SIZE
-        self.fail_on_data_loss = _flag(given["fail_on_data_loss"], "failOnDataLoss", default=True)
-        self.discovery_interval = (
-            discovery_interval
-            if isinstance(discovery_interval, timedelta)
-            else Duration.parse(discovery_interval)
-        )
-        self.client_options = client
-
-    @property
-    def schema(self) -> StructType:
-        return KAFKA_SCHEMA
-
-    @property
-    def bounded(self) -> bool:
-        return self.ending_offsets is not None
-
-    def _matches(self) -> Callable[[str], bool]:
-        if self.pattern is not None:
-            compiled = re.compile(self.pattern)
-            return lambda topic: compiled.fullmatch(topic) is not None
-        wanted = set(self.topics)
-        return lambda topic: topic in wanted
-
-    def coordinator_provider(self) -> CoordinatorProvider:
-        bootstrap, client, matches = (
-            self.bootstrap_servers,
-            dict(self.client_options),
-            self._matches(),
-        )
-        return KafkaSplitEnumerator.provider(
-            lambda: admin_poller(bootstrap, client, matches),
-            identity=self._identity(),
-            starting_offsets=self.starting_offsets,
-            ending_offsets=self.ending_offsets,
-            split_size=self.split_size,
-            max_offsets_per_trigger=self.max_offsets_per_trigger,
-            discovery_interval=self.discovery_interval.total_seconds(),
-        )
-
-    def _identity(self) -> dict[str, Any]:
-        """What the input is; not the brokers or the client's settings (brokers move,
-        credentials rotate, and the records are the same)."""
-        return {
-            "topics": self.topics,
-            "pattern": self.pattern,
-            "starting_offsets": self.starting_offsets,
-            "ending_offsets": self.ending_offsets,
-        }
-
-    def describe(self) -> dict[str, Any]:
-        return {"kind": "kafka", **self._identity(), "split_size": self.split_size}
-
-    def _settings(
-        self, coordinator: str, endpoint: str, schema: StructType, attempt: int | None, cores: int
-    ) -> ReaderSettings:
-        return ReaderSettings(
-            coordinator=coordinator,
-            endpoint=endpoint,
-            kind="kafka",
-            schema_json=schema.jsonValue(),
-            attempt=attempt,
-            on_error="fail" if self.fail_on_data_loss else "skip",
-            options=dict(self.client_options),
-            split_size=self.split_size,
-            max_splits_per_batch=ALL_AVAILABLE_CAP,  # the coordinator keeps maxOffsetsPerTrigger
-            max_partition_weight=self.split_size,
-            open_cost=0,
-            min_partitions=cores,
-            bootstrap_servers=self.bootstrap_servers,
-        )
-
-    def __repr__(self) -> str:
-        what = f"pattern={self.pattern!r}" if self.pattern else f"topics={self.topics!r}"
-        return f"Kafka({self.bootstrap_servers!r}, {what})"
-
-
-def _positive(value: object, name: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        number = int(str(value))
-    except ValueError:
-        number = 0
-    if number < 1 or isinstance(value, bool):
-        raise ValueError(f"{name}={value!r}: expected a positive number of offsets")
-    return number
-
-
-def _flag(value: object, name: str, *, default: bool) -> bool:
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
-    raise ValueError(f"{name}={value!r}: expected true or false")

@@ -20,8 +20,8 @@ A ``spec.mode: Batch`` job is built with ``read`` / ``stage`` / ``write`` instea
 hands it to the batch runtime (``driver/batch/``): stages as result partitions on shuffle
 servers, recovered after a driver crash from the job event log.
 
-It is one cohesive thing, the program's one handle on its attempt: what it starts (endpoint,
-session, state) and times (``timings.py``, logged when ``run`` ends) it also closes.
+It is the program's one handle on its attempt: what it starts (endpoint, session, state) and
+times (``timings.py``, logged when ``run`` ends) it also closes.
 """
 
 from __future__ import annotations

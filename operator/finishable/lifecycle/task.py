@@ -20,19 +20,9 @@ Pure and synchronous: the runtime feeds events and performs the returned actions
 from dataclasses import dataclass
 from typing import TypedDict
 
-from finishable.lifecycle.table import (
-    Action,
-    LifecycleMode,
-    OperatorStatus,
-    Row,
-    TaskEvent,
-    TaskKind,
-    TaskStatus,
-    closing_row,
-    events_in,
-    initial_row,
-    lookup,
-)
+from finishable.api.lifecycle import LifecycleMode, OperatorStatus, TaskKind, TaskStatus
+from finishable.lifecycle.table import closing_row, events_in, initial_row, lookup
+from finishable.lifecycle.tablerows import Action, Row, TaskEvent
 
 
 class IllegalTransition(ValueError):

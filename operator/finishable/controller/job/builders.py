@@ -1,8 +1,8 @@
 """Pure builders of a job's child objects: plain dicts, no I/O, unit-tested without a cluster.
 
-It is one cohesive thing, what every child of a job looks like: the children refer to each other
-by name, label and mount (the driver pod mounts the config map, selects the token Secret, is
-selected by the Services), and one module keeps those references in step.
+The children refer to each other by name, label and mount (the driver pod mounts the config map,
+selects the token Secret, is selected by the Services), and one module keeps those references in
+step.
 
 Every child carries the labels ``finishable.dev/job`` and ``finishable.dev/component``, a
 controller owner reference to the custom resource (so the garbage collector removes it with the

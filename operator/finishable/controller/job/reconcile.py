@@ -77,7 +77,8 @@ from finishable.lifecycle.decisions import (
     PodPhase,
 )
 from finishable.lifecycle.dispatch import dispatch
-from finishable.lifecycle.phases import next_status, request_deadline
+from finishable.lifecycle.phases import next_status
+from finishable.lifecycle.stopping import request_deadline
 from finishable.lifecycle.ttl import TimeToLive
 from finishable.state.control import ConfigMapControlChannel
 from finishable.state.errors import BackendError

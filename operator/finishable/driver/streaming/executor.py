@@ -23,6 +23,7 @@ from finishable.api.control import (
     RequestOutcome,
     RequestReport,
 )
+from finishable.api.lifecycle import LifecycleMode, TaskKind
 from finishable.api.models import RequestAction
 from finishable.api.status import (
     ControlRequest,
@@ -39,7 +40,7 @@ from finishable.driver.streaming.queries import (
 )
 from finishable.driver.streaming.reporting import Reporter
 from finishable.driver.streaming.termination import Termination, drains
-from finishable.lifecycle.table import Action, LifecycleMode, TaskEvent, TaskKind
+from finishable.lifecycle.tablerows import Action, TaskEvent
 from finishable.lifecycle.task import TaskLifecycle
 from finishable.state import CheckpointInfo, CheckpointStore, open_backend
 from finishable.state.control import ControlChannel

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from finishable.api.lifecycle import LifecycleMode, TaskKind
 from finishable.api.status import LifecycleStatus, LifecycleTaskStatus
-from finishable.lifecycle.table import Action
+from finishable.lifecycle.tablerows import Action
 from finishable.lifecycle.task import TaskLifecycle
 
 SINK_TASK = "sink"

@@ -1,4 +1,4 @@
-"""The job phase machine (README, *Job phases*): a pure ``next_status``, one handler per phase.
+"""The job phase machine (docs/jobs.md, Job phases): a pure ``next_status``, one handler per phase.
 
 The operator and the local runner both call :func:`next_status` with what they observe (the
 driver pod, the driver's report from the ``<job>-state`` ConfigMap or file) and act on the

@@ -221,6 +221,7 @@ VIEWS = {
     "tasks re-run": {"finishable_recovery_tasks_rerun_total"},
     "cluster partitions": {"finishable_cluster_partitions"},
     "cluster partition bytes": {"finishable_cluster_partition_bytes"},
+    "jobs deleted at the end of their time to live": {"finishable_jobs_expired_total"},
 }
 
 

@@ -394,7 +394,6 @@ def test_stop_suspends_a_batch_job_and_resuming_recovers_it(
 
     job.run("--resume")
     output = job.finish()
-    assert "tasks done" in output, "the runner prints stage progress"
     assert "Finished" in output
     assert job.published() == truth
     reread = {r["split"] for r in job.reads() if r["attempt"] >= 2} & finished_splits

@@ -329,11 +329,9 @@ class LocalRunner:
             self._say(f"checkpoint {new_checkpoint}{splits}")
 
     def _tell_stage_progress(self, report: DriverReport | None) -> None:
-        """A Batch driver's stage progress ("stage paid: 3/8 tasks done"), once per change."""
-        if report is None or not report.message.startswith("stage "):
-            return
-        line = f"attempt {report.attempt}: {report.message}"
-        if line != self._last_progress:
+        """A Batch driver's stage progress, once per change the runner's polls see."""
+        line = stage_progress(report)
+        if line is not None and line != self._last_progress:
             self._last_progress = line
             self._say(line)
 
@@ -496,3 +494,12 @@ class LocalEffects:
 
     def requeue(self, action: Action) -> None:
         """The runner's loop polls anyway."""
+
+
+def stage_progress(report: DriverReport | None) -> str | None:
+    """What the runner says of a Batch driver's report of its stage progress ("attempt 2: stage
+    paid: 3/8 tasks done"), or None for any other report. Best effort: the driver reports at most
+    twice a second and its next report replaces this one, so a poll may miss a stage."""
+    if report is None or not report.message.startswith("stage "):
+        return None
+    return f"attempt {report.attempt}: {report.message}"

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from e2e.conftest import CONTROL_PLANE
 from testcluster.client import E2ECluster, batch_example, example, wait_for
 from testcluster.localcluster.cluster import ClusterAccess
 
@@ -47,7 +48,6 @@ def test_the_api_server_refuses_what_the_schema_rules_out(
 @pytest.mark.parametrize(
     ("name", "spec", "field"),
     [
-        ("streaming-shuffle", {"shuffle": {"replicas": 2}}, "spec.shuffle"),
         (
             "half-a-volume",
             {
@@ -64,10 +64,29 @@ def test_the_api_server_refuses_what_the_schema_rules_out(
 def test_the_operator_fails_what_only_it_can_judge_naming_the_field(
     cluster: E2ECluster, name: str, spec: dict[str, Any], field: str
 ) -> None:
-    """Rules across fields pass the schema: the job is Failed with the field named, and
-    nothing is started for it."""
+    """What no schema rule can say passes the API server: the job is Failed with the field
+    named, and nothing is started for it."""
     response = cluster.apply(manifest(name, **spec))
     assert response.status == 201, response.body
+    assert_failed_naming(cluster, name, field)
+
+
+def test_a_cross_field_rule_is_the_api_servers_and_the_operators(cluster: E2ECluster) -> None:
+    """Shuffle pods in a Streaming job: a CEL rule of the CRD, so the real API server refuses it
+    at apply time; the emulator, which has no CEL, takes it, and the operator, which checks the
+    same rule, fails the job naming the field."""
+    response = cluster.apply(manifest("streaming-shuffle", shuffle={"replicas": 2}))
+    if CONTROL_PLANE == "real":
+        assert response.status == 422, response.body
+        assert "spec.shuffle" in response.message, response.message
+        assert cluster.job("streaming-shuffle") is None
+    else:
+        assert response.status == 201, response.body
+        assert_failed_naming(cluster, "streaming-shuffle", "spec.shuffle")
+
+
+def assert_failed_naming(cluster: E2ECluster, name: str, field: str) -> None:
+    """The job goes Failed naming ``field``, starts nothing, and is deleted."""
     status = cluster.wait_phase(name, "Failed", 60)
     assert field in status["message"], status["message"]
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")

@@ -1,8 +1,8 @@
 """Driver attempts in the phase machine: the next attempt's driver, a new or resumed run, a report.
 
 Every handler family that starts a driver (a submission, a resume, an upgrade, a recovery) goes
-through ``_next_attempt``, so an attempt is numbered, sized and asked for in one place;
-``_follow_report`` moves the job as the current attempt reports (Running, Finishing, Finished).
+through ``next_attempt``, so an attempt is numbered, sized and asked for in one place;
+``follow_report`` moves the job as the current attempt reports (Running, Finishing, Finished).
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from finishable.api.control import DriverState
 from finishable.api.models import Phase, Transition
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.lifecycle.decisions import Action, ActionKind, Event, PodPhase
-from finishable.lifecycle.rescaling import _size_attempt
-from finishable.lifecycle.step import _Step
+from finishable.lifecycle.rescaling import size_attempt
+from finishable.lifecycle.step import Step
 
 P = Phase
 
 
-def _start_driver(
-    step: _Step, kind: ActionKind = ActionKind.START_DRIVER, *, predecessor_exited: bool = False
+def start_driver(
+    step: Step, kind: ActionKind = ActionKind.START_DRIVER, *, predecessor_exited: bool = False
 ) -> None:
     """Ask for the current attempt's driver (an idempotent create, so safe to repeat)."""
     step.act(
@@ -32,7 +32,7 @@ def _start_driver(
     )
 
 
-def _next_attempt(step: _Step, spec: FinishableSparkJobSpec, *, after_loss: bool = False) -> None:
+def next_attempt(step: Step, spec: FinishableSparkJobSpec, *, after_loss: bool = False) -> None:
     """Ask for the next attempt's driver: its pod is built from the spec as it is now (its
     revision), and periodic savepoints are counted from when it runs. After a driver loss it
     is the standby's to take over, if the job keeps one; a lost driver whose process is seen
@@ -40,15 +40,15 @@ def _next_attempt(step: _Step, spec: FinishableSparkJobSpec, *, after_loss: bool
     exited = after_loss and step.obs.driver_pod in (PodPhase.FAILED, PodPhase.SUCCEEDED)
     step.status.attempt += 1
     step.status.spec_revision = spec.revision
-    _size_attempt(step.status, spec)
+    size_attempt(step.status, spec)
     step.status.periodic_savepoint_due = None
     takeover = after_loss and spec.recovery.standby
     kind = ActionKind.TAKE_OVER if takeover else ActionKind.START_DRIVER
-    _start_driver(step, kind, predecessor_exited=exited)
+    start_driver(step, kind, predecessor_exited=exited)
 
 
-def _start(
-    step: _Step,
+def start(
+    step: Step,
     spec: FinishableSparkJobSpec,
     restore_from: str,
     message: str,
@@ -60,11 +60,11 @@ def _start(
     step.status.pending_request = None
     step.status.restore_from = restore_from
     step.status.savepoint_trigger_nonce = spec.savepoint_trigger_nonce
-    _next_attempt(step, spec)
+    next_attempt(step, spec)
     step.move(P.SUBMITTED, message)
 
 
-def _follow_report(step: _Step, spec: FinishableSparkJobSpec) -> None:
+def follow_report(step: Step, spec: FinishableSparkJobSpec) -> None:
     """Running, Finishing, Finished as the current attempt reports them."""
     report = step.report
     if report is None:

@@ -14,8 +14,8 @@ steps of a call and the phases with little of their own; the handler families ar
 :mod:`~finishable.lifecycle.recovery` (crashes, departures, the restart budget, the standby),
 :mod:`~finishable.lifecycle.stopping` (stops, savepoints, resumes),
 :mod:`~finishable.lifecycle.upgrades` and :mod:`~finishable.lifecycle.rescaling`. They call each
-other along the transition table (a crash in any phase goes through ``_crash``, a stop that
-completes resumes through ``_on_suspended``), one way: each imports only the families below it.
+other along the transition table (a crash in any phase goes through ``crash``, a stop that
+completes resumes through ``on_suspended``), one way: each imports only the families below it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from finishable.api.models import (
 )
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import FinishableSparkJobStatus, RecoveryStatus
-from finishable.lifecycle.attempts import _follow_report, _start
+from finishable.lifecycle.attempts import follow_report, start
 from finishable.lifecycle.conditions import conditions_for
 from finishable.lifecycle.decisions import (
     TERMINAL_PHASES,
@@ -46,23 +46,23 @@ from finishable.lifecycle.decisions import (
 )
 from finishable.lifecycle.health import STALLED_REASON, checkpoint_health
 from finishable.lifecycle.recovery import (
-    _count_restart_budget,
-    _crash,
-    _departure,
-    _driver_awaited,
-    _driver_lost,
-    _keep_standby,
-    _on_recovering,
+    count_restart_budget,
+    crash,
+    departure,
+    driver_awaited,
+    driver_lost,
+    keep_standby,
+    on_recovering,
 )
-from finishable.lifecycle.rescaling import _rescale
-from finishable.lifecycle.step import _Step, _stop_failed_recently
+from finishable.lifecycle.rescaling import rescale
+from finishable.lifecycle.step import Step, stop_failed_recently
 from finishable.lifecycle.stopping import (
-    _await_savepoint,
-    _on_stopping,
-    _on_suspended,
-    _periodic_savepoint,
+    await_savepoint,
+    on_stopping,
+    on_suspended,
+    periodic_savepoint,
 )
-from finishable.lifecycle.upgrades import _upgrade
+from finishable.lifecycle.upgrades import upgrade
 
 P = Phase
 
@@ -73,7 +73,7 @@ def next_status(
     observation: Observation,
 ) -> Decision:
     """Compute the next status, the actions and the events. Pure: no I/O, no clock."""
-    step = _Step(current, spec, observation)
+    step = Step(current, spec, observation)
     if spec is None or observation.spec_problems:
         _invalid_spec(step)
     else:
@@ -81,8 +81,8 @@ def next_status(
         _advance(step, spec)
         _release_shuffle_on_end(step, spec)
         _release_executors_on_end(step)
-        _count_restart_budget(step, spec)
-        _keep_standby(step, spec)
+        count_restart_budget(step, spec)
+        keep_standby(step, spec)
         step.status.observed_generation = observation.generation
     _settle_transition(step)
     _set_conditions(step)
@@ -93,7 +93,7 @@ def next_status(
 # the steps
 
 
-def _settle_transition(step: _Step) -> None:
+def _settle_transition(step: Step) -> None:
     """A transition that completed or was abandoned in this step is over (metrics time it)."""
     transition = step.status.transition
     if (
@@ -103,7 +103,7 @@ def _settle_transition(step: _Step) -> None:
         step.status.transition = None
 
 
-def _invalid_spec(step: _Step) -> None:
+def _invalid_spec(step: Step) -> None:
     problems = "; ".join(step.obs.spec_problems) or "the spec is invalid"
     alive = step.obs.driver_pod in (PodPhase.PENDING, PodPhase.RUNNING)
     if step.status.phase is P.FAILED and step.status.observed_generation == step.obs.generation:
@@ -116,7 +116,7 @@ def _invalid_spec(step: _Step) -> None:
     step.status.observed_generation = step.obs.generation
 
 
-def _absorb_report(step: _Step) -> None:
+def _absorb_report(step: Step) -> None:
     """Copy progress from the current attempt's report into the status."""
     report = step.report
     if report is None:
@@ -140,7 +140,7 @@ def _absorb_report(step: _Step) -> None:
         status.recovery.splits_reread = report.splits_reread
 
 
-def _release_shuffle_on_end(step: _Step, spec: FinishableSparkJobSpec) -> None:
+def _release_shuffle_on_end(step: Step, spec: FinishableSparkJobSpec) -> None:
     """A Batch job that just ended deletes its shuffle pods now, not on some later reconcile."""
     ended = step.status.phase in TERMINAL_PHASES and step.before.phase is not step.status.phase
     delete = Action(ActionKind.DELETE_SHUFFLE)
@@ -148,7 +148,7 @@ def _release_shuffle_on_end(step: _Step, spec: FinishableSparkJobSpec) -> None:
         step.act(delete)
 
 
-def _release_executors_on_end(step: _Step) -> None:
+def _release_executors_on_end(step: Step) -> None:
     """A job whose driver ended (suspended, finished, failed, or lost: recovering) keeps no
     executor pods: Spark deletes them on a clean stop, but a crashed driver's executors exit
     and their pods would stay until its pod is deleted, which a crashed one is not (its log).
@@ -160,7 +160,7 @@ def _release_executors_on_end(step: _Step) -> None:
         step.act(Action(ActionKind.DELETE_EXECUTORS, attempt=lost))
 
 
-def _advance(step: _Step, spec: FinishableSparkJobSpec) -> None:
+def _advance(step: Step, spec: FinishableSparkJobSpec) -> None:
     phase = step.status.phase
     lifecycle = step.status.lifecycle
     # A Batch job, and a Streaming job whose bounded input ended, finish by themselves.
@@ -190,13 +190,13 @@ def _advance(step: _Step, spec: FinishableSparkJobSpec) -> None:
             f"partitions are placed on its {pinned} shuffle pods; it applies to the next run "
             "(or set it back to clear this)",
         )
-    if _departure(step, spec):
+    if departure(step, spec):
         return
     handler = _HANDLERS[phase]
     handler(step, spec)
 
 
-def _on_pending(step: _Step, spec: FinishableSparkJobSpec) -> None:
+def _on_pending(step: Step, spec: FinishableSparkJobSpec) -> None:
     if spec.state is DesiredState.SUSPENDED:
         step.move(P.SUSPENDED, "created suspended; set spec.state: Running to start")
         return
@@ -205,10 +205,10 @@ def _on_pending(step: _Step, spec: FinishableSparkJobSpec) -> None:
     # A new run: its shuffle pods are as many as the spec says now, for the run's whole life.
     batch = spec.mode is JobMode.BATCH
     step.status.shuffle_replicas = spec.effective_shuffle.replicas if batch else None
-    _start(step, spec, spec.restore_from.savepoint, f"driver attempt {attempt} submitted")
+    start(step, spec, spec.restore_from.savepoint, f"driver attempt {attempt} submitted")
 
 
-def _on_failed(step: _Step, spec: FinishableSparkJobSpec) -> None:
+def _on_failed(step: Step, spec: FinishableSparkJobSpec) -> None:
     """A changed spec restarts the failed run from its newest checkpoint; a changed
     ``restartNonce`` restarts it from where ``restartFrom`` says."""
     if spec.mode is JobMode.BATCH:
@@ -228,7 +228,7 @@ def _on_failed(step: _Step, spec: FinishableSparkJobSpec) -> None:
         step.move(
             P.PENDING, f"the spec changed; run {status.run} continues from its last checkpoint"
         )
-        _start(step, spec, status.restore_from, f"driver attempt {status.attempt + 1} submitted")
+        start(step, spec, status.restore_from, f"driver attempt {status.attempt + 1} submitted")
         return
     status.restart_nonce = spec.restart_nonce
     status.run += 1
@@ -237,31 +237,31 @@ def _on_failed(step: _Step, spec: FinishableSparkJobSpec) -> None:
     _on_pending(step, spec)
 
 
-def _on_finished(step: _Step, spec: FinishableSparkJobSpec) -> None:
+def _on_finished(step: Step, spec: FinishableSparkJobSpec) -> None:
     step.status.pending_request = None
     if spec.mode is JobMode.BATCH:
         step.act(Action(ActionKind.DELETE_SHUFFLE))
 
 
-def _on_submitted(step: _Step, spec: FinishableSparkJobSpec) -> None:
-    if _driver_awaited(step, spec):
+def _on_submitted(step: Step, spec: FinishableSparkJobSpec) -> None:
+    if driver_awaited(step, spec):
         return
-    _follow_report(step, spec)
+    follow_report(step, spec)
 
 
-def _on_running(step: _Step, spec: FinishableSparkJobSpec) -> None:
-    lost = _driver_lost(step)
+def _on_running(step: Step, spec: FinishableSparkJobSpec) -> None:
+    lost = driver_lost(step)
     if lost is not None:
-        _crash(step, spec, lost)
+        crash(step, spec, lost)
         return
-    _follow_report(step, spec)
+    follow_report(step, spec)
     if step.status.phase is not P.RUNNING:
         return
     pending = step.status.pending_request
     if pending is not None:
-        _await_savepoint(step, spec, pending)
+        await_savepoint(step, spec, pending)
         return
-    if spec.state is not DesiredState.RUNNING and not _stop_failed_recently(step):
+    if spec.state is not DesiredState.RUNNING and not stop_failed_recently(step):
         drain = spec.state is DesiredState.FINISHED
         trigger = SavepointTrigger.DRAIN if drain else SavepointTrigger.STOP
         step.request(RequestAction.STOP, trigger)
@@ -275,21 +275,21 @@ def _on_running(step: _Step, spec: FinishableSparkJobSpec) -> None:
         step.status.savepoint_trigger_nonce = spec.savepoint_trigger_nonce
         step.request(RequestAction.SAVEPOINT, SavepointTrigger.MANUAL)
         return
-    if _upgrade(step, spec):
+    if upgrade(step, spec):
         return
-    if _rescale(step, spec):
+    if rescale(step, spec):
         return
-    if _periodic_savepoint(step, spec):
+    if periodic_savepoint(step, spec):
         return
     _watch_checkpoints(step, spec)
 
 
-def _watch_checkpoints(step: _Step, spec: FinishableSparkJobSpec) -> None:
+def _watch_checkpoints(step: Step, spec: FinishableSparkJobSpec) -> None:
     """Stalled checkpoints make the job Degraded, or replace its driver (lifecycle/health.py)."""
     health = checkpoint_health(step.status, spec, step.obs.now)
     if health.stalled and spec.checkpointing.health.restart_driver:
         step.act(Action(ActionKind.DELETE_DRIVER, attempt=step.status.attempt))
-        _crash(step, spec, f"{health.stalled}; the driver is replaced")
+        crash(step, spec, f"{health.stalled}; the driver is replaced")
         return
     if health.stalled:
         step.degraded = (STALLED_REASON, health.stalled)
@@ -297,29 +297,29 @@ def _watch_checkpoints(step: _Step, spec: FinishableSparkJobSpec) -> None:
         step.act(Action(ActionKind.REQUEUE, after=health.look_again_in))
 
 
-def _on_finishing(step: _Step, spec: FinishableSparkJobSpec) -> None:
-    lost = _driver_lost(step)
+def _on_finishing(step: Step, spec: FinishableSparkJobSpec) -> None:
+    lost = driver_lost(step)
     if lost is not None:
-        _crash(step, spec, lost)
+        crash(step, spec, lost)
         return
-    _follow_report(step, spec)
+    follow_report(step, spec)
 
 
 _HANDLERS = {
     P.PENDING: _on_pending,
     P.SUBMITTED: _on_submitted,
     P.RUNNING: _on_running,
-    P.SAVEPOINTING: _on_stopping,
-    P.DRAINING: _on_stopping,
+    P.SAVEPOINTING: on_stopping,
+    P.DRAINING: on_stopping,
     P.FINISHING: _on_finishing,
-    P.RECOVERING: _on_recovering,
-    P.SUSPENDED: _on_suspended,
+    P.RECOVERING: on_recovering,
+    P.SUSPENDED: on_suspended,
     P.FINISHED: _on_finished,
     P.FAILED: _on_failed,
 }
 
 
-def _set_conditions(step: _Step) -> None:
+def _set_conditions(step: Step) -> None:
     conditions, events = conditions_for(step.before, step.status, step.obs, step.degraded)
     step.status.conditions = conditions
     step.events.extend(events)

@@ -1,8 +1,8 @@
 """Recovery in the phase machine: a lost driver, a driver asked to leave, restart budget, standby.
 
-A crash in any phase goes through ``_crash`` (a restart within spec.recovery's budget after a
-backoff, else Failed) and ``_on_recovering`` waits for the next attempt; a departure (an eviction,
-a node drain, a deletion by hand) goes through ``_departure``, a planned move that charges no
+A crash in any phase goes through ``crash`` (a restart within spec.recovery's budget after a
+backoff, else Failed) and ``on_recovering`` waits for the next attempt; a departure (an eviction,
+a node drain, a deletion by hand) goes through ``departure``, a planned move that charges no
 budget. The budget's arithmetic is :mod:`finishable.lifecycle.budget`.
 """
 
@@ -14,7 +14,7 @@ from finishable.api.control import DriverReport, DriverState, is_departure
 from finishable.api.models import DepartureReason, JobMode, Phase, Transition
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import DepartureStatus, RecoveryStatus
-from finishable.lifecycle.attempts import _follow_report, _next_attempt, _start_driver
+from finishable.lifecycle.attempts import follow_report, next_attempt, start_driver
 from finishable.lifecycle.budget import (
     counted_losses,
     describe_interval,
@@ -22,12 +22,12 @@ from finishable.lifecycle.budget import (
     restarts_left,
 )
 from finishable.lifecycle.decisions import DRIVER_PHASES, Action, ActionKind, Event, PodPhase
-from finishable.lifecycle.step import _Step
+from finishable.lifecycle.step import Step
 
 P = Phase
 
 
-def _count_restart_budget(step: _Step, spec: FinishableSparkJobSpec) -> None:
+def count_restart_budget(step: Step, spec: FinishableSparkJobSpec) -> None:
     """Losses leave the window as time passes: the status shows the budget as it is now."""
     status = step.status
     counted = counted_losses(
@@ -44,7 +44,7 @@ recovering, until the standby took over). Not while its active driver starts: on
 a second JVM starting beside the first slows both."""
 
 
-def _keep_standby(step: _Step, spec: FinishableSparkJobSpec) -> None:
+def keep_standby(step: Step, spec: FinishableSparkJobSpec) -> None:
     """A warm standby of the next attempt while the current one runs and the restart budget
     allows a takeover (or one was granted and awaits its backoff); none otherwise (a settled
     job, a spent budget). A job that stops asking for one gets a new attempt (the spec
@@ -68,7 +68,7 @@ def _keep_standby(step: _Step, spec: FinishableSparkJobSpec) -> None:
         step.act(Action(ActionKind.DELETE_STANDBY, attempt=status.attempt))
 
 
-def _driver_lost(step: _Step) -> str | None:
+def driver_lost(step: Step) -> str | None:
     """Why the current attempt's driver is gone, or None while it lives (or ended cleanly)."""
     pod = step.obs.driver_pod
     report = step.report
@@ -99,7 +99,7 @@ node unreachable) is replaced anyway; the fence keeps it from writing over its s
 _END_STATES = frozenset({DriverState.SUSPENDED, DriverState.FINISHED, DriverState.FAILED})
 
 
-def _departure(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+def departure(step: Step, spec: FinishableSparkJobSpec) -> bool:
     """A driver Kubernetes asked to leave (an eviction, a node drain, a deletion by hand) is a
     planned move, not a failure: while it takes its savepoint the job waits; once it left (or
     its grace period ran out) the next attempt starts at once from that savepoint, else from
@@ -146,7 +146,7 @@ def _departure(step: _Step, spec: FinishableSparkJobSpec) -> bool:
 
 
 def _relocate(
-    step: _Step,
+    step: Step,
     spec: FinishableSparkJobSpec,
     leaving: DepartureStatus,
     report: DriverReport | None,
@@ -174,11 +174,11 @@ def _relocate(
         reason=reason, driver_lost_at=now, shuffle_retained_until=retained
     )
     step.move(P.RECOVERING, reason, planned=True)
-    _next_attempt(step, spec, after_loss=True)
+    next_attempt(step, spec, after_loss=True)
     step.move(P.RECOVERING, f"driver attempt {status.attempt} started after: {reason}")
 
 
-def _crash(step: _Step, spec: FinishableSparkJobSpec, reason: str) -> None:
+def crash(step: Step, spec: FinishableSparkJobSpec, reason: str) -> None:
     status = step.status
     status.pending_request = None
     report = step.report
@@ -217,10 +217,10 @@ def _crash(step: _Step, spec: FinishableSparkJobSpec, reason: str) -> None:
         shuffle_retained_until=retained,
     )
     step.move(P.RECOVERING, reason)
-    _on_recovering(step, spec)
+    on_recovering(step, spec)
 
 
-def _on_recovering(step: _Step, spec: FinishableSparkJobSpec) -> None:
+def on_recovering(step: Step, spec: FinishableSparkJobSpec) -> None:
     status = step.status
     recovery = status.recovery
     now = step.obs.now
@@ -239,26 +239,26 @@ def _on_recovering(step: _Step, spec: FinishableSparkJobSpec) -> None:
             step.act(Action(ActionKind.REQUEUE, after=recovery.next_attempt_at - now))
             return
         recovery.next_attempt_at = None
-        _next_attempt(step, spec, after_loss=True)
+        next_attempt(step, spec, after_loss=True)
         step.move(P.RECOVERING, f"driver attempt {status.attempt} started after: {recovery.reason}")
         return
-    if _driver_awaited(step, spec):
+    if driver_awaited(step, spec):
         return
     if recovery.shuffle_retained_until is not None:
         step.act(Action(ActionKind.REQUEUE, after=recovery.shuffle_retained_until - now))
-    _follow_report(step, spec)
+    follow_report(step, spec)
 
 
-def _driver_awaited(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+def driver_awaited(step: Step, spec: FinishableSparkJobSpec) -> bool:
     """While a new attempt starts: re-ask for a missing pod, count a dead one as a crash.
 
     Returns True when the step is over (the attempt crashed).
     """
     if step.obs.driver_pod is PodPhase.ABSENT and step.report is None:
-        _start_driver(step)
+        start_driver(step)
         return False
-    lost = _driver_lost(step)
+    lost = driver_lost(step)
     if lost is not None:
-        _crash(step, spec, lost)
+        crash(step, spec, lost)
         return True
     return False

@@ -2,7 +2,7 @@
 
 :mod:`finishable.lifecycle.autoscaling` recommends (pure arithmetic on the driver's load reports);
 here its decision becomes a rescale of the job, a stop with savepoint and then the next attempt
-with the new count (``_rescale``), and every new attempt is given its executors (``_size_attempt``),
+with the new count (``rescale``), and every new attempt is given its executors (``size_attempt``),
 as Flink keeps its autoscaler beside the operator rather than in it.
 """
 
@@ -13,12 +13,12 @@ from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import AutoscalerStatus, FinishableSparkJobStatus
 from finishable.lifecycle.autoscaling import autoscale
 from finishable.lifecycle.decisions import Action, ActionKind, Event
-from finishable.lifecycle.step import _Step
+from finishable.lifecycle.step import Step
 
 P = Phase
 
 
-def _size_attempt(status: FinishableSparkJobStatus, spec: FinishableSparkJobSpec) -> None:
+def size_attempt(status: FinishableSparkJobStatus, spec: FinishableSparkJobSpec) -> None:
     """The executors of the attempt about to start: the autoscaler's count (within the bounds
     as they are now), else spec.executor.instances (a Batch job's first count). Its
     recommendations start over: they were measured with the attempt before."""
@@ -35,7 +35,7 @@ def _size_attempt(status: FinishableSparkJobStatus, spec: FinishableSparkJobSpec
     status.executors = scaled.executors
 
 
-def _rescale(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+def rescale(step: Step, spec: FinishableSparkJobSpec) -> bool:
     """spec.autoscaler: record what the load asks for; start a rescale (a stop with savepoint,
     then the next attempt with the new count) when the decision says so. True when it started."""
     status = step.status

@@ -1,8 +1,8 @@
 """One step of the job phase machine: the scratch state one ``next_status`` call carries.
 
-:class:`_Step` holds the status as it was and as it becomes, the spec and what was observed, and
+:class:`Step` holds the status as it was and as it becomes, the spec and what was observed, and
 collects the step's actions and events; its methods are the moves every handler makes (enter a
-phase, begin a transition, send the driver a request). ``_stop_failed_recently`` is the one
+phase, begin a transition, send the driver a request). ``stop_failed_recently`` is the one
 question two handler families ask of it (a Running job's stop, an upgrade): whether a stop for
 this spec failed already. The handlers are :mod:`finishable.lifecycle.phases` and the modules
 beside it, by family.
@@ -33,7 +33,7 @@ from finishable.lifecycle.decisions import (
 P = Phase
 
 
-class _Step:
+class Step:
     """Mutable scratch state of one :func:`next_status` call."""
 
     def __init__(
@@ -105,7 +105,7 @@ class _Step:
         self.act(Action(ActionKind.SEND_REQUEST, attempt=self.status.attempt, request=request))
 
 
-def _stop_failed_recently(step: _Step) -> bool:
+def stop_failed_recently(step: Step) -> bool:
     """A stop that failed or timed out is retried only after the spec changes again."""
     for condition in step.before.conditions:
         if (

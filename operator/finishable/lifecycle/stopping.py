@@ -14,22 +14,22 @@ from finishable.api.control import DriverState, RequestOutcome, RequestReport
 from finishable.api.models import DesiredState, Phase, RequestAction, SavepointTrigger, Transition
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import ControlRequest, FinishableSparkJobStatus
-from finishable.lifecycle.attempts import _start
+from finishable.lifecycle.attempts import start
 from finishable.lifecycle.decisions import Action, ActionKind, Event
-from finishable.lifecycle.recovery import _crash, _driver_lost
-from finishable.lifecycle.step import _Step
-from finishable.lifecycle.upgrades import _upgrade_pending
+from finishable.lifecycle.recovery import crash, driver_lost
+from finishable.lifecycle.step import Step
+from finishable.lifecycle.upgrades import upgrade_pending
 
 P = Phase
 
 
-def _on_suspended(step: _Step, spec: FinishableSparkJobSpec) -> None:
+def on_suspended(step: Step, spec: FinishableSparkJobSpec) -> None:
     step.act(Action(ActionKind.DELETE_DRIVER, attempt=step.status.attempt))
     if spec.state is DesiredState.SUSPENDED:
         return
     savepoint = step.status.savepoint.location if step.status.savepoint else ""
     how = "to drain it" if spec.state is DesiredState.FINISHED else ""
-    upgrade = _upgrade_pending(step.status, spec)
+    upgrade = upgrade_pending(step.status, spec)
     ongoing = step.status.transition
     rescale = ongoing is not None and ongoing.kind is Transition.RESCALE and not upgrade
     what = "starting the upgraded spec" if upgrade else "resuming"
@@ -37,7 +37,7 @@ def _on_suspended(step: _Step, spec: FinishableSparkJobSpec) -> None:
     if rescale and step.status.autoscaler is not None:
         what = f"rescaling to {spec.autoscaler.bounded(step.status.autoscaler.executors)} executors"
         transition = Transition.RESCALE
-    _start(
+    start(
         step,
         spec,
         savepoint or spec.restore_from.savepoint,
@@ -46,7 +46,7 @@ def _on_suspended(step: _Step, spec: FinishableSparkJobSpec) -> None:
     )
 
 
-def _periodic_savepoint(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+def periodic_savepoint(step: Step, spec: FinishableSparkJobSpec) -> bool:
     """spec.savepoints.interval: a savepoint when one is due (True when it was asked for), else
     a wake-up for when it will be. Counted from when the job started running, then from each
     periodic request (a failed one is not retried before the next is due)."""
@@ -66,7 +66,7 @@ def _periodic_savepoint(step: _Step, spec: FinishableSparkJobSpec) -> bool:
     return True
 
 
-def _await_savepoint(step: _Step, spec: FinishableSparkJobSpec, pending: ControlRequest) -> None:
+def await_savepoint(step: Step, spec: FinishableSparkJobSpec, pending: ControlRequest) -> None:
     """A savepoint without stopping: record it when the driver answers."""
     answer = _answer(step, pending)
     if answer is None:
@@ -83,7 +83,7 @@ def _await_savepoint(step: _Step, spec: FinishableSparkJobSpec, pending: Control
         step.events.append(Event("Normal", "SavepointCompleted", f"savepoint at {location}"))
 
 
-def _answer(step: _Step, pending: ControlRequest) -> RequestReport | None:
+def _answer(step: Step, pending: ControlRequest) -> RequestReport | None:
     report = step.report
     if report is None or report.request is None or report.request.id != pending.id:
         return None
@@ -105,12 +105,12 @@ def request_deadline(
     return None if started is None else started + spec.stop_timeout
 
 
-def _timed_out(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+def _timed_out(step: Step, spec: FinishableSparkJobSpec) -> bool:
     deadline = request_deadline(step.status, spec)
     return deadline is not None and step.obs.now > deadline
 
 
-def _on_stopping(step: _Step, spec: FinishableSparkJobSpec) -> None:
+def on_stopping(step: Step, spec: FinishableSparkJobSpec) -> None:
     """Savepointing or Draining: wait for the driver's answer, the timeout or a crash."""
     pending = step.status.pending_request
     draining = step.status.phase is P.DRAINING
@@ -127,11 +127,11 @@ def _on_stopping(step: _Step, spec: FinishableSparkJobSpec) -> None:
             step.move(P.FINISHED, f"drained; final savepoint at {location}")
         else:
             step.move(P.SUSPENDED, f"stopped with savepoint at {location}")
-            _on_suspended(step, spec)
+            on_suspended(step, spec)
         return
-    lost = _driver_lost(step)
+    lost = driver_lost(step)
     if lost is not None:
-        _crash(step, spec, lost)
+        crash(step, spec, lost)
         return
     what = "stop with drain" if draining else "stop with savepoint"
     if answer is not None and answer.outcome is RequestOutcome.FAILED:

@@ -17,31 +17,31 @@ from finishable.api.models import (
 )
 from finishable.api.spec import FinishableSparkJobSpec
 from finishable.api.status import FinishableSparkJobStatus
-from finishable.lifecycle.attempts import _start
+from finishable.lifecycle.attempts import start
 from finishable.lifecycle.decisions import Action, ActionKind, Event
-from finishable.lifecycle.step import _Step, _stop_failed_recently
+from finishable.lifecycle.step import Step, stop_failed_recently
 from finishable.lifecycle.upgradecheck import REFUSED_REASON, check_upgrade, needs_check
 
 P = Phase
 
 
-def _upgrade_pending(status: FinishableSparkJobStatus, spec: FinishableSparkJobSpec) -> bool:
+def upgrade_pending(status: FinishableSparkJobStatus, spec: FinishableSparkJobSpec) -> bool:
     """The spec asks for another driver than the current attempt runs (a status written before
     revisions were recorded has none: its driver is taken to run the spec as it is)."""
     return status.spec_revision is not None and status.spec_revision != spec.revision
 
 
-def _upgrade(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+def upgrade(step: Step, spec: FinishableSparkJobSpec) -> bool:
     """Apply a changed spec to a Running job as spec.upgradeMode says; True when it started."""
     status = step.status
     if status.spec_revision is None:
         status.spec_revision = spec.revision
-    if not _upgrade_pending(status, spec):
+    if not upgrade_pending(status, spec):
         if status.upgrade_check is not None:  # the spec was set back: no check pod is needed
             status.upgrade_check = None
             step.act(Action(ActionKind.DELETE_UPGRADE_CHECK))
         return False
-    if _stop_failed_recently(step):
+    if stop_failed_recently(step):
         return False
     mode = spec.upgrade_mode
     if spec.mode is JobMode.BATCH and mode is not UpgradeMode.STATELESS:
@@ -66,18 +66,18 @@ def _upgrade(step: _Step, spec: FinishableSparkJobSpec) -> bool:
         # Same run, same restore point: the new attempt resumes from the run's newest checkpoint,
         # fenced against the old driver as a recovered attempt is.
         message = f"{change}: driver attempt {status.attempt + 1} resumes from the last checkpoint"
-        _start(step, spec, status.restore_from, message, Transition.UPGRADE)
+        start(step, spec, status.restore_from, message, Transition.UPGRADE)
         return True
     status.run += 1
     if spec.mode is JobMode.BATCH:  # the new run gets fresh shuffle pods, as many as asked now
         status.shuffle_replicas = spec.effective_shuffle.replicas
         step.act(Action(ActionKind.DELETE_SHUFFLE))
     stateless = f"{change}: run {status.run} starts from nothing (stateless)"
-    _start(step, spec, "", stateless, Transition.UPGRADE)
+    start(step, spec, "", stateless, Transition.UPGRADE)
     return True
 
 
-def _upgrade_checked(step: _Step, spec: FinishableSparkJobSpec) -> bool:
+def _upgrade_checked(step: Step, spec: FinishableSparkJobSpec) -> bool:
     """True once the check pod found that the new spec can restore the running job's state;
     until then (and after a refusal) the running job goes on (lifecycle/upgradecheck.py)."""
     status = step.status
